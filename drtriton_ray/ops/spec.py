@@ -1,0 +1,69 @@
+"""What an operator is: arity, ranks, CP-SAT constraints, FLOP model, PyTorch rendering, dtypes."""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Callable
+
+from drtriton_ray.ops.cp import ShapeModel, TensorVar
+
+FLOAT_DTYPES = ("float32", "bfloat16", "float16")
+
+
+@dataclass(frozen=True)
+class Flag:
+    """A boolean param (rendered True/False, not 1/0)."""
+    var: object
+
+
+@dataclass
+class Built:
+    """What `OpSpec.constrain` adds to a model for one node."""
+    flops: object  # linear expression over model vars
+    flops_hi: int  # an upper bound on it (the domain of the coarse FLOP var)
+    params: dict[str, object] = field(default_factory=dict)  # solved structural params (exprs)
+    weights: list[tuple[str, TensorVar, str]] = field(default_factory=list)  # (role, tensor, init)
+
+
+@dataclass(frozen=True)
+class OpSpec:
+    """One operator of the space.
+
+    `template` is the PyTorch expression, formatted with the input names as {0}, {1}, ..., the
+    weight references as {w0}, {w1}, ... and every param by name. `in_ranks`/`out_ranks` are a
+    coarse rank-transfer relation used to wire DAGs and to enumerate composable pairs; the
+    exact rules live in `constrain`, which the synthesizer hands to CP-SAT.
+    """
+    name: str
+    arity: int
+    family: str
+    template: str
+    constrain: Callable[[ShapeModel, list[TensorVar], TensorVar], Built]
+    in_ranks: frozenset[int]
+    out_ranks: Callable[[int], set[int]]
+    dtypes: tuple[str, ...] = FLOAT_DTYPES
+    out_kind: str = "float"  # "index" outputs (ArgMax) are never fed to another operator
+    sample: Callable[[random.Random], dict] | None = None  # non-structural params, e.g. slopes
+    # Linear FLOP model, when there is one: flops = per_elem * size of the output ("out") or of
+    # the first input ("in"). None for contractions (matmul, conv, pool). With keeps_size, the
+    # output has as many elements as the first input. Used for a quick upper bound on FLOPs.
+    per_elem: int | None = None
+    flops_on: str = "out"
+    keeps_size: bool = False
+
+    def draw_params(self, rng: random.Random) -> dict:
+        return self.sample(rng) if self.sample else {}
+
+    def possible_out_ranks(self, in_ranks) -> set[int]:
+        out: set[int] = set()
+        for r in set(in_ranks) & self.in_ranks:
+            out |= self.out_ranks(r)
+        return out
+
+    def render(self, inputs: list[str], weights: list[str], params: dict) -> str:
+        return self.template.format(*inputs, **{f"w{i}": w for i, w in enumerate(weights)}, **params)
+
+    def describe(self) -> dict:
+        return {"name": self.name, "arity": self.arity, "family": self.family,
+                "dtypes": list(self.dtypes), "out_kind": self.out_kind,
+                "in_ranks": sorted(self.in_ranks), "torch": self.template}

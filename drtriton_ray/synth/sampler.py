@@ -1,0 +1,107 @@
+"""The sampler: program `index` of a (config, seed) stream, deterministic and independent of how
+the stream is split over workers.
+
+Operator choice per level: level 1 cycles every operator; level 2 cycles every composable ordered
+pair (A feeds B); higher levels draw operators uniformly with replacement. A failed draw (no
+solution, NaN/Inf or constant outputs) is redrawn with the same operators, so rejections never skew
+the operator distribution; only at level >= 3, after half the attempts, are the operators redrawn.
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import asdict, dataclass
+
+from drtriton_ray.synth.config import SynthConfig
+from drtriton_ray.synth.dag import Program
+from drtriton_ray.synth.render import functional_source, kernelbench_source
+from drtriton_ray.synth.solve import Unsolvable, solve_plan
+from drtriton_ray.synth.validate import InvalidProgram, validate
+from drtriton_ray.synth.wiring import composable_pairs, plan_program
+
+
+class SynthesisError(Exception):
+    """No acceptable program after every attempt; the message says which operators and why."""
+
+
+@dataclass
+class ProgramRecord:
+    """One dataset row (see `drtriton_ray.synth.dataset.SCHEMA`)."""
+    id: str
+    level: int
+    ops: list[str]
+    source: str
+    functional: str
+    dag: str
+    flops: int
+    seed: int
+    dtype: str
+    profile: str
+    index: int
+    attempts: int
+    fan_out: int
+    num_outputs: int
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+class Sampler:
+    def __init__(self, config: SynthConfig, seed: int):
+        self.config = config
+        self.seed = seed
+        self.bounds = config.size_profile.bounds()
+        names = config.op_space()
+        order = random.Random(f"order:{seed}")
+        if config.level == 1:
+            self.schedule = [[n] for n in names]
+        elif config.level == 2:
+            self.schedule = [list(p) for p in composable_pairs(names)]
+            if not self.schedule:
+                raise SynthesisError(f"no operator of {names} can feed another: level 2 is empty")
+        else:
+            self.schedule = None
+        self.names = names
+        if self.schedule is not None:
+            order.shuffle(self.schedule)
+
+    def ops_for(self, index: int, rng: random.Random) -> list[str]:
+        if self.schedule is not None:
+            return list(self.schedule[index % len(self.schedule)])
+        return [rng.choice(self.names) for _ in range(self.config.level)]
+
+    def sample(self, index: int) -> ProgramRecord:
+        cfg = self.config
+        rng = random.Random(f"{self.seed}:{cfg.level}:{index}")
+        ops = self.ops_for(index, rng)
+        reasons: list[str] = []
+        for attempt in range(cfg.max_attempts):
+            if self.schedule is None and attempt == cfg.max_attempts // 2:
+                ops = self.ops_for(index, rng)
+            try:
+                plan = plan_program(ops, rng, cfg.fanout_prob, chain=cfg.level == 2)
+                program = solve_plan(plan, self.bounds, cfg.dtype, rng, cfg.solver_seconds)
+            except Unsolvable as e:
+                reasons.append(f"attempt {attempt}: {e}")
+                continue
+            source = kernelbench_source(program)
+            prog_seed = rng.randrange(2**31)
+            if cfg.validate_programs:
+                try:
+                    validate(source, program, prog_seed, cfg.device)
+                except InvalidProgram as e:
+                    reasons.append(f"attempt {attempt}: {e}")
+                    continue
+                except Exception as e:  # PyTorch refused the program: a spec bug worth reporting
+                    reasons.append(f"attempt {attempt}: PyTorch error {type(e).__name__}: {e}")
+                    continue
+            return self._record(index, ops, program, source, prog_seed, attempt + 1)
+        raise SynthesisError(f"no valid program for operators {ops} in {cfg.max_attempts} attempts "
+                             f"(profile {cfg.profile_name}, dtype {cfg.dtype}): " + "; ".join(reasons[-3:]))
+
+    def _record(self, index, ops, program: Program, source, prog_seed, attempts) -> ProgramRecord:
+        cfg = self.config
+        return ProgramRecord(
+            id=f"l{cfg.level}-s{self.seed}-{index:06d}", level=cfg.level, ops=ops, source=source,
+            functional=functional_source(program), dag=program.to_json(), flops=program.flops,
+            seed=prog_seed, dtype=cfg.dtype, profile=cfg.profile_name, index=index, attempts=attempts,
+            fan_out=program.fan_out(), num_outputs=len(program.outputs))

@@ -1,0 +1,187 @@
+"""CP-SAT: from a wired plan to a program with every rank, dim and structural param solved.
+
+Shape diversity: CP-SAT's own randomized search clusters on domain bounds (dims of 1 or 8192),
+so every tensor gets a random hint (a rank from its allowed set, a log-uniform element count split
+over its dims) that the solver repairs into a solution. Infeasible FLOP bands are relaxed by halving
+the lower bound, as DRTriton does, through assumption literals (one model, several solves).
+"""
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass
+
+from ortools.sat.python import cp_model
+
+from drtriton_ray.ops import REGISTRY
+from drtriton_ray.ops.spec import Flag
+from drtriton_ray.ops.cp import COARSE_STEPS, SLOTS, Bounds, ShapeModel, TensorVar
+from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.synth.wiring import Plan
+
+MAX_HALVINGS = 40
+BAND_LEVEL_SHARE = 0.05
+
+
+class Unsolvable(Exception):
+    """The plan has no solution under the bounds (or none was found in the time limit)."""
+
+
+@dataclass
+class _NodeVars:
+    out: TensorVar
+    params: dict
+    weights: list  # (role, TensorVar, init)
+    flops: object
+
+
+def _hint(s: ShapeModel, t: TensorVar, rng: random.Random) -> None:
+    b = s.b
+    rank = rng.choice(sorted(t.ranks))
+    s.m.add_hint(t.rank, rank)
+    lo, hi = math.log2(max(b.min_elems, 1)), math.log2(b.max_elems)
+    budget = rng.uniform(lo, hi)
+    cuts = sorted(rng.uniform(0, budget) for _ in range(max(rank - 1, 0)))
+    parts = [y - x for x, y in zip([0.0] + cuts, cuts + [budget])] if rank else []
+    for i in range(SLOTS):
+        j = i - (SLOTS - rank)
+        v = 1 if j < 0 else max(1, min(b.max_dim, round(2 ** parts[j])))
+        s.m.add_hint(t.dims[i], v)
+
+
+def flops_upper_bound(plan: Plan, b: Bounds) -> int | None:
+    """An LP bound on a plan's total FLOPs under the element and memory caps (None when a
+    contraction makes FLOPs grow faster than memory): tensors tied to one size by size-keeping
+    ops form a group; a fractional knapsack fills the memory cap with the groups that carry the
+    most FLOPs per element. It lets the band skip levels that CP-SAT would spend seconds refuting."""
+    group = list(range(len(plan.tensors)))
+
+    def find(t: int) -> int:
+        while group[t] != t:
+            group[t] = group[group[t]]
+            t = group[t]
+        return t
+
+    weight: dict[int, int] = {}
+    for k, name in enumerate(plan.ops):
+        spec = REGISTRY[name]
+        if spec.per_elem is None:
+            return None
+        first, out = plan.inputs[k][0], plan.outputs[k]
+        if spec.keeps_size:
+            group[find(out)] = find(first)
+        base = out if spec.flops_on == "out" else first
+        weight[base] = weight.get(base, 0) + spec.per_elem
+    members: dict[int, int] = {}
+    flops_per_elem: dict[int, int] = {}
+    for t in range(len(plan.tensors)):
+        g = find(t)
+        members[g] = members.get(g, 0) + 1
+        flops_per_elem[g] = flops_per_elem.get(g, 0) + weight.get(t, 0)
+    budget = b.max_total_elems - len(plan.tensors) * b.min_elems
+    total = sum(flops_per_elem[g] * b.min_elems for g in members)
+    for g in sorted(members, key=lambda g: flops_per_elem[g] / members[g], reverse=True):
+        grow = min(b.max_elems - b.min_elems, budget // members[g])
+        total += flops_per_elem[g] * grow
+        budget -= grow * members[g]
+    return total
+
+
+def _unit(hi: int) -> int:
+    return max(1, hi // COARSE_STEPS)
+
+
+def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, seconds: float) -> Program:
+    s = ShapeModel(bounds)
+    m = s.m
+    tv: dict[int, TensorVar] = {}
+    for tid, pt in enumerate(plan.tensors):
+        if pt.producer is None:
+            tv[tid] = s.tensor(f"t{tid}", pt.ranks)
+    nodes: list[_NodeVars] = []
+    for k, name in enumerate(plan.ops):
+        out_id = plan.outputs[k]
+        out = s.tensor(f"t{out_id}", plan.tensors[out_id].ranks)
+        tv[out_id] = out
+        built = REGISTRY[name].constrain(s, [tv[t] for t in plan.inputs[k]], out)
+        nodes.append(_NodeVars(out, built.params, built.weights, built.flops))
+
+    # Total FLOPs in the band and total memory under the cap, over coarse units (see ops/cp.py).
+    funit = _unit(bounds.max_flops)
+    coarse_flops = [s.coarse(n.flops, bounds.max_flops, funit) for n in nodes]
+    total = sum(coarse_flops)
+    # true total < sum(coarse + 1) * unit, so this keeps the exact total <= max_flops
+    m.add((total + len(nodes)) * funit <= bounds.max_flops)
+    munit = _unit(bounds.max_total_elems)
+    coarse_mem = [s.coarse(t.size, bounds.max_elems, munit) for t in s.tensors]
+    m.add((sum(coarse_mem) + len(coarse_mem)) * munit <= bounds.max_total_elems)
+    band = []
+    min_flops = bounds.min_flops
+    ceiling = flops_upper_bound(plan, bounds)
+    while ceiling is not None and min_flops > ceiling // 2:  # halve with slack, for diverse shapes
+        min_flops //= 2
+    for _ in range(MAX_HALVINGS):
+        if min_flops <= 0:
+            break
+        lit = s.bool_var()
+        m.add(total * funit >= min_flops).only_enforce_if(lit)
+        band.append(lit)
+        min_flops //= 2
+
+    for t in s.tensors:
+        _hint(s, t, rng)
+
+    solver = cp_model.CpSolver()
+    solver.parameters.num_workers = 1
+    solver.parameters.random_seed = rng.randrange(2**31)
+    solver.parameters.search_branching = cp_model.RANDOMIZED_SEARCH
+    # Deterministic time, so the same seed always gives the same program.
+    # A band level gets a short budget: refuting a level can take CP-SAT far longer than
+    # solving the next one down, so an undecided level is treated like an infeasible one.
+    for lit in band + [None]:
+        m.clear_assumptions()
+        if lit is not None:
+            m.add_assumptions([lit])
+        solver.parameters.max_deterministic_time = seconds if lit is None else seconds * BAND_LEVEL_SHARE
+        status = solver.solve(m)
+        if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            break
+        if lit is None and status != cp_model.INFEASIBLE:
+            raise Unsolvable(f"CP-SAT found no solution in {seconds} deterministic seconds")
+    else:
+        raise Unsolvable("infeasible under the size bounds even without a FLOP lower bound")
+    program = _extract(plan, solver, tv, nodes, dtype)
+    for node in program.nodes:
+        node.params.update(REGISTRY[node.op].draw_params(rng))
+    return program
+
+
+def _shape(solver: cp_model.CpSolver, t: TensorVar) -> list[int]:
+    r = solver.value(t.rank)
+    return [solver.value(d) for d in t.dims[SLOTS - r:]]
+
+
+def _value(solver: cp_model.CpSolver, v):
+    if isinstance(v, Flag):
+        return bool(solver.value(v.var))
+    return v if isinstance(v, (int, float, str)) else solver.value(v)
+
+
+def _extract(plan: Plan, solver, tv: dict[int, TensorVar], nodes: list[_NodeVars], dtype: str) -> Program:
+    tensors: dict[int, Tensor] = {}
+    for tid, pt in enumerate(plan.tensors):
+        role = "input" if pt.producer is None else ("output" if pt.uses == 0 else "intermediate")
+        tensors[tid] = Tensor(tid, _shape(solver, tv[tid]), dtype if pt.consumable else "int64", role)
+    next_id = len(plan.tensors)
+    out_nodes = []
+    flops = 0
+    for k, nv in enumerate(nodes):
+        wids = []
+        for role, t, init in nv.weights:
+            tensors[next_id] = Tensor(next_id, _shape(solver, t), dtype, "weight", init)
+            wids.append(next_id)
+            next_id += 1
+        params = {name: _value(solver, v) for name, v in nv.params.items()}
+        flops += solver.value(nv.flops)
+        out_nodes.append(Node(plan.ops[k], list(plan.inputs[k]), [plan.outputs[k]], params, wids))
+    return Program(out_nodes, tensors, dtype, flops)
