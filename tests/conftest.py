@@ -1,0 +1,31 @@
+"""Test set-up shared by every suite: CPU-machine environment before anything imports triton,
+and the `gpu` marker (skipped without CUDA)."""
+import os
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+for key, value in {
+    "RAY_AUTH_MODE": "disabled",
+    "RAY_USAGE_STATS_ENABLED": "0",
+    "VLLM_NO_USAGE_STATS": "1",
+    "VLLM_ENABLE_V1_MULTIPROCESSING": "0",
+    "HF_HUB_OFFLINE": "1",
+}.items():
+    os.environ.setdefault(key, value)
+if not __import__("torch").cuda.is_available():
+    os.environ["TRITON_INTERPRET"] = "1"  # before `import triton`: it has no CPU backend otherwise
+for d in ("TMPDIR", "RAY_TMPDIR"):
+    os.environ.setdefault(d, str(ROOT / ".tmp"))
+(ROOT / ".tmp").mkdir(exist_ok=True)
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
