@@ -8,8 +8,19 @@ from drtriton_ray.ops.spec import FLOAT_DTYPES, Built, Flag, OpSpec
 ALL_RANKS = frozenset(range(SLOTS + 1))
 
 
-def _same(r):
-    return {r}
+def _same(ranks):
+    """Output rank = the (single) input's rank."""
+    return {ranks[0]}
+
+
+def _max(ranks):
+    """Broadcasting: the output has the largest input rank."""
+    return {max(ranks)}
+
+
+def _equal(extra=0):
+    """Inputs of one rank (cat, stack, bmm); the output has it plus `extra`."""
+    return lambda ranks: {ranks[0] + extra} if len(set(ranks)) == 1 else set()
 
 
 def _elementwise_flops(s: ShapeModel, t: TensorVar, mult: int) -> tuple:
@@ -36,8 +47,7 @@ def nary(name, arity, template, flops=1) -> OpSpec:
     def constrain(s: ShapeModel, ins, out):
         s.broadcast(ins, out)
         return Built(*_elementwise_flops(s, out, flops))
-    return OpSpec(name, arity, "broadcast", template, constrain, ALL_RANKS,
-                  lambda r: set(range(r, SLOTS + 1)), per_elem=flops)
+    return OpSpec(name, arity, "broadcast", template, constrain, ALL_RANKS, _max, per_elem=flops)
 
 
 # -- contractions ----------------------------------------------------------------------------
@@ -53,8 +63,7 @@ def matmul(name, template) -> OpSpec:
         m.add(out.dims[3] == a.dims[3])
         m.add(out.dims[4] == b.dims[4])
         return Built(*_scaled_flops(s, [out.size, a.dims[4]], 2))
-    return OpSpec(name, 2, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)),
-                  lambda r: set(range(r, SLOTS + 1)))
+    return OpSpec(name, 2, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)), _max)
 
 
 def bmm(name, template) -> OpSpec:
@@ -69,7 +78,7 @@ def bmm(name, template) -> OpSpec:
         m.add(out.dims[3] == a.dims[3])
         m.add(out.dims[4] == b.dims[4])
         return Built(*_scaled_flops(s, [out.size, a.dims[4]], 2))
-    return OpSpec(name, 2, "matmul", template, constrain, frozenset({3}), _same)
+    return OpSpec(name, 2, "matmul", template, constrain, frozenset({3}), _equal())
 
 
 def linear(name, template) -> OpSpec:
@@ -97,7 +106,7 @@ def reduce(name, template, flops=1, out_kind="float") -> OpSpec:
         s.reduce_shape(x, out, onehot, keepdim)
         return Built(*_elementwise_flops(s, x, flops), params={"dim": slot - SLOTS, "keepdim": Flag(keepdim)})
     return OpSpec(name, 1, "reduce", template, constrain, frozenset(range(1, SLOTS + 1)),
-                  lambda r: {r - 1, r}, out_kind=out_kind, per_elem=flops, flops_on="in")
+                  lambda ranks: {ranks[0] - 1, ranks[0]}, out_kind=out_kind, per_elem=flops, flops_on="in")
 
 
 def along_dim(name, template, flops=1, family="scan") -> OpSpec:
@@ -245,7 +254,7 @@ def conv_transpose(name, template, n: int) -> OpSpec:
     return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
 
 
-def pool(name, template, n: int) -> OpSpec:
+def pool(name, template, n: int, dtypes=FLOAT_DTYPES) -> OpSpec:
     """{Avg,Max}Pool{n}d: kernel in [2, 15], stride <= kernel, padding <= kernel / 2."""
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
@@ -265,7 +274,7 @@ def pool(name, template, n: int) -> OpSpec:
         kvol = s.product([k] * n, 15 ** n)
         return Built(*_scaled_flops(s, [out.size, kvol], 1),
                      params={"kernel": k, "stride": stride, "padding": pad})
-    return OpSpec(name, 1, "pool", template, constrain, frozenset({n + 2}), _same)
+    return OpSpec(name, 1, "pool", template, constrain, frozenset({n + 2}), _same, dtypes)
 
 
 # -- layout ----------------------------------------------------------------------------------
@@ -313,7 +322,7 @@ def cat(name, template) -> OpSpec:
             m.add(a.dims[i] == out.dims[i]).only_enforce_if(~onehot[i])
             m.add(b.dims[i] == out.dims[i]).only_enforce_if(~onehot[i])
         return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
-    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(1, SLOTS + 1)), _same,
+    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(1, SLOTS + 1)), _equal(),
                   per_elem=1)
 
 
@@ -336,5 +345,5 @@ def stack(name, template) -> OpSpec:
                     continue
                 m.add(out.dims[i] == src).only_enforce_if(onehot[j])
         return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
-    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), lambda r: {r + 1},
+    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), _equal(1),
                   per_elem=1)

@@ -87,7 +87,8 @@ DRTRITON_OPS = [
     # pooling
     f.pool("AvgPool1d", "F.avg_pool1d({0}, {kernel}, stride={stride}, padding={padding})", 1),
     f.pool("AvgPool2d", "F.avg_pool2d({0}, {kernel}, stride={stride}, padding={padding})", 2),
-    f.pool("AvgPool3d", "F.avg_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3),
+    # PyTorch's CPU avg_pool3d has no half kernels, and every program must validate on CPU too.
+    f.pool("AvgPool3d", "F.avg_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3, dtypes=("float32",)),
     f.pool("MaxPool1d", "F.max_pool1d({0}, {kernel}, stride={stride}, padding={padding})", 1),
     f.pool("MaxPool2d", "F.max_pool2d({0}, {kernel}, stride={stride}, padding={padding})", 2),
     f.pool("MaxPool3d", "F.max_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3),

@@ -1,6 +1,7 @@
 """What an operator is: arity, ranks, CP-SAT constraints, FLOP model, PyTorch rendering, dtypes."""
 from __future__ import annotations
 
+import itertools
 import random
 from dataclasses import dataclass, field
 from typing import Callable
@@ -30,9 +31,10 @@ class OpSpec:
     """One operator of the space.
 
     `template` is the PyTorch expression, formatted with the input names as {0}, {1}, ..., the
-    weight references as {w0}, {w1}, ... and every param by name. `in_ranks`/`out_ranks` are a
-    coarse rank-transfer relation used to wire DAGs and to enumerate composable pairs; the
-    exact rules live in `constrain`, which the synthesizer hands to CP-SAT.
+    weight references as {w0}, {w1}, ... and every param by name. `in_ranks` (ranks any input may
+    have) and `out_ranks` (input ranks, one per input -> possible output ranks) are a coarse
+    rank relation used to wire DAGs and to enumerate composable pairs; the exact rules live in
+    `constrain`, which the synthesizer hands to CP-SAT.
     """
     name: str
     arity: int
@@ -40,7 +42,7 @@ class OpSpec:
     template: str
     constrain: Callable[[ShapeModel, list[TensorVar], TensorVar], Built]
     in_ranks: frozenset[int]
-    out_ranks: Callable[[int], set[int]]
+    out_ranks: Callable[[tuple[int, ...]], set[int]]
     dtypes: tuple[str, ...] = FLOAT_DTYPES
     out_kind: str = "float"  # "index" outputs (ArgMax) are never fed to another operator
     sample: Callable[[random.Random], dict] | None = None  # non-structural params, e.g. slopes
@@ -54,11 +56,11 @@ class OpSpec:
     def draw_params(self, rng: random.Random) -> dict:
         return self.sample(rng) if self.sample else {}
 
-    def possible_out_ranks(self, in_ranks) -> set[int]:
-        out: set[int] = set()
-        for r in set(in_ranks) & self.in_ranks:
-            out |= self.out_ranks(r)
-        return out
+    def rank_combos(self, input_ranks: list[set[int]], out_ranks: set[int]):
+        """Every (input ranks, output rank) the relation allows within the given sets."""
+        for combo in itertools.product(*(sorted(r & self.in_ranks) for r in input_ranks)):
+            for o in self.out_ranks(combo) & out_ranks:
+                yield combo, o
 
     def render(self, inputs: list[str], weights: list[str], params: dict) -> str:
         return self.template.format(*inputs, **{f"w{i}": w for i, w in enumerate(weights)}, **params)

@@ -147,13 +147,18 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
         if status in (cp_model.OPTIMAL, cp_model.FEASIBLE):
             break
         if lit is None and status != cp_model.INFEASIBLE:
-            raise Unsolvable(f"CP-SAT found no solution in {seconds} deterministic seconds")
+            raise Unsolvable(f"CP-SAT found no solution in {seconds} deterministic seconds ({_describe(bounds)})")
     else:
-        raise Unsolvable("infeasible under the size bounds even without a FLOP lower bound")
+        raise Unsolvable(f"infeasible under the size bounds even without a FLOP lower bound ({_describe(bounds)})")
     program = _extract(plan, solver, tv, nodes, dtype)
     for node in program.nodes:
         node.params.update(REGISTRY[node.op].draw_params(rng))
     return program
+
+
+def _describe(b: Bounds) -> str:
+    return (f"elements per tensor {b.min_elems}..{b.max_elems}, dims <= {b.max_dim}, "
+            f"FLOPs <= {b.max_flops}, all tensors <= {b.max_total_elems} elements")
 
 
 def _shape(solver: cp_model.CpSolver, t: TensorVar) -> list[int]:

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from drtriton_ray.ops import REGISTRY
 from drtriton_ray.ops.cp import SLOTS
 
+ALL_RANKS = frozenset(range(SLOTS + 1))
+
 
 @dataclass
 class PlanTensor:
@@ -40,28 +42,29 @@ def _propagate(plan: Plan, ranks: list[set[int]]) -> bool:
     while changed:
         changed = False
         for k, name in enumerate(plan.ops[: len(plan.inputs)]):
-            spec = REGISTRY[name]
             ins, out = plan.inputs[k], plan.outputs[k]
-            reach = set().union(*(ranks[t] for t in ins)) & spec.in_ranks
-            allowed_out = ranks[out] & spec.possible_out_ranks(reach)
-            if allowed_out != ranks[out]:
-                ranks[out] = allowed_out
-                changed = True
-            for t in ins:
-                keep = {r for r in ranks[t] & spec.in_ranks if spec.out_ranks(r) & ranks[out]}
-                if keep != ranks[t]:
-                    ranks[t] = keep
+            valid = list(REGISTRY[name].rank_combos([ranks[t] for t in ins], ranks[out]))
+            for t, kept in [(out, {o for _, o in valid})] + [(t, {c[j] for c, _ in valid}) for j, t in enumerate(ins)]:
+                if kept != ranks[t]:
+                    ranks[t] = kept
                     changed = True
     return all(ranks)
 
 
-def _fits(plan: Plan, t: int, in_ranks: frozenset[int]) -> bool:
-    """Can tensor t take one more consumer that needs `in_ranks`, without emptying a rank set?"""
-    if plan.tensors[t].ranks <= in_ranks:
-        return True
-    ranks = [set(pt.ranks) for pt in plan.tensors]
-    ranks[t] &= in_ranks
-    return _propagate(plan, ranks)
+def _fits(plan: Plan, t: int, spec, chosen: list[int]) -> bool:
+    """Can tensor t join `chosen` as an input of `spec` without emptying a rank set? Propagates
+    the whole plan plus this node (its other slots and its output as yet unconstrained)."""
+    n, free = len(plan.tensors), spec.arity - len(chosen) - 1
+    ranks = [set(pt.ranks) for pt in plan.tensors] + [set(ALL_RANKS) for _ in range(free + 1)]
+    trial = Plan(plan.ops[: len(plan.inputs)] + [spec.name], inputs=plan.inputs + [chosen + [t] + list(range(n, n + free))],
+                 outputs=plan.outputs + [n + free])
+    return _propagate(trial, ranks)
+
+
+def _fits_rank(spec, plan: Plan, chosen: list[int], r: int) -> bool:
+    """Can a fresh input of rank r join `chosen` as an input of `spec`?"""
+    sets = [plan.tensors[c].ranks for c in chosen] + [{r}] + [ALL_RANKS] * (spec.arity - len(chosen) - 1)
+    return any(True for _ in spec.rank_combos(sets, ALL_RANKS))
 
 
 def _fresh(plan: Plan, ranks) -> int:
@@ -80,7 +83,7 @@ def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: 
         for slot in range(spec.arity):
             def takes(t: int) -> bool:
                 pt = plan.tensors[t]
-                return pt.consumable and t not in chosen and _fits(plan, t, spec.in_ranks)
+                return pt.consumable and t not in chosen and _fits(plan, t, spec, chosen)
             if forced_slot == slot:
                 prev = plan.outputs[k - 1]
                 pick = prev if takes(prev) else None
@@ -94,7 +97,7 @@ def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: 
                     if unused:
                         pick = rng.choice(unused)
             if pick is None:
-                pick = _fresh(plan, spec.in_ranks)
+                pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)})
             chosen.append(pick)
         for t in chosen:
             plan.tensors[t].uses += 1
@@ -113,7 +116,10 @@ def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: 
 def composable(first: str, second: str) -> bool:
     """Can `second` consume the output of `first` (by the coarse rank relation)?"""
     a, b = REGISTRY[first], REGISTRY[second]
-    return a.out_kind == "float" and bool(a.possible_out_ranks(a.in_ranks) & b.in_ranks)
+    if a.out_kind != "float":
+        return False
+    a_out = {o for _, o in a.rank_combos([ALL_RANKS] * a.arity, ALL_RANKS)}
+    return any(True for _ in b.rank_combos([a_out] + [ALL_RANKS] * (b.arity - 1), ALL_RANKS))
 
 
 def composable_pairs(names: list[str]) -> list[tuple[str, str]]:

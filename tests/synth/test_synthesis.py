@@ -1,0 +1,182 @@
+"""DAG wiring, levels, coverage and uniformity, size profiles and determinism."""
+import json
+import math
+import random
+
+import pytest
+
+from drtriton_ray.ops import REGISTRY
+from drtriton_ray.synth import PROFILES, Program, Sampler, SizeProfile, SynthConfig, SynthesisError
+from drtriton_ray.synth.coverage import coverage_report
+from drtriton_ray.synth.solve import flops_upper_bound
+from drtriton_ray.synth.wiring import composable, composable_pairs, plan_program
+
+
+def _check_dag(prog: Program, level: int):
+    """Topological order, every tensor used after it exists, outputs are exactly the unused ones."""
+    assert len(prog.nodes) == level
+    seen = set(prog.inputs)
+    used = set()
+    for n in prog.nodes:
+        assert set(n.inputs) <= seen, "a node reads a tensor before it exists"
+        assert len(set(n.inputs)) == len(n.inputs) == REGISTRY[n.op].arity
+        used |= set(n.inputs)
+        seen |= set(n.outputs)
+    produced = {o for n in prog.nodes for o in n.outputs}
+    assert set(prog.outputs) == produced - used
+    assert set(prog.inputs) <= used
+
+
+def test_level5_wiring_fanout_and_outputs():
+    sampler = Sampler(SynthConfig(level=5, profile="small"), seed=1)
+    recs = [sampler.sample(i) for i in range(60)]
+    for r in recs:
+        _check_dag(Program.from_json(r.dag), 5)
+    share = sum(r.fan_out >= 2 for r in recs) / len(recs)
+    assert share >= 0.2, f"only {share:.0%} of level-5 programs reuse a tensor"
+    assert any(r.num_outputs >= 2 for r in recs), "no program with several outputs"
+
+
+def test_diamond_exists():
+    """A tensor feeding two operators whose results meet again (fan-out then fan-in)."""
+    sampler = Sampler(SynthConfig(level=5, profile="small", fanout_prob=0.6), seed=2)
+    for i in range(100):
+        prog = Program.from_json(sampler.sample(i).dag)
+        producer = {o: k for k, n in enumerate(prog.nodes) for o in n.outputs}
+
+        def ancestors(t, acc):
+            if t in producer:
+                for s in prog.nodes[producer[t]].inputs:
+                    acc.add(s)
+                    ancestors(s, acc)
+            return acc
+        for n in prog.nodes:
+            if len(n.inputs) >= 2:
+                a, b = (ancestors(t, {t}) for t in n.inputs[:2])
+                if a & b:
+                    return
+    pytest.fail("no diamond in 100 level-5 programs")
+
+
+def test_no_fanout_when_disabled():
+    sampler = Sampler(SynthConfig(level=5, profile="small", fanout_prob=0.0), seed=3)
+    assert all(sampler.sample(i).fan_out <= 1 for i in range(30))
+
+
+def test_level1_cycles_every_operator():
+    n = len(REGISTRY)
+    sampler = Sampler(SynthConfig(level=1, profile="small", validate=False), seed=4)
+    ops = [sampler.sample(i).ops[0] for i in range(n)]
+    assert sorted(ops) == sorted(REGISTRY)
+
+
+def test_level2_covers_every_composable_pair():
+    names = sorted(REGISTRY)
+    pairs = composable_pairs(names)
+    assert 3000 < len(pairs) < len(names) ** 2  # some pairs cannot compose (ArgMax feeds nothing)
+    assert not composable("ArgMax", "ReLU") and composable("Conv2d", "ReLU") and not composable("Conv1d", "Conv2d")
+    sampler = Sampler(SynthConfig(level=2, profile="small", validate=False), seed=5)
+    seen = set()
+    for i in range(len(pairs)):
+        rec = sampler.sample(i)
+        prog = Program.from_json(rec.dag)
+        first, second = prog.nodes
+        assert first.outputs[0] in second.inputs, "level 2 pairs must feed the first op into the second"
+        seen.add(tuple(rec.ops))
+    assert seen == set(pairs)
+    rep = coverage_report([list(p) for p in seen], names, 2)
+    assert rep["pairs_covered"] == rep["pairs"] == len(pairs)
+
+
+def test_level5_operator_draws_are_uniform():
+    sampler = Sampler(SynthConfig(level=5, profile="small", validate=False), seed=6)
+    ops = [sampler.sample(i).ops for i in range(400)]
+    rep = coverage_report(ops, sorted(REGISTRY), 5)
+    assert rep["op_uniformity"]["p_value"] > 0.01, rep["op_uniformity"]
+    assert rep["ops_covered"] == len(REGISTRY)
+
+
+def test_level20():
+    sampler = Sampler(SynthConfig(level=20, profile="small"), seed=7)
+    for i in range(3):
+        _check_dag(Program.from_json(sampler.sample(i).dag), 20)
+
+
+@pytest.mark.parametrize("level", [1, 2, 5])
+def test_paper_profile_bounds(level):
+    prof = PROFILES["paper"]
+    sampler = Sampler(SynthConfig(level=level, profile="paper", validate=False), seed=8)
+    for i in range(8):
+        rec = sampler.sample(i)
+        prog = Program.from_json(rec.dag)
+        sizes = [t.numel for t in prog.tensors.values()]
+        assert all(prof.min_elems <= s <= prof.max_elems for s in sizes)
+        assert sum(sizes) <= prof.max_total_elems
+        assert max(d for t in prog.tensors.values() for d in t.shape) <= prof.max_dim
+        assert rec.flops <= prof.max_flops
+        # the band's bottom is halved only as far as the plan's FLOP ceiling forces
+        plan_ceiling = flops_upper_bound(plan_program(rec.ops, random.Random(0), 0.0), prof.bounds())
+        if plan_ceiling is None or plan_ceiling >= prof.min_flops * 2:
+            assert rec.flops >= prof.min_flops / 2 ** 4, (rec.ops, rec.flops)
+
+
+def test_explicit_bounds_are_met():
+    bounds = SizeProfile(min_elems=64, max_elems=4096, max_dim=64, min_flops=0, max_flops=2**20,
+                         max_total_elems=2**15)
+    sampler = Sampler(SynthConfig(level=5, profile=bounds), seed=9)
+    for i in range(10):
+        prog = Program.from_json(sampler.sample(i).dag)
+        assert all(64 <= t.numel <= 4096 and max(t.shape) <= 64 for t in prog.tensors.values())
+        assert prog.flops <= 2**20
+
+
+def test_same_seed_same_programs_and_split_independence():
+    cfg = SynthConfig(level=5, profile="small")
+    a = [Sampler(cfg, seed=10).sample(i).to_dict() for i in range(6)]
+    b = [Sampler(cfg, seed=10).sample(i).to_dict() for i in reversed(range(6))][::-1]
+    assert a == b
+    c = [Sampler(cfg, seed=11).sample(i).to_dict() for i in range(6)]
+    assert [r["source"] for r in a] != [r["source"] for r in c]
+
+
+def test_every_output_finite_and_not_constant_in_half():
+    import torch
+    from drtriton_ray.synth.validate import load_problem, run_problem
+    sampler = Sampler(SynthConfig(level=5, profile="small", dtype="float16"), seed=12)
+    for i in range(10):
+        rec = sampler.sample(i)
+        for o in run_problem(load_problem(rec.source), rec.seed):
+            if o.is_floating_point():
+                assert o.dtype == torch.float16 and torch.isfinite(o).all()
+            assert not bool((o == o.reshape(-1)[0]).all())
+
+
+def test_impossible_bounds_say_why():
+    with pytest.raises(ValueError, match="size bounds nothing can meet"):
+        SizeProfile(min_elems=100, max_elems=10, max_dim=8, min_flops=0, max_flops=1, max_total_elems=1000)
+    tight = SizeProfile(min_elems=1, max_elems=4, max_dim=8, min_flops=0, max_flops=2**20, max_total_elems=100)
+    with pytest.raises(SynthesisError, match=r"MaxPool3d.*infeasible under the size bounds.*elements per tensor 1\.\.4"):
+        Sampler(SynthConfig(level=1, profile=tight, ops=("MaxPool3d",), max_attempts=3), seed=0).sample(0)
+
+
+def test_bad_config_messages():
+    with pytest.raises(ValueError, match="unknown operator"):
+        SynthConfig(level=1, ops=("Relu",))
+    with pytest.raises(ValueError, match="unknown size profile"):
+        SynthConfig(level=1, profile="huge")
+    with pytest.raises(ValueError):
+        SynthConfig(level=0)
+    with pytest.raises(ValueError, match="Extra inputs"):
+        SynthConfig(level=1, colour="red")
+
+
+def test_dag_json_roundtrip():
+    rec = Sampler(SynthConfig(level=5, profile="small"), seed=13).sample(0)
+    d = json.loads(rec.dag)
+    assert {"nodes", "tensors", "inputs", "outputs"} <= set(d)
+    for n in d["nodes"]:
+        assert {"op", "inputs", "outputs", "params"} <= set(n)
+    for t in d["tensors"]:
+        assert {"shape", "dtype"} <= set(t)
+    assert Program.from_json(rec.dag).to_json() == rec.dag
+    assert rec.flops == d["flops"] > 0 and math.isfinite(rec.flops)
