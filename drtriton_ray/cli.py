@@ -13,7 +13,7 @@ from rich.table import Table
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="drtriton-ray: synthesize PyTorch programs, verify Triton kernels, train and serve.")
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True)
 out = Console()
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import os
+import tempfile
 from pathlib import Path
 from typing import Callable, Iterator
 
@@ -42,8 +43,13 @@ def check_writable(path: str | Path) -> Path:
         raise ValueError(f"output path {path} is a directory")
     if not parent.exists():
         raise ValueError(f"output folder {parent} does not exist")
-    if not os.access(parent, os.W_OK) or (path.exists() and not os.access(path, os.W_OK)):
+    if path.exists() and not os.access(path, os.W_OK):
         raise ValueError(f"output path {path} is not writable")
+    try:  # a real write, since permission bits do not tell for root or read-only mounts
+        with tempfile.NamedTemporaryFile(dir=parent, prefix=f".{path.name}.probe-"):
+            pass
+    except OSError as e:
+        raise ValueError(f"output path {path} is not writable: {e.strerror}") from None
     return path
 
 
