@@ -33,7 +33,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(PY) jobs/train.py
+	$(PY) jobs/synth.py
 
 test: $(STAMP)
 	$(PY) -m pytest -q -m "not gpu" tests

@@ -22,8 +22,11 @@ def load_problem(source: str, name: str = "problem") -> types.ModuleType:
 
 def run_problem(mod: types.ModuleType, seed: int, device: str = "cpu") -> list[torch.Tensor]:
     torch.manual_seed(seed)
-    model = mod.Model(*mod.get_init_inputs()).to(device)
-    inputs = [x.to(device) for x in mod.get_inputs()]
+    # Build on the device itself: paper-size programs hold up to 2^32 elements, which a CPU
+    # generator would take minutes to fill before copying them over.
+    with torch.device(device):
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = mod.get_inputs()
     with torch.no_grad():
         out = model(*inputs)
     return list(out) if isinstance(out, (tuple, list)) else [out]
