@@ -44,19 +44,32 @@ def _returned(p: Program) -> str:
     return outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
 
 
-def kernelbench_source(p: Program, title: str = "") -> str:
+def module_constants(p: Program) -> list[str]:
+    """DTYPE and the shape constants: the problem's, repeated verbatim by a solution."""
     weights = [t for t in p.tensors.values() if t.role == "weight"]
-    ins = [p.tensors[i] for i in p.inputs]
-    out = [HEADER, f"DTYPE = torch.{p.dtype}"]
-    out += [f"{_shape_const(t)} = {_tuple(t.shape)}" for t in ins + weights]
+    return [f"DTYPE = torch.{p.dtype}"] + [f"{_shape_const(t)} = {_tuple(t.shape)}"
+                                          for t in [p.tensors[i] for i in p.inputs] + weights]
+
+
+def parameter_lines(p: Program) -> list[str]:
+    """`__init__` body lines creating the parameters, in the order a solution must repeat."""
+    return [f"self.weight_{t.id} = nn.Parameter({_init_expr(t)})" for t in p.tensors.values() if t.role == "weight"]
+
+
+def forward_signature(p: Program) -> str:
+    return f"def forward(self, {', '.join(f'tensor_{i}' for i in p.inputs)}):"
+
+
+def kernelbench_source(p: Program, title: str = "") -> str:
+    out = [HEADER] + module_constants(p)
     doc = title or " -> ".join(p.ops)
     out += ["", "", "class Model(nn.Module):", f'    """{doc}"""', "", "    def __init__(self):",
             "        super().__init__()"]
-    out += [f"        self.weight_{t.id} = nn.Parameter({_init_expr(t)})" for t in weights]
-    out += ["", f"    def forward(self, {', '.join(f'tensor_{t.id}' for t in ins)}):"]
+    out += [f"        {line}" for line in parameter_lines(p)]
+    out += ["", f"    {forward_signature(p)}"]
     out += [f"        {line}" for line in _body(p, lambda w: f"self.weight_{w}")]
     out += [f"        return {_returned(p)}", "", "", "def get_inputs():"]
-    out += ["    return [" + ", ".join(f"torch.randn({_shape_const(t)}, dtype=DTYPE)" for t in ins) + "]"]
+    out += ["    return [" + ", ".join(f"torch.randn({_shape_const(p.tensors[i])}, dtype=DTYPE)" for i in p.inputs) + "]"]
     out += ["", "", "def get_init_inputs():", "    return []", ""]
     return "\n".join(out)
 

@@ -1,0 +1,1 @@
+"""Reference lowering: every operator as Triton kernels, whole programs as ModelNew modules."""

@@ -1,0 +1,75 @@
+"""Elementwise operators as Triton expressions, and the generated kernel that fuses a group of
+them: every leaf input is loaded through its broadcast strides against the group's output
+shape, so a whole broadcasting elementwise sub-DAG with one sink becomes one kernel."""
+from __future__ import annotations
+
+# Triton expressions over float32 values {0}, {1}, {2} and the op's params. PyTorch's own
+# formulas, e.g. softplus switches to the identity above 20 as F.softplus does.
+_SOFTPLUS = "tl.where({0} > 20.0, {0}, tl.log(1.0 + tl.exp(tl.minimum({0}, 20.0))))"
+_TANH = "(2.0 * tl.sigmoid(2.0 * ({0})) - 1.0)"
+EXPRESSIONS: dict[str, str] = {
+    "Add": "{0} + {1}",
+    "Sub": "{0} - {1}",
+    "Mul": "{0} * {1}",
+    "Div": "{0} / {1}",
+    "Maximum": "tl.maximum({0}, {1})",
+    "Minimum": "tl.minimum({0}, {1})",
+    "Lerp": "{0} + {2} * ({1} - {0})",
+    "Where": "tl.where({0} > 0.0, {1}, {2})",
+    "ReLU": "tl.maximum({0}, 0.0)",
+    "LeakyReLU": "tl.where({0} >= 0.0, {0}, {0} * {negative_slope})",
+    "Sigmoid": "tl.sigmoid({0})",
+    "Tanh": _TANH,
+    "Swish": "{0} * tl.sigmoid({0})",
+    "GELU": "0.5 * {0} * (1.0 + tl.erf({0} * 0.7071067811865476))",
+    "SELU": "1.0507009873554805 * tl.where({0} > 0.0, {0}, 1.6732632423543772 * (tl.exp(tl.minimum({0}, 0.0)) - 1.0))",
+    "ELU": "tl.where({0} > 0.0, {0}, {alpha} * (tl.exp(tl.minimum({0}, 0.0)) - 1.0))",
+    "Hardsigmoid": "tl.minimum(tl.maximum({0} / 6.0 + 0.5, 0.0), 1.0)",
+    "HardTanh": "tl.minimum(tl.maximum({0}, {lo}), {hi})",
+    "Clamp": "tl.minimum(tl.maximum({0}, {lo}), {hi})",
+    "Softplus": _SOFTPLUS,
+    "Softsign": "{0} / (1.0 + tl.abs({0}))",
+    "LogSigmoid": "(tl.minimum({0}, 0.0) - tl.log(1.0 + tl.exp(-tl.abs({0}))))",
+    "Abs": "tl.abs({0})",
+    "Cos": "tl.cos({0})",
+    "Sin": "tl.sin({0})",
+    "Exp2": "tl.exp2({0})",
+    "Exp": "tl.exp({0})",
+    "Hardswish": "{0} * tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) / 6.0",
+    "Mish": "{0} * " + _TANH.replace("{0}", _SOFTPLUS),
+}
+
+
+def is_elementwise(op: str) -> bool:
+    return op in EXPRESSIONS
+
+
+def expression(op: str, args: list[str], params: dict) -> str:
+    return EXPRESSIONS[op].format(*args, **params)
+
+
+def fused_kernel_source(name: str, num_inputs: int, body: list[str], result: str) -> str:
+    """A kernel over the output's flat index, unravelled over five dims (d0 implied); input k is
+    read through strides s{k}_0..s{k}_4 (0 on broadcast dims) into `v{k}`."""
+    ptrs = ", ".join(f"in{k}_ptr" for k in range(num_inputs))
+    strides = ", ".join(f"s{k}_{j}" for k in range(num_inputs) for j in range(5))
+    lines = [
+        "@triton.jit",
+        f"def {name}(out_ptr, {ptrs}, n, d1, d2, d3, d4, {strides}, BLOCK: tl.constexpr):",
+        "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        "    mask = offs < n",
+        "    i4 = offs % d4",
+        "    rest = offs // d4",
+        "    i3 = rest % d3",
+        "    rest = rest // d3",
+        "    i2 = rest % d2",
+        "    rest = rest // d2",
+        "    i1 = rest % d1",
+        "    i0 = rest // d1",
+    ]
+    for k in range(num_inputs):
+        offset = " + ".join(f"i{j} * s{k}_{j}" for j in range(5))
+        lines.append(f"    v{k} = tl.load(in{k}_ptr + {offset}, mask=mask, other=0.0).to(tl.float32)")
+    lines += [f"    {line}" for line in body]
+    lines.append(f"    tl.store(out_ptr + offs, ({result}).to(out_ptr.dtype.element_ty), mask=mask)")
+    return "\n".join(lines) + "\n"

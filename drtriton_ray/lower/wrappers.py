@@ -1,0 +1,172 @@
+"""One Python wrapper per kernel: allocation, views, shape arithmetic and the launch, nothing else
+(the verifier's strict policy). Like the kernels, they are copied verbatim into candidates, so
+each may use only torch, triton, the kernels and the helpers above it in this file."""
+import torch
+import triton
+
+from drtriton_ray.lower.kernels import (along_dim_kernel, batch_norm_kernel, matmul_kernel, reduce_kernel,
+                                        row_norm_kernel, strided_copy_kernel, triangle_kernel)
+
+
+def pad5(shape):
+    return (1,) * (5 - len(shape)) + tuple(shape)
+
+
+def broadcast_strides(t, shape):
+    """t's strides against `shape`, 0 on broadcast dims, padded to five dims."""
+    return (0,) * (5 - len(shape)) + tuple(t.expand(shape).stride())
+
+
+def launch_elementwise(kernel, shape, dtype, *inputs):
+    out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
+    n = out.numel()
+    dims = pad5(shape)
+    strides = [s for t in inputs for s in broadcast_strides(t, shape)]
+    kernel[(triton.cdiv(n, 1024),)](out, *inputs, n, dims[1], dims[2], dims[3], dims[4], *strides, BLOCK=1024)
+    return out
+
+
+def split_at(shape, dim):
+    """(outer, extent, inner) of a contiguous tensor around one dim."""
+    dim = dim % len(shape)
+    outer = 1
+    for d in shape[:dim]:
+        outer *= d
+    inner = 1
+    for d in shape[dim + 1:]:
+        inner *= d
+    return outer, shape[dim], inner
+
+
+def reduce_dim(x, dim, keepdim, op):
+    """op: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7 norm."""
+    outer, extent, inner = split_at(x.shape, dim)
+    shape = list(x.shape)
+    if keepdim:
+        shape[dim % len(shape)] = 1
+    else:
+        del shape[dim % len(shape)]
+    dtype = torch.int64 if op in (4, 5) else x.dtype
+    out = torch.empty(shape, device=x.device, dtype=dtype)
+    block_i = min(triton.next_power_of_2(inner), 64)
+    block_r = min(triton.next_power_of_2(extent), max(16, 4096 // block_i))
+    reduce_kernel[(outer, triton.cdiv(inner, block_i))](x, out, extent, inner, OP=op, BLOCK_R=block_r, BLOCK_I=block_i)
+    return out
+
+
+def along_dim(x, dim, op):
+    """op: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin (values)."""
+    outer, extent, inner = split_at(x.shape, dim)
+    out = torch.empty_like(x)
+    block_r = triton.next_power_of_2(extent)
+    block_i = max(1, min(triton.next_power_of_2(inner), 4096 // block_r))
+    along_dim_kernel[(outer, triton.cdiv(inner, block_i))](x, out, extent, inner, OP=op, BLOCK_R=block_r, BLOCK_I=block_i)
+    return out
+
+
+def row_norm(x, weight, bias, rows, length, positions, per_group, groups, eps, mode):
+    out = torch.empty_like(x)
+    block = min(triton.next_power_of_2(length), 4096)
+    row_norm_kernel[(rows,)](x, x if weight is None else weight, x if bias is None else bias, out, length,
+                             positions, per_group, groups, eps, MODE=mode, HAS_W=weight is not None,
+                             HAS_B=bias is not None, BLOCK=block)
+    return out
+
+
+def layer_norm(x, weight, bias):
+    length = weight.numel()
+    return row_norm(x, weight, bias, x.numel() // length, length, 1, 1, 1, 1e-5, 0)
+
+
+def rms_norm(x, weight):
+    length = weight.numel()
+    return row_norm(x, weight, None, x.numel() // length, length, 1, 1, 1, torch.finfo(x.dtype).eps, 1)
+
+
+def group_norm(x, groups, weight, bias):
+    channels = x.shape[1]
+    positions = x.numel() // (x.shape[0] * channels)
+    per_group = channels // groups
+    return row_norm(x, weight, bias, x.shape[0] * groups, per_group * positions, positions, per_group, groups,
+                    1e-5, 2)
+
+
+def instance_norm(x):
+    positions = x.numel() // (x.shape[0] * x.shape[1])
+    return row_norm(x, None, None, x.shape[0] * x.shape[1], positions, positions, 1, 1, 1e-5, 3)
+
+
+def batch_norm(x, weight, bias):
+    channels = x.shape[1]
+    positions = x.numel() // (x.shape[0] * channels)
+    out = torch.empty_like(x)
+    block = min(triton.next_power_of_2(positions), 1024)
+    batch_norm_kernel[(channels,)](x, weight, bias, out, x.shape[0], channels, positions, 1e-5, BLOCK=block)
+    return out
+
+
+def launch_matmul(a, b, bias, batch, m, n, k, a_strides, b_strides):
+    """a_strides/b_strides: (batch0, batch1, batch2, rows, cols) of A (M x K) and B (K x N)."""
+    batch = pad5(batch)[2:]
+    out = torch.empty(batch + (m, n), device=a.device, dtype=a.dtype)
+    grid = (triton.cdiv(m, 32) * triton.cdiv(n, 32), batch[0] * batch[1] * batch[2])
+    matmul_kernel[grid](a, b, out, a if bias is None else bias, m, n, k, batch[1], batch[2], *a_strides, *b_strides,
+                        HAS_BIAS=bias is not None, BM=32, BN=32, BK=32)
+    return out
+
+
+def matmul(a, b):
+    """torch.matmul for operands of rank >= 2: batch dims broadcast."""
+    batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
+    m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
+    out = launch_matmul(a, b, None, batch, m, n, k, broadcast_strides(a, batch + (m, k)),
+                        broadcast_strides(b, batch + (k, n)))
+    return out.reshape(batch + (m, n))
+
+
+def linear(x, weight, bias):
+    k = x.shape[-1]
+    n = weight.shape[0]
+    rows = x.numel() // k
+    out = launch_matmul(x, weight, bias, (), rows, n, k, (0, 0, 0, k, 1), (0, 0, 0, weight.stride(1), weight.stride(0)))
+    return out.reshape(tuple(x.shape[:-1]) + (n,))
+
+
+def copy_into(src, dst):
+    n = src.numel()
+    dims = pad5(src.shape)
+    ss = (0,) * (5 - src.dim()) + tuple(src.stride())
+    ds = (0,) * (5 - dst.dim()) + tuple(dst.stride())
+    strided_copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, dims[1], dims[2], dims[3], dims[4], *ss, *ds, BLOCK=1024)
+
+
+def transpose(x, dim0, dim1):
+    view = x.transpose(dim0, dim1)
+    out = torch.empty(view.shape, device=x.device, dtype=x.dtype)
+    copy_into(view, out)
+    return out
+
+
+def cat(a, b, dim):
+    shape = list(a.shape)
+    shape[dim] = a.shape[dim] + b.shape[dim]
+    out = torch.empty(shape, device=a.device, dtype=a.dtype)
+    copy_into(a, out.narrow(dim, 0, a.shape[dim]))
+    copy_into(b, out.narrow(dim, a.shape[dim], b.shape[dim]))
+    return out
+
+
+def stack(a, b, dim):
+    shape = list(a.shape)
+    shape.insert(dim % (a.dim() + 1), 2)
+    out = torch.empty(shape, device=a.device, dtype=a.dtype)
+    copy_into(a, out.select(dim, 0))
+    copy_into(b, out.select(dim, 1))
+    return out
+
+
+def triangle(x, diagonal, upper):
+    out = torch.empty_like(x)
+    n = x.numel()
+    triangle_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-2], x.shape[-1], diagonal, UPPER=upper, BLOCK=1024)
+    return out
