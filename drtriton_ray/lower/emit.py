@@ -27,7 +27,7 @@ class NotLowerable(Exception):
     """The lowering has no kernel for this operator yet."""
 
 
-def _call(node: Node) -> str:
+def _call(node: Node, out_shape: list[int]) -> str:
     """The forward line's right-hand side for a non-elementwise node."""
     x = [f"tensor_{i}" for i in node.inputs]
     w = [f"self.weight_{i}" for i in node.weights]
@@ -51,6 +51,12 @@ def _call(node: Node) -> str:
         "Cat": lambda: f"cat({x[0]}, {x[1]}, {p.get('dim')})",
         "Stack": lambda: f"stack({x[0]}, {x[1]}, {p.get('dim')})",
     }
+    if node.op.startswith(("Conv", "AvgPool", "MaxPool")):
+        out_shape = tuple(out_shape)
+        if node.op.startswith("Conv"):
+            return (f"conv({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}, "
+                    f"{p['groups']}, {node.op.startswith('ConvTranspose')})")
+        return f"pool({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}, {node.op.startswith('Max')})"
     if node.op not in calls:
         raise NotLowerable(f"no Triton lowering for {node.op} yet")
     return calls[node.op]()
@@ -123,7 +129,7 @@ def lower_program(p: Program) -> str:
             kernels_src.append(src)
             forward.append(line)
         else:
-            forward.append(f"tensor_{sink.outputs[0]} = {_call(sink)}")
+            forward.append(f"tensor_{sink.outputs[0]} = {_call(sink, p.tensors[sink.outputs[0]].shape)}")
     outs = [f"tensor_{o}" for o in p.outputs]
     forward.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
     init = parameter_lines(p)

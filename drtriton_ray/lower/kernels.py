@@ -248,3 +248,77 @@ def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOC
         keep = col - row <= diagonal
     x = tl.load(x_ptr + offs, mask=mask, other=0.0)
     tl.store(out_ptr + offs, tl.where(keep, x, tl.zeros_like(x)), mask=mask)
+
+
+@triton.jit
+def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_out, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G,
+                KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW,
+                TRANSPOSED: tl.constexpr, BLOCK: tl.constexpr):
+    """Direct (transposed) convolution over (N, C, D, H, W); 1-d and 2-d convs come as D = H = 1
+    with unit kernel, stride and dilation there. A gather per output element: each program
+    owns BLOCK flat output positions and loops over its group's input channels and the taps."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_out
+    ow = offs % OW
+    oh = (offs // OW) % OH
+    od = (offs // (OW * OH)) % OD
+    co = (offs // (OW * OH * OD)) % CO
+    n = offs // (OW * OH * OD * CO)
+    g = co // COUT_G
+    acc = tl.load(b_ptr + co, mask=mask, other=0.0).to(tl.float32)
+    for ci in range(0, CIN_G):
+        c = g * CIN_G + ci
+        for kd in range(0, KD):
+            for kh in range(0, KH):
+                for kw in range(0, KW):
+                    if TRANSPOSED:  # out = in * stride - pad + tap * dilation, solved for in
+                        td = od + PD - kd * DD
+                        th = oh + PH - kh * DH
+                        tw = ow + PW - kw * DW
+                        idd = td // SD
+                        ih = th // SH
+                        iw = tw // SW
+                        ok = (td >= 0) & (th >= 0) & (tw >= 0) & (td % SD == 0) & (th % SH == 0) & (tw % SW == 0)
+                        w_off = (((c * COUT_G + co % COUT_G) * KD + kd) * KH + kh) * KW + kw
+                    else:
+                        idd = od * SD - PD + kd * DD
+                        ih = oh * SH - PH + kh * DH
+                        iw = ow * SW - PW + kw * DW
+                        ok = (idd >= 0) & (ih >= 0) & (iw >= 0)
+                        w_off = (((co * CIN_G + ci) * KD + kd) * KH + kh) * KW + kw
+                    ok = ok & (idd < D) & (ih < H) & (iw < W) & mask
+                    x = tl.load(x_ptr + (((n * C + c) * D + idd) * H + ih) * W + iw, mask=ok, other=0.0)
+                    acc += x.to(tl.float32) * tl.load(w_ptr + w_off, mask=mask, other=0.0).to(tl.float32)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
+def pool_kernel(x_ptr, out_ptr, n_out, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                IS_MAX: tl.constexpr, BLOCK: tl.constexpr):
+    """Max or average pooling over (N*C, D, H, W); padding counts in the average, as PyTorch's
+    default count_include_pad=True does (the window never leaves the padded input)."""
+    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n_out
+    ow = offs % OW
+    oh = (offs // OW) % OH
+    od = (offs // (OW * OH)) % OD
+    nc = offs // (OW * OH * OD)
+    if IS_MAX:
+        acc = tl.zeros([BLOCK], dtype=tl.float32) - float("inf")
+    else:
+        acc = tl.zeros([BLOCK], dtype=tl.float32)
+    for kd in range(0, KD):
+        for kh in range(0, KH):
+            for kw in range(0, KW):
+                idd = od * SD - PD + kd
+                ih = oh * SH - PH + kh
+                iw = ow * SW - PW + kw
+                ok = (idd >= 0) & (ih >= 0) & (iw >= 0) & (idd < D) & (ih < H) & (iw < W) & mask
+                ptr = x_ptr + ((nc * D + idd) * H + ih) * W + iw
+                if IS_MAX:
+                    acc = tl.maximum(acc, tl.load(ptr, mask=ok, other=-float("inf")).to(tl.float32))
+                else:
+                    acc += tl.load(ptr, mask=ok, other=0.0).to(tl.float32)
+    if not IS_MAX:
+        acc = acc / (KD * KH * KW)
+    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)

@@ -4,8 +4,8 @@ each may use only torch, triton, the kernels and the helpers above it in this fi
 import torch
 import triton
 
-from drtriton_ray.lower.kernels import (along_dim_kernel, batch_norm_kernel, matmul_kernel, reduce_kernel,
-                                        row_norm_kernel, strided_copy_kernel, triangle_kernel)
+from drtriton_ray.lower.kernels import (along_dim_kernel, batch_norm_kernel, conv_kernel, matmul_kernel, pool_kernel,
+                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
 
 
 def pad5(shape):
@@ -169,4 +169,38 @@ def triangle(x, diagonal, upper):
     out = torch.empty_like(x)
     n = x.numel()
     triangle_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-2], x.shape[-1], diagonal, UPPER=upper, BLOCK=1024)
+    return out
+
+
+def spatial3(values, n, fill):
+    """Per-dim conv/pool settings for n spatial dims, padded to three (fill on the missing ones)."""
+    return (fill,) * (3 - n) + tuple(values)
+
+
+def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed):
+    """Conv{1,2,3}d and their transposes (output_padding only shows in out_shape)."""
+    n = x.dim() - 2
+    out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
+    d, h, w = spatial3(x.shape[2:], n, 1)
+    od, oh, ow = spatial3(out_shape[2:], n, 1)
+    k = spatial3(weight.shape[2:], n, 1)
+    cin_g = x.shape[1] // groups
+    cout_g = out_shape[1] // groups
+    total = out.numel()
+    conv_kernel[(triton.cdiv(total, 256),)](x, weight, bias, out, total, x.shape[1], d, h, w, out_shape[1], od, oh, ow,
+                                           cin_g, cout_g, *k, *spatial3((stride,) * n, n, 1),
+                                           *spatial3((padding,) * n, n, 0), *spatial3((dilation,) * n, n, 1),
+                                           TRANSPOSED=transposed, BLOCK=256)
+    return out
+
+
+def pool(x, out_shape, kernel, stride, padding, is_max):
+    n = x.dim() - 2
+    out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
+    d, h, w = spatial3(x.shape[2:], n, 1)
+    od, oh, ow = spatial3(out_shape[2:], n, 1)
+    total = out.numel()
+    pool_kernel[(triton.cdiv(total, 256),)](x, out, total, d, h, w, od, oh, ow, *spatial3((kernel,) * n, n, 1),
+                                           *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0),
+                                           IS_MAX=is_max, BLOCK=256)
     return out
