@@ -148,6 +148,27 @@ def coverage_cmd(path: Path = typer.Argument(..., help="a Parquet file written b
         print_coverage(rep)
 
 
+@app.command("lower")
+def lower_cmd(problem: Path = typer.Argument(..., help="a KernelBench-format problem written by `drtriton synth`"),
+              out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="write here instead of stdout")):
+    """Print the reference Triton lowering of PROBLEM as a KernelBench solution (class ModelNew)."""
+    from drtriton_ray.lower.emit import NotLowerable, lower_source
+    from drtriton_ray.lower.parse import UnsupportedProblem
+    try:
+        source = problem.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        fail(f"cannot read {problem}: {e}")
+    try:
+        solution = lower_source(source)
+    except (UnsupportedProblem, NotLowerable) as e:
+        fail(f"{problem}: {e}")
+    if out_path is None:
+        print(solution)
+    else:
+        out_path.write_text(solution, encoding="utf-8")
+        err.print(f"wrote {out_path}")
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 

@@ -15,7 +15,7 @@ import inspect
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_elementwise
 from drtriton_ray.synth.dag import Node, Program
-from drtriton_ray.synth.render import forward_signature, module_constants, parameter_lines
+from drtriton_ray.synth.render import forward_signature
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 
@@ -118,8 +118,24 @@ def _library() -> str:
     return _definitions(kernels) + "\n\n" + _definitions(wrappers)
 
 
-def lower_program(p: Program) -> str:
-    """The full candidate module for program p."""
+def _problem_parts(source: str) -> tuple[list[str], list[str]]:
+    """The problem's module-level assignments and its Model.__init__ statements, verbatim: the
+    solution must create the same parameters in the same order to get the same values."""
+    tree = ast.parse(source)
+    lines = source.splitlines()
+
+    def text(node):
+        return lines[node.lineno - 1:node.end_lineno]
+    constants = [line for n in tree.body if isinstance(n, ast.Assign) for line in text(n)]
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    init = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    body = [n for n in init.body if not (isinstance(n, ast.Expr) and "super()" in ast.unparse(n))]
+    indent = init.body[0].col_offset if init.body else 8
+    return constants, [line[indent:] for n in body for line in text(n)]
+
+
+def lower_program(p: Program, problem_source: str) -> str:
+    """The full candidate module for program p, whose problem text is `problem_source`."""
     kernels_src: list[str] = []
     forward: list[str] = []
     for g, group in enumerate(fusion_groups(p)):
@@ -132,10 +148,16 @@ def lower_program(p: Program) -> str:
             forward.append(f"tensor_{sink.outputs[0]} = {_call(sink, p.tensors[sink.outputs[0]].shape)}")
     outs = [f"tensor_{o}" for o in p.outputs]
     forward.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
-    init = parameter_lines(p)
-    body = [HEADER] + module_constants(p) + ["", "", _library()] + ["\n\n".join(kernels_src)]
+    constants, init = _problem_parts(problem_source)
+    body = [HEADER] + constants + ["", "", _library()] + ["\n\n".join(kernels_src)]
     body += ["", "class ModelNew(nn.Module):", '    """Reference Triton lowering (drtriton_ray.lower)."""', "",
              "    def __init__(self):", "        super().__init__()"]
     body += [f"        {line}" for line in init] or []
     body += ["", f"    {forward_signature(p)}"] + [f"        {line}" for line in forward] + [""]
     return "\n".join(body)
+
+
+def lower_source(problem_source: str) -> str:
+    """Lower a problem given as KernelBench source (see lower/parse.py for what it accepts)."""
+    from drtriton_ray.lower.parse import program_from_source
+    return lower_program(program_from_source(problem_source), problem_source)

@@ -22,7 +22,7 @@ def _import(source: str, path):
 
 def check_lowering(rec, tmp_path, input_seed: int = 1234):
     prog = Program.from_json(rec.dag)
-    cand = _import(lower_program(prog), tmp_path / f"cand_{rec.id.replace('-', '_')}.py")
+    cand = _import(lower_program(prog, rec.source), tmp_path / f"cand_{rec.id.replace('-', '_')}.py")
     ref = load_problem(rec.source)
     torch.manual_seed(rec.seed)
     model = ref.Model()
@@ -71,3 +71,22 @@ def test_half_precision(tmp_path):
                                   ops=("Add", "ReLU", "Softmax", "Sum", "LayerNorm")), seed=34)
     for i in range(4):
         check_lowering(sampler.sample(i), tmp_path)
+
+
+def test_lowering_from_source_alone(tmp_path):
+    """`drtriton lower PROBLEM.py`: the DAG is recovered from the problem text and one run."""
+    from drtriton_ray.lower.emit import lower_source
+    from drtriton_ray.lower.parse import UnsupportedProblem, program_from_source
+    sampler = Sampler(SynthConfig(level=5, profile="small"), seed=35)
+    for i in range(6):
+        rec = sampler.sample(i)
+        parsed, original = program_from_source(rec.source), Program.from_json(rec.dag)
+        assert [(n.op, n.inputs, n.outputs, n.weights) for n in parsed.nodes] == \
+            [(n.op, n.inputs, n.outputs, n.weights) for n in original.nodes]
+        assert {k: (t.shape, t.role) for k, t in parsed.tensors.items()} == \
+            {k: (t.shape, t.role) for k, t in original.tensors.items()}
+        assert lower_source(rec.source) == lower_program(original, rec.source)
+    with pytest.raises(UnsupportedProblem, match="no operator of the registry"):
+        program_from_source(rec.source.replace("return tensor_", "tensor_99 = torch.fft.fft(tensor_0)\n        return tensor_", 1))
+    with pytest.raises(UnsupportedProblem, match="does not load"):
+        program_from_source("def broken(:\n")

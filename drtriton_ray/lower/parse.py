@@ -1,0 +1,121 @@
+"""Recover a program's DAG from its KernelBench source, for problems written in the operator
+space's own PyTorch forms (everything `drtriton synth` emits): each forward line is matched
+against the operators' templates, and one run of the model gives every tensor's shape."""
+from __future__ import annotations
+
+import ast
+import re
+import sys
+
+import torch
+
+from drtriton_ray.ops import REGISTRY
+from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.synth.validate import load_problem
+
+LINE = re.compile(r"^\s*tensor_(\d+) = (.+)$")
+
+
+class UnsupportedProblem(ValueError):
+    """The source is not a program of the operator space."""
+
+
+def _pattern(template: str) -> re.Pattern:
+    out, seen = [], set()
+    for literal, field, _, _ in __import__("string").Formatter().parse(template):
+        out.append(re.escape(literal))
+        if field is None:
+            continue
+        group = f"i{field}" if field.isdigit() else field
+        if group in seen:
+            out.append(f"(?P={group})")
+            continue
+        seen.add(group)
+        if field.isdigit():
+            out.append(rf"(?P<{group}>tensor_\d+)")
+        elif re.fullmatch(r"w\d", field):
+            out.append(rf"self\.weight_(?P<{group}>\d+)")
+        else:
+            out.append(rf"(?P<{group}>[^,()\[\]]+)")
+    return re.compile("^" + "".join(out) + "$")
+
+
+PATTERNS = [(name, _pattern(spec.template)) for name, spec in REGISTRY.items()]
+
+
+def _match(expr: str) -> tuple[str, dict]:
+    for name, pat in PATTERNS:
+        m = pat.match(expr)
+        if m:
+            return name, m.groupdict()
+    raise UnsupportedProblem(f"no operator of the registry renders as `{expr}`")
+
+
+def _forward_locals(model, inputs) -> dict:
+    """Run forward once and keep its locals: the shape of every intermediate tensor."""
+    captured: dict = {}
+    code = type(model).forward.__code__
+
+    def tracer(frame, event, arg):
+        if frame.f_code is code:
+            if event == "return":
+                captured.update(frame.f_locals)
+            return tracer
+        return None
+    old = sys.gettrace()
+    sys.settrace(tracer)
+    try:
+        with torch.no_grad():
+            model(*inputs)
+    finally:
+        sys.settrace(old)
+    return captured
+
+
+def program_from_source(source: str) -> Program:
+    try:
+        tree = ast.parse(source)
+        mod = load_problem(source)
+    except Exception as e:  # a problem that does not even import
+        raise UnsupportedProblem(f"the problem does not load: {type(e).__name__}: {e}") from None
+    for needed in ("Model", "get_inputs", "get_init_inputs"):
+        if not hasattr(mod, needed):
+            raise UnsupportedProblem(f"the problem defines no {needed}")
+    cls = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    fwd = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    if fwd is None:
+        raise UnsupportedProblem("Model has no forward")
+    lines = source.splitlines()
+    nodes: list[Node] = []
+    for stmt in fwd.body:
+        text = lines[stmt.lineno - 1] if stmt.lineno == stmt.end_lineno else None
+        if isinstance(stmt, ast.Return):
+            continue
+        m = LINE.match(text or "")
+        if not m:
+            raise UnsupportedProblem(f"forward line {stmt.lineno} is not `tensor_k = <operator>`")
+        name, groups = _match(m.group(2).strip())
+        ins = [int(groups[f"i{j}"].removeprefix("tensor_")) for j in range(REGISTRY[name].arity)]
+        weights = [int(groups[k]) for k in sorted(groups) if re.fullmatch(r"w\d", k)]
+        params = {k: ast.literal_eval(v.strip()) for k, v in groups.items() if not re.fullmatch(r"i\d|w\d", k)}
+        nodes.append(Node(name, ins, [int(m.group(1))], params, weights))
+    model = mod.Model(*mod.get_init_inputs())
+    inputs = mod.get_inputs()
+    local = _forward_locals(model, inputs)
+    dtype = str(inputs[0].dtype).removeprefix("torch.")
+    consumed = {t for n in nodes for t in n.inputs}
+    produced = {n.outputs[0] for n in nodes}
+    tensors: dict[int, Tensor] = {}
+    for arg in fwd.args.args[1:]:
+        tid = int(arg.arg.removeprefix("tensor_"))
+        tensors[tid] = Tensor(tid, list(local[arg.arg].shape), dtype, "input")
+    for n in nodes:
+        for t in n.outputs:
+            v = local[f"tensor_{t}"]
+            tensors[t] = Tensor(t, list(v.shape), str(v.dtype).removeprefix("torch."),
+                                "intermediate" if t in consumed else "output")
+        for w in n.weights:
+            tensors[w] = Tensor(w, list(getattr(model, f"weight_{w}").shape), dtype, "weight")
+    if not produced or set(tensors) < consumed:
+        raise UnsupportedProblem("forward reads tensors it never defines")
+    return Program(nodes, dict(sorted(tensors.items())), dtype, 0)
