@@ -90,3 +90,24 @@ def test_lowering_from_source_alone(tmp_path):
         program_from_source(rec.source.replace("return tensor_", "tensor_99 = torch.fft.fft(tensor_0)\n        return tensor_", 1))
     with pytest.raises(UnsupportedProblem, match="does not load"):
         program_from_source("def broken(:\n")
+
+
+def test_lower_cli(tmp_path):
+    from typer.testing import CliRunner
+
+    from drtriton_ray.cli import app
+    runner = CliRunner()
+    rec = Sampler(SynthConfig(level=2, profile="small"), seed=36).sample(0)
+    problem = tmp_path / "problem.py"
+    problem.write_text(rec.source)
+    r = runner.invoke(app, ["lower", str(problem), "--out", str(tmp_path / "solution.py")])
+    assert r.exit_code == 0, r.output
+    assert "class ModelNew(nn.Module)" in (tmp_path / "solution.py").read_text()
+    bad = {"empty.py": b"", "latin1.py": "x = 'caf\xe9'".encode("latin-1"), "nomodel.py": b"x = 1\n",
+           "syntax.py": b"class Model(:\n"}
+    for name, content in bad.items():
+        (tmp_path / name).write_bytes(content)
+        r = runner.invoke(app, ["lower", str(tmp_path / name)])
+        assert r.exit_code == 2 and "error:" in r.output and "Traceback" not in r.output, (name, r.output)
+    r = runner.invoke(app, ["lower", str(tmp_path / "missing.py")])
+    assert r.exit_code == 2 and "cannot read" in r.output
