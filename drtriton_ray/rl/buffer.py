@@ -1,0 +1,57 @@
+"""Completed rollout groups between generation and training, with a staleness bound: a group
+sampled by weights of version v trains at version c only if c - v <= max_staleness (default 1:
+one step off-policy). Older groups are dropped and counted, never trained on."""
+from __future__ import annotations
+
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+
+@dataclass
+class Group:
+    prompt_id: str
+    weight_version: int
+    samples: list[Any]
+
+
+@dataclass
+class GroupBuffer:
+    capacity: int = 64
+    max_staleness: int = 1
+    groups: deque = field(default_factory=deque)
+    dropped_stale: int = 0
+
+    def __post_init__(self):
+        if self.capacity < 1 or self.max_staleness < 0:
+            raise ValueError(f"buffer capacity must be >= 1 and max_staleness >= 0, got "
+                             f"{self.capacity} / {self.max_staleness}")
+
+    def __len__(self) -> int:
+        return len(self.groups)
+
+    def full(self) -> bool:
+        return len(self.groups) >= self.capacity
+
+    def put(self, group: Group) -> bool:
+        """False (and nothing stored) when full: the producer waits."""
+        if self.full():
+            return False
+        self.groups.append(group)
+        return True
+
+    def take(self, count: int, current_version: int) -> list[Group]:
+        """Up to `count` oldest groups fresh enough for `current_version`; stale ones are dropped."""
+        fresh: list[Group] = []
+        while self.groups and len(fresh) < count:
+            g = self.groups.popleft()
+            if current_version - g.weight_version > self.max_staleness:
+                self.dropped_stale += 1
+            else:
+                fresh.append(g)
+        return fresh
+
+    def state_dict(self) -> dict:
+        """Metadata for checkpoints (the groups themselves are regenerated after a resume)."""
+        return {"size": len(self.groups), "dropped_stale": self.dropped_stale,
+                "versions": [g.weight_version for g in self.groups]}

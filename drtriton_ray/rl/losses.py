@@ -1,0 +1,126 @@
+"""Policy losses over a batch of sampled answers grouped by prompt.
+
+Inputs, for B answers of at most T tokens:
+    logp      [B, T]  token log-probs under the policy being trained (requires grad)
+    logp_old  [B, T]  the same under the policy that sampled them (recomputed by the trainer)
+    mask      [B, T]  1 on answer tokens
+    group     [B]     prompt id of each answer
+    correct   [B]     bool, from the strict verifier
+    speed     [B]     r_s = log(t_ref / t_candidate) where measured, NaN where not (CPU)
+
+DRPO (DRTriton, arXiv 2603.21465; DRPO, arXiv 2510.04474): per prompt, correct answers S+ are
+weighted by softmax(r_s / lambda) over S+, incorrect ones S- enter through tau * logsumexp(s / tau),
+with s the length-normalised log-likelihood; KL(pi_old || pi) <= delta as the penalty
+[beta (KL - delta)]_+ (detached) * KL. Groups without a correct answer carry no positive signal and
+are dropped (as DRPO's code does). Groups where every answer is correct would give no gradient
+(S- empty), so speed could only be learned on mixed groups, which grow rare as accuracy rises: here
+the answers strictly slower than the group's median speed act as S- in such groups. Without speed
+(CPU) all-correct groups are dropped. Every returned dict reports the dropped fractions.
+
+GRPO (the baseline): reward 1 + r_s when correct (1 without speed), 0 otherwise; advantages
+normalised within each group; zero-variance groups skipped; PPO-clipped ratio, token mean.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+
+@dataclass(frozen=True)
+class DRPOConfig:
+    beta: float = 100.0
+    tau: float = 5.0
+    lam: float = 0.1
+    delta: float = 0.001
+
+
+@dataclass(frozen=True)
+class GRPOConfig:
+    clip: float = 0.2
+
+
+def _seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    return (x * mask).sum(-1) / mask.sum(-1).clamp_min(1)
+
+
+def kl_old_new(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(pi_old || pi) from tokens sampled by pi_old: the non-negative k3 estimator,
+    E_old[ratio - 1 - log ratio] with ratio = pi / pi_old, averaged over answer tokens."""
+    log_ratio = (logp - logp_old) * mask
+    k3 = torch.exp(log_ratio) - 1.0 - log_ratio
+    return (k3 * mask).sum() / mask.sum().clamp_min(1)
+
+
+def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRPOConfig()):
+    mask = mask.to(logp.dtype)
+    score = _seq_mean(logp, mask)  # s_theta(o): length-normalised log-likelihood
+    has_speed = ~torch.isnan(speed)
+    objective = logp.new_zeros(())
+    used = dropped_no_correct = dropped_all_correct = 0
+    groups = torch.unique(group)
+    for g in groups:
+        idx = group == g
+        pos, neg = idx & correct, idx & ~correct
+        if not pos.any():
+            dropped_no_correct += 1
+            continue
+        r = torch.where(has_speed, speed, torch.zeros_like(speed))
+        if not neg.any():
+            if not has_speed[pos].all():
+                dropped_all_correct += 1
+                continue
+            median = r[pos].quantile(0.5)  # interpolated: ties at the bottom still count as slow
+            slow = pos & (r < median)
+            if not slow.any():  # every answer equally fast: nothing to prefer
+                dropped_all_correct += 1
+                continue
+            pos, neg = pos & ~slow, slow
+        weights = torch.softmax(r[pos] / cfg.lam, dim=0).detach()
+        positive = (weights * score[pos]).sum()
+        negative = cfg.tau * torch.logsumexp(score[neg] / cfg.tau, dim=0)
+        objective = objective + positive - negative
+        used += 1
+    objective = objective / max(used, 1)
+    kl = kl_old_new(logp, logp_old, mask)
+    penalty = torch.clamp(cfg.beta * (kl - cfg.delta), min=0.0).detach() * kl
+    loss = -objective + penalty
+    n = len(groups)
+    return loss, {"objective": objective.detach().item(),
+                  "kl": kl.detach().item(), "kl_penalty": penalty.detach().item(),
+                  "groups_used": used, "dropped_no_correct": dropped_no_correct / n,
+                  "dropped_all_correct": dropped_all_correct / n}
+
+
+def grpo_rewards(correct: torch.Tensor, speed: torch.Tensor) -> torch.Tensor:
+    bonus = torch.where(torch.isnan(speed), torch.zeros_like(speed), speed)
+    return torch.where(correct, 1.0 + bonus, torch.zeros_like(speed))
+
+
+def grpo_advantages(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(advantage per answer, mask of answers in groups with non-zero reward variance)."""
+    adv = torch.zeros_like(rewards)
+    keep = torch.zeros_like(rewards, dtype=torch.bool)
+    for g in torch.unique(group):
+        idx = group == g
+        r = rewards[idx]
+        std = r.std(unbiased=True) if r.numel() > 1 else r.new_zeros(())
+        if std > 0:
+            adv[idx] = (r - r.mean()) / (std + 1e-6)
+            keep[idx] = True
+    return adv, keep
+
+
+def grpo_loss(logp, logp_old, mask, group, correct, speed, cfg: GRPOConfig = GRPOConfig()):
+    mask = mask.to(logp.dtype)
+    rewards = grpo_rewards(correct, speed)
+    adv, keep = grpo_advantages(rewards, group)
+    token_mask = mask * keep[:, None].to(mask.dtype)
+    ratio = torch.exp(logp - logp_old)
+    clipped = torch.clamp(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip)
+    per_token = -torch.minimum(ratio * adv[:, None], clipped * adv[:, None])
+    loss = (per_token * token_mask).sum() / token_mask.sum().clamp_min(1)
+    n = len(torch.unique(group))
+    skipped = n - len(torch.unique(group[keep])) if keep.any() else n
+    return loss, {"reward_mean": rewards.mean().item(), "zero_variance_groups": skipped / n,
+                  "kl": kl_old_new(logp.detach(), logp_old, mask).item()}

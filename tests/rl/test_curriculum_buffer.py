@@ -1,0 +1,40 @@
+"""Curriculum promotion (by score and by budget), its checkpoint state, and the staleness bound."""
+import pytest
+
+from drtriton_ray.rl.buffer import Group, GroupBuffer
+from drtriton_ray.rl.curriculum import Curriculum, CurriculumConfig
+
+
+def test_promotion_by_score_then_budget_and_resume():
+    cur = Curriculum(CurriculumConfig(levels=(1, 2, 5), promote_at=0.5, steps_per_stage=3))
+    assert cur.level == 1
+    cur.step()
+    assert not cur.observe(0.5)  # must exceed the threshold
+    assert cur.observe(0.51) and cur.level == 2 and cur.steps_in_stage == 0
+    for _ in range(3):
+        cur.step()
+    assert cur.observe(0.1) and cur.level == 5  # budget spent
+    assert [h["reason"] for h in cur.history] == ["score", "budget"]
+    restored = Curriculum.from_state_dict(cur.state_dict())
+    assert restored.level == 5 and restored.history == cur.history
+    for _ in range(3):
+        restored.step()
+    assert not restored.observe(0.9) and restored.finished  # the last stage never promotes
+
+
+def test_curriculum_config_errors():
+    for bad in (dict(levels=()), dict(promote_at=1.5), dict(steps_per_stage=0), dict(heldout_seed=0)):
+        with pytest.raises(ValueError):
+            CurriculumConfig(**bad)
+
+
+def test_staleness_bound():
+    buf = GroupBuffer(capacity=3, max_staleness=1)
+    for v in (0, 1, 2):
+        assert buf.put(Group(f"p{v}", v, []))
+    assert not buf.put(Group("p3", 3, []))  # full: the producer must wait
+    got = buf.take(3, current_version=2)
+    assert [g.weight_version for g in got] == [1, 2] and buf.dropped_stale == 1
+    assert buf.state_dict() == {"size": 0, "dropped_stale": 1, "versions": []}
+    with pytest.raises(ValueError):
+        GroupBuffer(capacity=0)
