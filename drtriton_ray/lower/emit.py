@@ -104,18 +104,32 @@ def _fused(p: Program, group: list[int], name: str) -> tuple[str, str]:
     return fused_kernel_source(name, len(leaves), body, f"t{sink}"), line
 
 
-def _definitions(module) -> str:
-    """A module's top-level functions, verbatim with their decorators (imports and docstring left out)."""
+def _definitions(module) -> dict[str, tuple[str, set[str]]]:
+    """A module's top-level functions: name -> (source verbatim with decorators, names it uses)."""
     source = inspect.getsource(module)
     lines = source.splitlines()
-    defs = [f for f in ast.parse(source).body if isinstance(f, ast.FunctionDef)]
-    return "\n\n".join("\n".join(lines[min([f.lineno] + [d.lineno for d in f.decorator_list]) - 1:f.end_lineno]) + "\n"
-                        for f in defs)
+    out = {}
+    for f in ast.parse(source).body:
+        if isinstance(f, ast.FunctionDef):
+            start = min([f.lineno] + [d.lineno for d in f.decorator_list])
+            used = {n.id for n in ast.walk(f) if isinstance(n, ast.Name)}
+            out[f.name] = ("\n".join(lines[start - 1:f.end_lineno]) + "\n", used)
+    return out
 
 
-def _library() -> str:
-    """Every kernel, then every wrapper (they call the kernels by name)."""
-    return _definitions(kernels) + "\n\n" + _definitions(wrappers)
+LIBRARY = {**_definitions(kernels), **_definitions(wrappers)}  # kernels first: wrappers launch them
+
+
+def _library(lines: list[str]) -> str:
+    """The kernels and wrappers the forward lines need, transitively, in library order."""
+    needed: set[str] = set()
+    frontier = {n.id for line in lines for n in ast.walk(ast.parse(line.strip())) if isinstance(n, ast.Name)}
+    while frontier:
+        name = frontier.pop()
+        if name in LIBRARY and name not in needed:
+            needed.add(name)
+            frontier |= LIBRARY[name][1]
+    return "\n\n".join(src for name, (src, _) in LIBRARY.items() if name in needed)
 
 
 def _problem_parts(source: str) -> tuple[list[str], list[str]]:
@@ -149,7 +163,8 @@ def lower_program(p: Program, problem_source: str) -> str:
     outs = [f"tensor_{o}" for o in p.outputs]
     forward.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
     constants, init = _problem_parts(problem_source)
-    body = [HEADER] + constants + ["", "", _library()] + ["\n\n".join(kernels_src)]
+    library = _library(forward + kernels_src)
+    body = [HEADER] + constants + ["", ""] + ([library, ""] if library else []) + ["\n\n".join(kernels_src)]
     body += ["", "class ModelNew(nn.Module):", '    """Reference Triton lowering (drtriton_ray.lower)."""', "",
              "    def __init__(self):", "        super().__init__()"]
     body += [f"        {line}" for line in init] or []
