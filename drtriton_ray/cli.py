@@ -169,6 +169,11 @@ def lower_cmd(problem: Path = typer.Argument(..., help="a KernelBench-format pro
         err.print(f"wrote {out_path}")
 
 
+from drtriton_ray.models.cli import register as register_models  # noqa: E402  (after `app` exists)
+
+register_models(app)
+
+
 def main() -> None:  # pragma: no cover - console entry point
     app()
 
