@@ -1,0 +1,1 @@
+"""Rollout engines behind one async interface: vLLM (AsyncLLM) and transformers."""

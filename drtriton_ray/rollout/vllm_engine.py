@@ -1,0 +1,61 @@
+"""Rollouts with vLLM's AsyncLLM: token ids in, token ids and sampled-token log-probs out; weight
+updates paused, bucketed, followed by a prefix-cache reset."""
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+
+from drtriton_ray.rollout.engine import Sample, SamplingConfig
+from drtriton_ray.rollout.vllm_ext import WeightSyncExtension
+
+EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__name__}"
+
+
+class VLLMEngine:
+    def __init__(self, model_dir: str, dtype: str = "float32", max_model_len: int = 4096,
+                 kv_cache_bytes: int | None = 256 << 20, seed: int = 0, **engine_kwargs):
+        from vllm import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+        args = AsyncEngineArgs(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
+                               enforce_eager=True, worker_extension_cls=EXTENSION,
+                               kv_cache_memory_bytes=kv_cache_bytes, **engine_kwargs)
+        self.engine = AsyncLLM.from_engine_args(args)
+        self.weight_version = 0
+
+    async def _one(self, ids: list[int], cfg: SamplingConfig, index: int) -> list[Sample]:
+        from vllm import SamplingParams
+        from vllm.inputs import TokensPrompt
+        from vllm.sampling_params import RequestOutputKind
+        # FINAL_ONLY: with n > 1 the streamed outputs carry the sequences finished so far, not all n
+        params = SamplingParams(n=cfg.n, temperature=cfg.temperature, top_p=1.0, top_k=0, max_tokens=cfg.max_tokens,
+                                seed=None if cfg.seed is None else cfg.seed + index, logprobs=0,
+                                output_kind=RequestOutputKind.FINAL_ONLY)
+        version = self.weight_version
+        final = None
+        async for out in self.engine.generate(TokensPrompt(prompt_token_ids=ids), params, uuid.uuid4().hex):
+            final = out
+        return [Sample(list(c.token_ids), [step[t].logprob for step, t in zip(c.logprobs, c.token_ids)], c.text,
+                       "stop" if c.finish_reason == "stop" else "length", version) for c in final.outputs]
+
+    async def generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:
+        return list(await asyncio.gather(*(self._one(ids, cfg, i) for i, ids in enumerate(prompt_ids))))
+
+    async def update_weights(self, buckets: list[bytes], version: int, keys: list[str] | None = None) -> float:
+        """Pause (in-flight requests wait), push every bucket, reload once, reset the prefix cache,
+        resume. Returns the seconds it took."""
+        t0 = time.perf_counter()
+        await self.engine.pause_generation(mode="wait")
+        try:
+            await self.engine.collective_rpc("stage_weights_begin", args=(list(keys or []),))
+            for blob in buckets:
+                await self.engine.collective_rpc("stage_weights_bucket", args=(blob,))
+            await self.engine.collective_rpc("stage_weights_apply")
+            await self.engine.reset_prefix_cache()
+            self.weight_version = version
+        finally:
+            await self.engine.resume_generation()
+        return time.perf_counter() - t0
+
+    async def shutdown(self) -> None:
+        self.engine.shutdown()
