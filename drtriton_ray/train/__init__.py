@@ -1,0 +1,1 @@
+"""Training: SFT warm start (Ray Train) and, later, the RL trainer."""

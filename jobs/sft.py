@@ -1,0 +1,48 @@
+"""Ray job: SFT warm start of a policy model (drtriton_ray/train/sft.py).
+
+    python jobs/sft.py --config configs/sft-tiny-cpu.yaml
+    ray job submit --working-dir . -- python jobs/sft.py --config configs/sft-gpu.yaml
+
+Rerunning with the same run_name and storage_path resumes from the latest checkpoint. Prints the
+final loss and the checkpoint folder (a Hugging Face model folder)."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from pathlib import Path
+
+import ray
+import yaml
+from pydantic import ValidationError
+
+from drtriton_ray.train.sft import SFTConfig, run_sft
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--config", required=True, help="YAML file with SFTConfig fields")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="override a field, VALUE parsed as YAML (repeatable)")
+    args = ap.parse_args(argv)
+    try:
+        raw = yaml.safe_load(Path(args.config).read_text()) or {}
+        for item in args.set:
+            key, _, value = item.partition("=")
+            raw[key] = yaml.safe_load(value)
+        cfg = SFTConfig(**raw)
+    except (OSError, yaml.YAMLError, ValidationError, ValueError) as e:
+        print(f"error: {args.config}: {e}", file=sys.stderr)
+        return 2
+    ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False)
+    result = run_sft(cfg)
+    log = Path(cfg.storage_path).absolute() / cfg.run_name / "metrics.jsonl"
+    last = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
+    print(json.dumps({"run": cfg.run_name, "step": last.get("step"), "loss": last.get("loss"),
+                      "checkpoint": result.checkpoint.path if result.checkpoint else None}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
