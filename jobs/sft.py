@@ -1,7 +1,9 @@
 """Ray job: SFT warm start of a policy model (drtriton_ray/train/sft.py).
 
-    python jobs/sft.py --config configs/sft-tiny-cpu.yaml
-    ray job submit --working-dir . -- python jobs/sft.py --config configs/sft-gpu.yaml
+    python jobs/sft.py --config my-sft.yaml --set num_workers=2
+    ray job submit --working-dir . -- python jobs/sft.py --config my-sft.yaml --set use_gpu=true
+
+my-sft.yaml holds SFTConfig fields (drtriton_ray/train/sft.py), e.g. model, data, run_name, max_steps.
 
 Rerunning with the same run_name and storage_path resumes from the latest checkpoint. Prints the
 final loss and the checkpoint folder (a Hugging Face model folder)."""
