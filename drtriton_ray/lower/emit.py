@@ -83,7 +83,7 @@ def fusion_groups(p: Program) -> list[list[int]]:
 
 
 def _fused(p: Program, group: list[int], name: str) -> tuple[str, str]:
-    """(kernel source, forward line) for one elementwise group."""
+    """(kernel and wrapper source, forward line) for one elementwise group."""
     inside = {p.nodes[k].outputs[0] for k in group}
     leaves: list[int] = []
     for k in group:
@@ -99,9 +99,13 @@ def _fused(p: Program, group: list[int], name: str) -> tuple[str, str]:
         body.append(f"t{out} = {expression(n.op, [names[t] for t in n.inputs], n.params)}")
     sink = p.nodes[group[-1]].outputs[0]
     shape = tuple(p.tensors[sink].shape)
-    args = ", ".join(f"tensor_{t}" for t in leaves)
-    line = f"tensor_{sink} = launch_elementwise({name}, {shape}, DTYPE, {args})"
-    return fused_kernel_source(name, len(leaves), body, f"t{sink}"), line
+    args = ", ".join(f"x{j}" for j in range(len(leaves)))
+    wrapper = "\n".join([f"def {name}({args}):",
+                         f"    out, grid, kernel_args = elementwise_args({shape}, DTYPE, {args})",
+                         f"    {name}_kernel[grid](*kernel_args, BLOCK=1024)",
+                         "    return out", ""])
+    line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
+    return fused_kernel_source(f"{name}_kernel", len(leaves), body, f"t{sink}") + "\n\n" + wrapper, line
 
 
 def _definitions(module) -> dict[str, tuple[str, set[str]]]:
@@ -155,7 +159,7 @@ def lower_program(p: Program, problem_source: str) -> str:
     for g, group in enumerate(fusion_groups(p)):
         sink = p.nodes[group[-1]]
         if is_elementwise(sink.op):
-            src, line = _fused(p, group, f"fused_kernel_{g}")
+            src, line = _fused(p, group, f"fused_{g}")
             kernels_src.append(src)
             forward.append(line)
         else:

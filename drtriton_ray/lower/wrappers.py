@@ -17,13 +17,13 @@ def broadcast_strides(t, shape):
     return (0,) * (5 - len(shape)) + tuple(t.expand(shape).stride())
 
 
-def launch_elementwise(kernel, shape, dtype, *inputs):
+def elementwise_args(shape, dtype, *inputs):
+    """(output, grid, arguments) for a fused elementwise kernel; each kernel's own wrapper launches."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     dims = pad5(shape)
     strides = [s for t in inputs for s in broadcast_strides(t, shape)]
-    kernel[(triton.cdiv(n, 1024),)](out, *inputs, n, dims[1], dims[2], dims[3], dims[4], *strides, BLOCK=1024)
-    return out
+    return out, (triton.cdiv(n, 1024),), (out, *inputs, n, dims[1], dims[2], dims[3], dims[4], *strides)
 
 
 def split_at(shape, dim):
