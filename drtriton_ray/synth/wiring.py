@@ -113,10 +113,17 @@ def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: 
     return plan
 
 
+# Pairs whose every instance has a constant output, which validation always rejects: the first
+# operator never outputs a positive value and the second maps all non-positive values to zero.
+NEVER_POSITIVE = {"LogSoftmax", "LogSigmoid"}
+ZEROES_NON_POSITIVE = {"ReLU"}
+
+
 def composable(first: str, second: str) -> bool:
-    """Can `second` consume the output of `first` (by the coarse rank relation)?"""
+    """Can `second` consume the output of `first` (by the coarse rank relation) and give a
+    non-constant result?"""
     a, b = REGISTRY[first], REGISTRY[second]
-    if a.out_kind != "float":
+    if a.out_kind != "float" or (first in NEVER_POSITIVE and second in ZEROES_NON_POSITIVE):
         return False
     a_out = {o for _, o in a.rank_combos([ALL_RANKS] * a.arity, ALL_RANKS)}
     return any(True for _ in b.rank_combos([a_out] + [ALL_RANKS] * (b.arity - 1), ALL_RANKS))
