@@ -169,9 +169,49 @@ def lower_cmd(problem: Path = typer.Argument(..., help="a KernelBench-format pro
         err.print(f"wrote {out_path}")
 
 
-from drtriton_ray.models.cli import register as register_models  # noqa: E402  (after `app` exists)
+@app.command("sft-data")
+def sft_data_cmd(
+    levels: str = typer.Option("1", "--levels", help="comma-separated levels"),
+    count: int = typer.Option(..., "--count", "-n", help="programs per level (pairs kept: those verified)"),
+    out_path: Path = typer.Option(..., "--out", "-o", help="Parquet file to write"),
+    seed: int = typer.Option(0, "--seed"),
+    profile: str = typer.Option("small", "--profile"),
+    external: list[Path] = typer.Option([], "--external", help="JSONL/Parquet pairs to mix in (repeatable)"),
+    workers: int = typer.Option(2, "--workers", help="verifier worker processes"),
+    device: str = typer.Option("cpu", "--device"),
+):
+    """Chat pairs (program -> verified reference lowering) for SFT."""
+    from drtriton_ray.synth.dataset import check_writable
+    from drtriton_ray.train.sft_data import external_pairs, lowered_pairs, write_pairs
+    from drtriton_ray.verify import WorkerPool
+    if count <= 0:
+        fail(f"--count must be a positive number of programs, got {count}")
+    try:
+        level_list = [int(x) for x in levels.split(",")]
+        if any(level < 1 for level in level_list):
+            raise ValueError
+    except ValueError:
+        fail(f"--levels must be positive integers separated by commas, got {levels!r}")
+    try:
+        check_writable(out_path)
+        with WorkerPool(device, size=workers) as pool:
+            rows, rejected = lowered_pairs(level_list, count, seed, profile, pool)
+            for path in external:
+                extra, dropped = external_pairs(str(path), pool)
+                rows += extra
+                rejected["external"] = rejected.get("external", 0) + dropped
+    except ValueError as e:
+        fail(str(e))
+    write_pairs(rows, out_path)
+    err.print(f"wrote {len(rows)} pairs to {out_path}; rejected: {rejected or 'none'}")
+
+
+# Stage commands live beside their stage and join the app here, once `app` exists.
+from drtriton_ray.models.cli import register as register_models  # noqa: E402
+from drtriton_ray.verify.cli import register as register_verify  # noqa: E402
 
 register_models(app)
+register_verify(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

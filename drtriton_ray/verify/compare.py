@@ -1,0 +1,83 @@
+"""Output comparison: structure, type, device, dtype, shape, then values under a per-dtype tolerance.
+
+Runs in the worker with functions captured before any candidate was imported (hooks.Trusted re-checks them)."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+from drtriton_ray.verify.verdict import Status
+
+# atol = rtol per dtype. float32 follows KernelBench-Verified (1e-3); half types KernelBench's 1e-2.
+DEFAULT_TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 1e-2, "float64": 1e-7}
+# A problem may ask for more with a module constant TOLERANCE, never beyond these caps.
+MAX_TOLERANCE = {"float32": 1e-2, "float16": 5e-2, "bfloat16": 5e-2, "float64": 1e-5}
+
+
+def tolerance(dtype, requested: Optional[float] = None) -> float:
+    """0 for integer and bool outputs (exact); otherwise the dtype default, or the problem's TOLERANCE capped."""
+    name = str(dtype).removeprefix("torch.")
+    if name not in DEFAULT_TOLERANCE:
+        return 0.0
+    if requested is None:
+        return DEFAULT_TOLERANCE[name]
+    return min(max(float(requested), DEFAULT_TOLERANCE[name]), MAX_TOLERANCE[name])
+
+
+@dataclass
+class Comparison:
+    status: Status
+    detail: str = ""
+    max_abs: float = 0.0
+    max_rel: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        return self.status == Status.CORRECT
+
+
+def as_list(out) -> Optional[list]:
+    if isinstance(out, (tuple, list)):
+        return list(out)
+    return [out]
+
+
+def compare(candidate, reference, requested_tol: Optional[float] = None) -> Comparison:
+    import torch
+    ref = as_list(reference)
+    single = not isinstance(reference, (tuple, list))
+    if single and type(candidate) is not torch.Tensor or not single and not isinstance(candidate, (tuple, list)):
+        return Comparison(Status.OUTPUT_TYPE, f"returned {type(candidate).__name__}, expected "
+                          f"{'a plain torch.Tensor' if single else 'a tuple of tensors'}")
+    cand = as_list(candidate)
+    if len(cand) != len(ref):
+        return Comparison(Status.OUTPUT_COUNT, f"returned {len(cand)} outputs, expected {len(ref)}")
+    worst = Comparison(Status.CORRECT)
+    for i, (c, r) in enumerate(zip(cand, ref)):
+        if type(c) is not torch.Tensor:  # subclasses can fake comparisons through __torch_function__
+            return Comparison(Status.OUTPUT_TYPE, f"output {i} is {type(c).__module__}.{type(c).__name__}, "
+                              "expected a plain torch.Tensor")
+        if c.device != r.device:
+            return Comparison(Status.DEVICE_MISMATCH, f"output {i} on {c.device}, expected {r.device}")
+        if c.dtype != r.dtype:
+            return Comparison(Status.DTYPE_MISMATCH, f"output {i} is {c.dtype}, expected {r.dtype}")
+        if c.shape != r.shape:
+            return Comparison(Status.SHAPE_MISMATCH, f"output {i} has shape {tuple(c.shape)}, "
+                              f"expected {tuple(r.shape)}")
+        tol = tolerance(r.dtype, requested_tol)
+        c64, r64 = c.detach().to(torch.float64), r.detach().to(torch.float64)
+        close = torch.isclose(c64, r64, rtol=tol, atol=tol, equal_nan=True)
+        both_finite = torch.isfinite(c64) & torch.isfinite(r64)
+        diff = torch.where(both_finite, (c64 - r64).abs(), torch.zeros_like(c64))
+        rel = diff / r64.abs().clamp_min(max(tol, 1e-12))
+        max_abs = float(diff.max()) if diff.numel() else 0.0
+        max_rel = float(rel.max()) if rel.numel() else 0.0
+        worst.max_abs, worst.max_rel = max(worst.max_abs, max_abs), max(worst.max_rel, max_rel)
+        if not bool(close.all()):
+            bad = int((~close).sum())
+            nonfinite = int((~torch.isfinite(c64) & torch.isfinite(r64)).sum())
+            return Comparison(Status.VALUE_MISMATCH, f"output {i}: {bad}/{c.numel()} elements off "
+                              f"(atol=rtol={tol:g}; max abs err {max_abs:.3g}"
+                              + (f"; {nonfinite} NaN/Inf where the reference is finite" if nonfinite else "") + ")",
+                              worst.max_abs, worst.max_rel)
+    return worst

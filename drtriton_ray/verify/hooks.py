@@ -1,0 +1,200 @@
+"""Instrumentation a worker installs before it imports any candidate.
+
+- LaunchMonitor: wraps the `run` method of Triton's kernel classes. Every `kernel[grid](...)` goes through
+  `KernelInterface.__getitem__ -> self.run(...)` in triton 3.6 and 3.9 (JITFunction, and InterpretedFunction when
+  TRITON_INTERPRET=1; Autotuner/Heuristics end in their inner function's `run`). It counts launches (proof that a
+  kernel ran) and can turn every launch into a no-op (the faithfulness check).
+- TorchAudit: a dispatch mode that records every aten op the candidate runs outside a Triton launch (policy strict:
+  only allocation and views may remain). It sees `x + y` and `torch.ops.aten...` that no AST check can type.
+- Trusted: identities of the functions the grader compares and times with, captured before candidate import and
+  re-checked after (a patched torch.allclose, timer or launch hook is TAMPERING).
+- Sandbox: an audit hook (cannot be removed once added) that forbids sockets, child processes and writes outside
+  the scratch directory. Best effort: it stops Python-level calls, not native code (ctypes is banned statically).
+"""
+from __future__ import annotations
+
+import inspect
+import os
+import sys
+from typing import Optional
+
+# aten ops a strict candidate may run itself: allocation, initialisation of fresh buffers, views, shape queries.
+STRICT_ALLOWED_ATEN = frozenset({
+    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
+    "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "fill_", "zero_", "view", "_unsafe_view",
+    "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
+    "flatten", "unflatten", "slice", "select", "narrow", "detach", "alias", "lift_fresh", "split", "chunk",
+    "unbind", "view_as", "expand_as", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride",
+    "is_contiguous", "dim", "numel", "contiguous", "resize_", "split_with_sizes", "movedim", "swapaxes",
+})
+
+
+class LaunchMonitor:
+    def __init__(self):
+        self.count = 0
+        self.names: list[str] = []
+        self.counting = False   # only candidate forward calls are counted
+        self.noop = False       # faithfulness check: launches do nothing
+        self.inside = 0         # depth of launches in progress (their own torch ops and compiler processes pass)
+        self._wrappers: dict[type, object] = {}
+
+    def install(self) -> None:
+        import triton.runtime.jit as jit
+        classes = [jit.JITFunction]
+        if os.environ.get("TRITON_INTERPRET") == "1":
+            from triton.runtime.interpreter import InterpretedFunction
+            classes.append(InterpretedFunction)
+        for cls in classes:
+            original = cls.__dict__["run"]
+            cls.run = self._wrap(original)
+            self._wrappers[cls] = cls.__dict__["run"]
+
+    def _wrap(self, original):
+        monitor = self
+
+        def run(kernel, *args, **kwargs):
+            if kwargs.get("warmup"):
+                return original(kernel, *args, **kwargs)
+            if monitor.counting:
+                monitor.count += 1
+                monitor.names.append(getattr(kernel, "__name__", "?"))
+                if monitor.noop:
+                    return None
+            monitor.inside += 1
+            try:
+                return original(kernel, *args, **kwargs)
+            finally:
+                monitor.inside -= 1
+        return run
+
+    def intact(self) -> bool:
+        return all(cls.__dict__.get("run") is w for cls, w in self._wrappers.items())
+
+    def start(self, noop: bool = False) -> None:
+        self.count, self.names, self.counting, self.noop = 0, [], True, noop
+
+    def stop(self) -> None:
+        self.counting, self.noop = False, False
+
+
+def make_torch_audit(monitor: LaunchMonitor):
+    """A TorchDispatchMode (made here so torch is imported only inside the worker) recording disallowed ops."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+    import torch
+
+    class TorchAudit(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops: list[str] = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            kwargs = kwargs or {}
+            if not monitor.inside:
+                name = func.overloadpacket.__name__
+                # x.contiguous() copies through aten.clone(memory_format=contiguous_format); plain clone computes.
+                contiguous_copy = name == "clone" and kwargs.get("memory_format") == torch.contiguous_format
+                if name not in STRICT_ALLOWED_ATEN and not contiguous_copy and name not in self.ops:
+                    self.ops.append(name)
+            return func(*args, **kwargs)
+
+    return TorchAudit
+
+
+class Trusted:
+    """Captured identities of what the grader relies on; `changed()` names anything replaced since capture."""
+    TORCH = ("allclose", "isclose", "equal", "abs", "max", "isnan", "isinf", "isfinite", "where", "manual_seed",
+             "randn", "rand", "empty", "zeros", "Tensor", "is_tensor", "no_grad", "float64")
+    TENSOR = ("clone", "detach", "copy_", "to", "double", "abs", "max", "sub", "isnan", "isfinite", "numel",
+              "__eq__", "__sub__", "__torch_function__", "__torch_dispatch__", "data_ptr", "untyped_storage")
+
+    def __init__(self, monitor: LaunchMonitor):
+        import time
+        import torch
+        self.monitor = monitor
+        self.entries = [(torch, n) for n in self.TORCH] + [(torch.Tensor, n) for n in self.TENSOR]
+        self.entries += [(time, n) for n in ("perf_counter", "perf_counter_ns", "time", "monotonic")]
+        self.entries += [(torch.nn.Module, n) for n in ("__call__", "_call_impl", "load_state_dict", "to")]
+        if torch.cuda.is_available():
+            self.entries += [(torch.cuda, n) for n in ("synchronize", "Event", "Stream", "current_stream")]
+            import triton.testing
+            self.entries.append((triton.testing, "do_bench"))
+        # getattr_static: classmethods (Tensor.__torch_function__) give a new bound object on every getattr.
+        self.values = [inspect.getattr_static(owner, name) for owner, name in self.entries]
+        import builtins
+        self.builtins = dict(vars(builtins))
+
+    def changed(self) -> list[str]:
+        import builtins
+        out = [f"{getattr(owner, '__name__', owner)}.{name}" for (owner, name), value
+               in zip(self.entries, self.values) if inspect.getattr_static(owner, name, None) is not value]
+        out += [f"builtins.{k}" for k, v in self.builtins.items() if getattr(builtins, k, None) is not v]
+        if not self.monitor.intact():
+            out.append("triton launch hook")
+        return out
+
+
+# Events that create processes; allowed only while a Triton launch compiles (ptxas) or the grader itself
+# runs torch.compile, never while candidate Python runs.
+_PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
+                             "subprocess.Popen", "pty.spawn", "os.startfile"})
+_NETWORK_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
+                             "socket.sendto", "socket.sendmsg", "socket.gethostbyname", "socket.gethostbyaddr"})
+_PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.replace": (0, 1),
+                "os.symlink": (0, 1), "os.link": (0, 1), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,),
+                "os.utime": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.move": (0, 1)}
+_WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
+
+
+class Sandbox:
+    def __init__(self, scratch: str, monitor: LaunchMonitor, allow_compiler_processes: bool):
+        self.scratch = os.path.realpath(scratch)
+        self.monitor = monitor
+        self.allow_compiler_processes = allow_compiler_processes
+        self.trusted_depth = 0  # grader sections (reference torch.compile) may start compiler processes
+
+    def install(self) -> None:
+        sys.addaudithook(self._hook)
+
+    def _inside_scratch(self, path) -> bool:
+        if isinstance(path, int):
+            return True  # an already-open descriptor
+        try:
+            real = os.path.realpath(os.fsdecode(path))
+        except (TypeError, ValueError):
+            return False
+        return real == self.scratch or real.startswith(self.scratch + os.sep) or real == os.devnull
+
+    def _hook(self, event: str, args: tuple) -> None:
+        if event in _NETWORK_EVENTS:
+            raise PermissionError(f"network access is disabled in the verifier ({event})")
+        if event in _PROCESS_EVENTS:
+            if self.trusted_depth or (self.allow_compiler_processes and self.monitor.inside):
+                return
+            raise PermissionError(f"child processes are disabled in the verifier ({event})")
+        if event == "open":
+            path, mode, flags = (tuple(args) + (None, None, None))[:3]
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
+                (isinstance(flags, int) and flags & _WRITE_FLAGS)
+            if writing and not self._inside_scratch(path):
+                raise PermissionError(f"writing outside the scratch directory is disabled ({path!r})")
+        elif event in _PATH_EVENTS:
+            for i in _PATH_EVENTS[event]:
+                if i < len(args) and args[i] is not None and not self._inside_scratch(args[i]):
+                    raise PermissionError(f"{event} outside the scratch directory is disabled ({args[i]!r})")
+
+
+def poison_memory(device: str, nbytes: list[int], copies: int = 4) -> None:
+    """Hand the allocator NaN-filled blocks of the sizes the outputs will need, then free them, so a candidate's
+    torch.empty gets poison (or fresh zero pages), never a freed reference result."""
+    import torch
+    blocks = [torch.full((max(n // 4, 1) + 16,), float("nan"), dtype=torch.float32, device=device)
+              for n in nbytes for _ in range(copies)]
+    del blocks
+
+
+def rss_bytes() -> Optional[int]:
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None

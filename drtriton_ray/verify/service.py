@@ -1,0 +1,67 @@
+"""Ray front of the verifier: one `Verifier` actor per GPU (num_gpus=1, its pool has one worker so candidates on a
+GPU are timed one at a time), CPU verifier actors for interpreter mode, and a service that spreads a batch over
+all of them and returns verdicts in input order. The only module of drtriton_ray.verify that imports Ray."""
+from __future__ import annotations
+
+import os
+from typing import Optional
+
+import ray
+from ray.util import ActorPool
+
+from drtriton_ray.verify.pool import WorkerPool
+from drtriton_ray.verify.task import Limits, Task
+from drtriton_ray.verify.verdict import Verdict
+
+
+class _VerifierActor:
+    """Owns a persistent worker pool on its device; the pool's workers are this actor's child processes."""
+
+    def __init__(self, device: str, workers: int = 1, max_tasks_per_worker: int = 100,
+                 limits: Optional[Limits] = None):
+        if device == "cuda":
+            # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU: inside it, that GPU is cuda:0.
+            device = "cuda:0"
+        self.pool = WorkerPool(device, size=workers, max_tasks_per_worker=max_tasks_per_worker, limits=limits,
+                               name=f"ray-{device}-{os.getpid()}")
+
+    def verify_batch(self, tasks: list[Task]) -> list[Verdict]:
+        return self.pool.map(tasks)
+
+    def replacements(self) -> int:
+        return self.pool.replacements
+
+    def close(self) -> None:
+        self.pool.close()
+
+
+Verifier = ray.remote(num_gpus=1, num_cpus=1)(_VerifierActor)
+CPUVerifier = ray.remote(num_cpus=1)(_VerifierActor)
+
+
+class VerifyService:
+    """Spreads batches over every verifier actor. `gpu_actors=None` takes one per GPU in the cluster."""
+
+    def __init__(self, gpu_actors: Optional[int] = None, cpu_actors: int = 0, cpu_workers_per_actor: int = 1,
+                 max_tasks_per_worker: int = 100, limits: Optional[Limits] = None, chunk: int = 4):
+        if gpu_actors is None:
+            gpu_actors = int(ray.cluster_resources().get("GPU", 0))
+        if gpu_actors + cpu_actors < 1:
+            raise ValueError("VerifyService needs at least one verifier actor (no GPU in the cluster: "
+                             "pass cpu_actors >= 1)")
+        self.chunk = max(1, chunk)
+        self.actors = [Verifier.remote("cuda", 1, max_tasks_per_worker, limits) for _ in range(gpu_actors)]
+        self.actors += [CPUVerifier.remote("cpu", cpu_workers_per_actor, max_tasks_per_worker, limits)
+                        for _ in range(cpu_actors)]
+
+    def verify(self, tasks: list[Task]) -> list[Verdict]:
+        """Verdicts in input order. Small chunks, handed to whichever actor is free, balance slow candidates."""
+        chunks = [tasks[i:i + self.chunk] for i in range(0, len(tasks), self.chunk)]
+        pool = ActorPool(self.actors)
+        return [v for part in pool.map(lambda actor, batch: actor.verify_batch.remote(batch), chunks) for v in part]
+
+    def shutdown(self) -> None:
+        ray.get([a.close.remote() for a in self.actors])
+        for a in self.actors:
+            ray.kill(a)
+        self.actors = []

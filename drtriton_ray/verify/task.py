@@ -1,0 +1,37 @@
+"""What the grader asks a worker to do (Task) and the limits a worker runs under (Limits). Plain, picklable data."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+DISTRIBUTIONS = ("problem", "normal_wide", "uniform_signed")
+
+
+@dataclass
+class Task:
+    problem_source: str
+    candidate_source: str
+    policy: str = "strict"
+    name: str = ""
+    # None: the worker draws a fresh seed from the OS (the normal case); fixed only to reproduce a verdict.
+    seed: Optional[int] = None
+    trials_per_distribution: int = 1
+    distributions: tuple = DISTRIBUTIONS
+    timing: bool = True                 # GPU only; the interpreter never measures speed
+    timing_trials: int = 20
+    timing_warmup: int = 3
+    profile_gpu: bool = False           # report device time spent in kernels (gpu_kernel_ms)
+    # Filled by the pool from its cache: reference times for this problem on this GPU model.
+    ref_times: Optional[dict] = None
+    # Parent-side AST checks; only pool-level fault tests turn them off to reach the runtime defences.
+    static_checks: bool = True
+
+
+@dataclass
+class Limits:
+    task_timeout_s: float = 120.0       # wall clock per task, enforced by the parent (kill and replace)
+    cpu_s: int = 600                    # CPU seconds per task (RLIMIT_CPU, re-armed before each task)
+    address_space_gb: float = 8.0       # RLIMIT_AS, CPU workers only (CUDA reserves huge virtual ranges)
+    rss_gb: float = 8.0                 # resident-memory watchdog, every worker
+    file_size_mb: int = 256             # RLIMIT_FSIZE
+    startup_timeout_s: float = 180.0    # importing torch and triton, first kernel

@@ -1,0 +1,129 @@
+"""A persistent verifier worker process: set up once (environment, limits, torch and triton, hooks, sandbox),
+then serve tasks from the pool over a pipe until told to stop, retired, or killed.
+
+Started with multiprocessing's spawn context by pool.py. Only the standard library is imported at module level:
+TRITON_INTERPRET and the cache directories must be set before torch or triton is imported."""
+from __future__ import annotations
+
+import os
+import resource
+import sys
+import threading
+import time
+
+EXIT_MEMORY = 86   # the memory watchdog's exit status: the pool reports RESOURCE_LIMIT
+
+_CUDA_ERROR_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUDA_ERROR",
+                       "unspecified launch failure", "AcceleratorError")
+
+
+def _environment(scratch: str, device: str) -> None:
+    os.chdir(scratch)
+    for sub in ("triton", "inductor", "tmp"):
+        os.makedirs(os.path.join(scratch, sub), exist_ok=True)
+    os.environ.update({
+        "TRITON_CACHE_DIR": os.path.join(scratch, "triton"), "TRITON_HOME": scratch,
+        "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"), "TMPDIR": os.path.join(scratch, "tmp"),
+        "TORCHINDUCTOR_COMPILE_THREADS": "1",   # compile in-process: no compile-worker pool to sandbox
+        "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch,
+    })
+    if device == "cpu":
+        os.environ["TRITON_INTERPRET"] = "1"   # triton has no CPU backend; must precede `import triton`
+    sys.dont_write_bytecode = True
+
+
+def _user_tasks(uid: int) -> int:
+    count = 0
+    for pid in os.listdir("/proc"):
+        if pid.isdigit():
+            try:
+                with open(f"/proc/{pid}/status") as f:
+                    fields = dict(line.split(":", 1) for line in f if ":" in line)
+                if int(fields["Uid"].split()[0]) == uid:
+                    count += int(fields["Threads"])
+            except (OSError, KeyError, ValueError):
+                continue
+    return count
+
+
+def _limits(limits, device: str) -> None:
+    mb = 1 << 20
+    resource.setrlimit(resource.RLIMIT_FSIZE, (limits.file_size_mb * mb, limits.file_size_mb * mb))
+    if device == "cpu":  # CUDA reserves terabytes of virtual address space: RLIMIT_AS would break it
+        cap = int(limits.address_space_gb * (1 << 30))
+        resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
+    # RLIMIT_NPROC counts every task of the user (threads included) and does not bind root; where it binds, it
+    # leaves room for torch's thread pools only. The audit hook (hooks.Sandbox) is the defence that always holds.
+    if os.geteuid() != 0:
+        cap = _user_tasks(os.getuid()) + 64
+        resource.setrlimit(resource.RLIMIT_NPROC, (cap, cap))
+
+
+def _arm_cpu_limit(seconds: int) -> None:
+    """RLIMIT_CPU is cumulative per process: re-arm it before each task at (CPU used so far + budget)."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    soft = int(usage.ru_utime + usage.ru_stime) + seconds
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, resource.RLIM_INFINITY))
+
+
+def _memory_watchdog(limit_bytes: int, rss_bytes) -> None:
+    def watch():
+        while True:
+            rss = rss_bytes()
+            if rss is not None and rss > limit_bytes:
+                os._exit(EXIT_MEMORY)
+            time.sleep(0.05)
+    threading.Thread(target=watch, name="rss-watchdog", daemon=True).start()
+
+
+def _device_poisoned(device: str, verdict) -> bool:
+    """After a CUDA error the context is unusable for every later task: retire this worker."""
+    if not device.startswith("cuda"):
+        return False
+    import torch
+    try:
+        torch.cuda.synchronize()
+    except Exception:
+        return True
+    return any(m in verdict.reason for m in _CUDA_ERROR_MARKERS)
+
+
+def worker_main(conn, name: str, scratch: str, device: str, limits) -> None:
+    _environment(scratch, device)
+    _limits(limits, device)
+    import torch  # imported once per worker: the point of a persistent pool
+    import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed: do it before Trusted captures)
+    from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, make_torch_audit, rss_bytes
+    if device.startswith("cuda"):
+        torch.cuda.set_device(torch.device(device).index or 0)
+    monitor = LaunchMonitor()
+    monitor.install()
+    from drtriton_ray.verify.warmup import warm_up
+    warm_up(device)
+    from drtriton_ray.verify.checks import WorkerContext, run_task
+    from drtriton_ray.verify.verdict import Status
+    ctx = WorkerContext(name=name, device=device, scratch=scratch, monitor=monitor, trusted=Trusted(monitor),
+                        sandbox=Sandbox(scratch, monitor, allow_compiler_processes=device != "cpu"),
+                        audit_cls=make_torch_audit(monitor))
+    ctx.sandbox.install()
+    _memory_watchdog(int(limits.rss_gb * (1 << 30)), rss_bytes)
+    info = {"pid": os.getpid(), "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
+            else "cpu-interpreter"}
+    conn.send(("ready", info))
+    while True:
+        try:
+            message = conn.recv()
+        except (EOFError, OSError):
+            return
+        if message[0] == "stop":
+            return
+        _arm_cpu_limit(limits.cpu_s)
+        verdict = run_task(message[1], ctx)
+        poisoned = _device_poisoned(device, verdict)
+        if poisoned and verdict.status == Status.RUNTIME_ERROR.value:
+            verdict.status = Status.DEVICE_ERROR.value
+        # A tampered process cannot be trusted to grade the next candidate either.
+        retire = poisoned or verdict.status == Status.TAMPERING.value
+        conn.send(("verdict", verdict.to_dict(), retire))
+        if retire:
+            return
