@@ -59,6 +59,14 @@ def _describe(e: BaseException) -> str:
     return text[0][:500] if text else type(e).__name__
 
 
+def _failure_status(e: BaseException) -> Status:
+    """Running out of memory is a resource limit (RLIMIT_AS turns it into a failed allocation, CUDA into
+    OutOfMemoryError), not a bug in the candidate's logic."""
+    if isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e):
+        return Status.RESOURCE_LIMIT
+    return Status.RUNTIME_ERROR
+
+
 def _load_module(source: str, name: str, scratch: str):
     """Write the source to a .py file and import it (Triton reads kernel source through inspect, exec can't)."""
     path = f"{scratch}/{name}.py"
@@ -134,7 +142,7 @@ class _Run:
             self.cand = cand.to(self.device)
             copied = self._copy_reference_state()
         except BaseException as e:
-            self.reject("construct", Status.RUNTIME_ERROR, f"constructing ModelNew failed: {_describe(e)}")
+            self.reject("construct", _failure_status(e), f"constructing ModelNew failed: {_describe(e)}")
         self.check("construct", True, f"{copied} reference tensors copied by name")
         self.tamper_check("after construction")
 
@@ -183,7 +191,7 @@ class _Run:
         try:
             out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
         except BaseException as e:
-            self.reject(label, Status.RUNTIME_ERROR, f"{label}: forward raised {_describe(e)}")
+            self.reject(label, _failure_status(e), f"{label}: forward raised {_describe(e)}")
         self.tamper_check(f"{label}, after forward")
         if launches == 0:
             self.reject("launch", Status.NO_LAUNCH, f"{label}: forward launched no Triton kernel")
