@@ -69,12 +69,12 @@ class ModelNew(nn.Module):
 """
 
 
-def make_tasks(n: int, device: str) -> list[Task]:
+def make_tasks(n: int, device: str, profile: bool) -> list[Task]:
     gpu = device.startswith("cuda")
     shape = "(4096, 4096)" if gpu else "(61, 257)"
     blocks = [256, 512, 1024, 2048] if gpu else [4096, 8192, 16384, 32768]
     return [Task(PROBLEM.format(shape=shape), CANDIDATE.format(block=blocks[i % len(blocks)]), name=f"c{i}",
-                 profile_gpu=gpu) for i in range(n)]
+                 profile_gpu=gpu and profile) for i in range(n)]
 
 
 def run(tasks: list[Task], device: str, workers: int, fresh: bool):
@@ -96,8 +96,9 @@ def main() -> None:
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
     ap.add_argument("--workers", type=int, default=1, help="worker processes (keep 1 per GPU for timing)")
     ap.add_argument("--repeats", type=int, default=5, help="GPU: time one candidate this many times (spread)")
+    ap.add_argument("--no-profile", action="store_true", help="GPU: skip the kernel-time profiler (no busy share)")
     args = ap.parse_args()
-    tasks = make_tasks(args.count, args.device)
+    tasks = make_tasks(args.count, args.device, not args.no_profile)
     table = Table(title=f"{args.count} candidates on {args.device}, {args.workers} worker(s)")
     for col in ("mode", "wall s", "candidates/s", "correct", "GPU busy share"):
         table.add_column(col)
