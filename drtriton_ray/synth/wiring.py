@@ -31,9 +31,6 @@ class Plan:
     inputs: list[list[int]] = field(default_factory=list)  # per node: tensor ids
     outputs: list[int] = field(default_factory=list)  # per node: its output tensor id
 
-    def fan_out(self) -> int:
-        return max((t.uses for t in self.tensors), default=0)
-
 
 def _propagate(plan: Plan, ranks: list[set[int]]) -> bool:
     """Arc consistency of the coarse rank relation over the wired nodes, in place on `ranks`.
