@@ -87,7 +87,19 @@ class WorkerPool:
         process = self._ctx.Process(target=worker_main, daemon=True, name=f"{self.name}-w{slot}.{generation}",
                                     args=(child_conn, f"{self.name}/w{slot}.{generation}", scratch, self.device,
                                           self.limits))
-        process.start()
+        # spawn imports the parent's __main__ in the child before worker_main runs; if that module imports
+        # triton, triton would settle on compiled mode before the worker sets TRITON_INTERPRET, so a CPU
+        # worker must inherit the variable from its first instruction
+        before = os.environ.get("TRITON_INTERPRET")
+        if not self.device.startswith("cuda"):
+            os.environ["TRITON_INTERPRET"] = "1"
+        try:
+            process.start()
+        finally:
+            if before is None:
+                os.environ.pop("TRITON_INTERPRET", None)
+            else:
+                os.environ["TRITON_INTERPRET"] = before
         child_conn.close()
         return _Worker(slot, generation, process, parent_conn, scratch)
 
