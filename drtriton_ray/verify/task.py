@@ -18,7 +18,7 @@ class Task:
     trials_per_distribution: int = 1
     distributions: tuple = DISTRIBUTIONS
     timing: bool = True                 # GPU only; the interpreter never measures speed
-    timing_trials: int = 100             # KernelBench's count; 20 left a 22% spread on 0.15 ms kernels (H100)
+    timing_trials: int = 100             # KernelBench's count (the spread on short kernels is still ~21%: docs)
     timing_warmup: int = 10
     profile_gpu: bool = False           # report device time spent in kernels (gpu_kernel_ms)
     # Filled by the pool from its cache: reference times for this problem on this GPU model.
