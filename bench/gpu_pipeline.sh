@@ -4,9 +4,15 @@
 # one piece, and the calls must follow each other while the machine is warm (state lives in /tmp):
 #   bash bench/gpu_pipeline.sh recv 1         # ... recv N: store the piece carried in .gpuK/
 #   bash bench/gpu_pipeline.sh setup          # unpack, install to /tmp/site, SmolLM2 -> /tmp/models/smollm2
-#   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1) + held-out pass@1 of the base model
-#   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train + held-out pass@1 after SFT
-#   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES + held-out pass@1 after RL
+#   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1), unless carried (below)
+#   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model
+#   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train
+#   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
+#   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides)
+#   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
+# Every stage fits one 10-minute device call. SFT pairs made elsewhere (`drtriton sft-data ... --out
+# .gpu-data/sft.parquet`, e.g. on CPU, where the interpreter verifies them) come along with `setup`'s call when
+# .gpu-data is carried, and `data` can be skipped.
 # Held-out evaluation: the first 67 level-1 programs of the held-out stream (one per operator), greedy.
 set -euo pipefail
 OUT=${OUT:-/tmp/gpu-out}
@@ -30,26 +36,25 @@ case "$1" in
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c "import torch, triton, transformers, ray, ortools, pydantic; print('torch', torch.__version__, \
 'triton', triton.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
-    $CLI prepare-model smollm2 --out /tmp/models/smollm2 2>&1 | tail -3 ;;
+    $CLI prepare-model smollm2 --out /tmp/models/smollm2 2>&1 | tail -3
+    if [ -f .gpu-data/sft.parquet ]; then cp .gpu-data/sft.parquet /tmp/data/sft.parquet && tail -3 .gpu-data/log.txt; fi ;;
   data)
     $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out /tmp/data/sft.parquet --workers 12 --device cuda \
-      2>&1 | tail -5 | tee "$OUT/sft_data.txt"
-    $EVAL --model /tmp/models/smollm2 --out "$OUT/eval_base.json" 2>&1 | tail -25 | tee "$OUT/eval_base.txt" ;;
-  eval-sft)
-    ln -sfn "$(latest /tmp/runs/sft-smollm2)" /tmp/models/sft
-    $EVAL --model /tmp/models/sft --out "$OUT/eval_sft.json" 2>&1 | tail -25 | tee "$OUT/eval_sft.txt" ;;
+      2>&1 | tail -5 | tee "$OUT/sft_data.txt" ;;
+  eval-base|eval-sft|eval-rl)
+    model=${1#eval-}
+    [ "$model" = base ] && model=smollm2
+    $EVAL --model "/tmp/models/$model" --out "$OUT/$1.json" 2>&1 | tail -25 | tee "$OUT/$1.txt" ;;
   sft)
     python3 jobs/sft.py --config configs/sft-gpu-1.yaml --set model=/tmp/models/smollm2 \
       --set "data=[/tmp/data/sft.parquet]" --set storage_path=/tmp/runs 2>&1 | tail -3 | tee "$OUT/sft.txt"
     ln -sfn "$(latest /tmp/runs/sft-smollm2)" /tmp/models/sft
-    cp /tmp/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl"
-    $EVAL --model /tmp/models/sft --out "$OUT/eval_sft.json" 2>&1 | tail -25 | tee "$OUT/eval_sft.txt" ;;
+    cp /tmp/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl" ;;
   rl)
     python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=/tmp/models/sft \
-      --set run.storage_path=/tmp/runs --set run.max_minutes="${2:-6}" 2>&1 | tail -30 | tee "$OUT/rl.txt"
+      --set run.storage_path=/tmp/runs --set run.max_minutes="${2:-6}" ${RL_SET:-} 2>&1 | tail -30 | tee "$OUT/rl.txt"
     ln -sfn "$(latest /tmp/runs/gpu-1)" /tmp/models/rl
-    cp /tmp/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl"
-    $EVAL --model /tmp/models/rl --out "$OUT/eval_rl.json" 2>&1 | tail -25 | tee "$OUT/eval_rl.txt" ;;
+    cp /tmp/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl" ;;
   *)
-    echo "usage: $0 recv K | setup | data | sft | rl [MINUTES]" >&2; exit 2 ;;
+    echo "usage: $0 recv K | setup | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl" >&2; exit 2 ;;
 esac

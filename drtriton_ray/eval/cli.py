@@ -81,6 +81,9 @@ def _print_report(report, title: str) -> None:
                        _fmt(getattr(report, f"geomean_best_speedup_vs_{base}")))
     totals.add_row("tokens generated (answers cut at max tokens)", f"{report.tokens_generated} ({report.truncated})")
     totals.add_row("generating / verifying", f"{report.generate_s:.1f} s / {report.verify_s:.1f} s")
+    if report.unjudged:
+        totals.add_row("problems left out: the verifier could not judge them",
+                       f"{len(report.unjudged)} ({', '.join(sorted({u['status'] for u in report.unjudged}))})")
     out.print(totals)
 
 

@@ -16,8 +16,9 @@ the fine reason (the extraction failure, or the verdict status) for logs and rep
 
 The status-by-status mapping is `_BY_STATUS` below (and the table in docs/eval.md).
 
-`bad_problem` and `missing` say nothing about an answer (the problem is unusable; the harness lost the answer), so
-`classify` refuses them instead of blaming the model.
+`bad_problem`, `verifier_limit` and `missing` say nothing about an answer (the problem is unusable; the reference
+ran out of memory on the verifier's device; the harness lost the answer), so `classify` refuses them instead of
+blaming the model.
 
 The Triton interpreter (CPU) wraps every exception raised inside a kernel into `InterpreterError`, compile-time
 mistakes included, so on CPU such mistakes count as `runtime_error`; only real compilation (GPU) tells them apart.
@@ -67,7 +68,7 @@ _BY_STATUS: dict[Status, Outcome] = {
     Status.INPUT_MUTATED: Outcome.WRONG,
     Status.NOT_FAITHFUL: Outcome.WRONG,
 }
-NOT_ABOUT_THE_ANSWER = (Status.BAD_PROBLEM, Status.MISSING)
+NOT_ABOUT_THE_ANSWER = (Status.BAD_PROBLEM, Status.VERIFIER_LIMIT, Status.MISSING)
 
 # The worker writes "importing the candidate failed: ..." for a module that does not import, and names the
 # exception type ("forward raised CompilationError: at 3:4:") for everything else; Triton's compile errors are

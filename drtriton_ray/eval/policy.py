@@ -12,12 +12,12 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional, Protocol, Sequence
 
-from drtriton_ray.eval.outcome import Outcome, classify, detail
+from drtriton_ray.eval.outcome import NOT_ABOUT_THE_ANSWER, Outcome, classify, detail
 from drtriton_ray.prompts import build_messages, extract_code
 from drtriton_ray.rollout.engine import Sample, SamplingConfig
 from drtriton_ray.verify.metrics import BASELINES
 from drtriton_ray.verify.task import Task
-from drtriton_ray.verify.verdict import Verdict
+from drtriton_ray.verify.verdict import Status, Verdict
 
 Verify = Callable[[list[Task]], list[Verdict]]
 REASON_CHARS = 300  # enough for the verifier's one-line reasons; answers themselves are not kept
@@ -99,6 +99,8 @@ class EvalReport:
     """Per-problem results and totals. Speed figures are None where nothing was timed (CPU interpreter).
 
     - `pass_at_1`, `pass_at_k`: means over problems of the unbiased estimator with n = `samples`.
+    - `unjudged`: problems left out of every figure because a verdict on one of their answers was about the
+      problem or the verifier, not the answer (`bad_problem`, `verifier_limit`): id, status and reason.
     - `mean_/geomean_speedup_vs_*`: over correct answers that were timed (the speed of what the model gets right).
     - `geomean_best_speedup_vs_*`: KernelBench's convention (verify/metrics.py) over all problems: each problem's
       best correct speedup, 1.0 for a problem without a correct answer, so failures are not averaged away.
@@ -126,10 +128,14 @@ class EvalReport:
     truncated: int                # answers that hit max_tokens
     generate_s: float
     verify_s: float
+    unjudged: list[dict] = field(default_factory=list)
 
     @classmethod
-    def build(cls, problems: list[ProblemResult], *, samples: int, temperature: float,
-              max_tokens: int, seed: int, baseline: str, generate_s: float, verify_s: float) -> "EvalReport":
+    def build(cls, problems: list[ProblemResult], *, samples: int, temperature: float, max_tokens: int, seed: int,
+              baseline: str, generate_s: float, verify_s: float, unjudged: list[dict] = ()) -> "EvalReport":
+        if not problems:
+            raise RuntimeError(f"the verifier could judge none of the {len(unjudged)} problems: "
+                               + "; ".join(f"{u['id']}: {u['status']}: {u['reason']}" for u in unjudged[:3]))
         answers = [a for p in problems for a in p.answers]
         correct = [a for a in answers if Outcome(a.outcome).is_correct]
         speeds = {}
@@ -152,7 +158,7 @@ class EvalReport:
             speedups_flagged=sum(a.speedup_flagged for a in correct),
             tokens_generated=sum(a.tokens for a in answers),
             truncated=sum(a.finish_reason == "length" for a in answers),
-            generate_s=generate_s, verify_s=verify_s, **speeds)
+            generate_s=generate_s, verify_s=verify_s, unjudged=list(unjudged), **speeds)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -205,8 +211,13 @@ async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verif
         raise RuntimeError(f"the verifier returned {len(verdicts)} verdicts for {len(tasks)} tasks")
     by_slot = dict(zip(slots, verdicts))
 
-    results = []
+    results, unjudged = [], []
     for i, (problem, group, exs) in enumerate(zip(problems, groups, extractions)):
+        refused = [v for j in range(len(group)) if (v := by_slot.get((i, j))) is not None
+                   and Status(v.status) in NOT_ABOUT_THE_ANSWER]
+        if refused:
+            unjudged.append({"id": problem.id, "status": refused[0].status, "reason": refused[0].reason[:REASON_CHARS]})
+            continue
         answers = []
         for j, (sample, ex) in enumerate(zip(group, exs)):
             verdict = by_slot.get((i, j))
@@ -228,4 +239,5 @@ async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verif
             best_speedup_vs_eager=_best([a.speedup_vs_eager for a in answers]),
             best_speedup_vs_compile=_best([a.speedup_vs_compile for a in answers]), answers=answers))
     return EvalReport.build(results, samples=samples, temperature=temperature, max_tokens=max_tokens,
-                            seed=seed, baseline=baseline, generate_s=generate_s, verify_s=verify_s)
+                            seed=seed, baseline=baseline, generate_s=generate_s, verify_s=verify_s,
+                            unjudged=unjudged)

@@ -11,8 +11,9 @@ Order matters for the defences:
 4. GPU: a compile pass (every launch compiles, none runs) outside the GPU's shared section;
 5. each trial: fresh seed -> inputs; memory is poisoned; the CANDIDATE runs first on its own input copies (launches
    counted, strict-policy dispatch audit); inputs must be unchanged; only then the reference runs on a pristine copy
-   and the outputs are compared; reference outputs stay referenced until the task ends, so their memory is never
-   handed to a later candidate call. Mode: the first trial runs both models in eval mode (fresh running
+   and the outputs are compared. A reference result is freed after its comparison: the candidate always runs
+   before the reference of its own trial, a later trial's inputs are fresh, and every freed block of an output's
+   size is NaN-poisoned before each candidate call, so no stale result can pass for a new one. Mode: the first trial runs both models in eval mode (fresh running
    statistics on both sides), every other trial, faithfulness and timing in training mode, the nn.Module default
    that KernelBench grades in; a candidate that ignores the mode (BatchNorm batch statistics, a `self.training`
    branch) fails one of them;
@@ -21,19 +22,25 @@ Order matters for the defences:
 Steps 1-6 that run on the GPU hold its shared section (pool.py arbitrates); compiling and importing hold nothing.
 The one GPU call a worker makes outside both is the reference's first torch.compile'd call, which compiles for
 seconds before it runs (once per problem and pool).
+Memory: paper-size problems hold gigabytes per tensor. The self-test measures the reference's peak; a problem whose
+trial would need more than BIG_SHARE of the GPU (candidate and reference side by side) holds the section exclusive
+for its checks too, so it runs alone; every GPU task hands its cached memory back to the driver when it ends. A reference
+that still runs out of device memory gives VERIFIER_LIMIT: the verifier could not judge; neither the problem nor
+the candidate is blamed.
 The reference outputs live only in local variables of this module; the candidate has no import path, frame or
 gc access to reach them (static rules), and the functions comparing them were bound before it was imported.
 """
 from __future__ import annotations
 
 import copy
+import gc
 import hashlib
 import importlib.util
 import os
 import random
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 
 import torch
@@ -44,6 +51,9 @@ from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_me
 from drtriton_ray.verify.inputs import clone_inputs, inputs_unchanged, make_inputs
 from drtriton_ray.verify.task import Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
+
+# A trial needing more than this share of the GPU's memory runs its checks alone on the GPU (exclusive section).
+BIG_SHARE = 0.25
 
 
 class Gate:
@@ -90,7 +100,9 @@ class WorkerContext:
     audit_cls: type
     tasks_run: int = 0
     gate: Gate = field(default_factory=Gate)
-    # problem sha256 -> result of its self-test (None: usable; else the reason it is not), output sizes
+    gpu_bytes: int = 0   # the GPU's memory (0 on CPU)
+    # problem sha256 -> result of its self-test: (None if usable, else the reason it is not; output sizes in bytes;
+    # the reference's peak device memory over a forward and its output checks)
     problems: dict = field(default_factory=dict)
 
 
@@ -105,12 +117,14 @@ def _describe(e: BaseException) -> str:
     return text[0][:500] if text else type(e).__name__
 
 
+def _out_of_memory(e: BaseException) -> bool:
+    """RLIMIT_AS turns running out of memory into a failed allocation, CUDA into OutOfMemoryError."""
+    return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
+
+
 def _failure_status(e: BaseException) -> Status:
-    """Running out of memory is a resource limit (RLIMIT_AS turns it into a failed allocation, CUDA into
-    OutOfMemoryError), not a bug in the candidate's logic."""
-    if isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e):
-        return Status.RESOURCE_LIMIT
-    return Status.RUNTIME_ERROR
+    """The candidate running out of memory is a resource limit, not a bug in its logic."""
+    return Status.RESOURCE_LIMIT if _out_of_memory(e) else Status.RUNTIME_ERROR
 
 
 def _load_module(source: str, name: str, scratch: str):
@@ -134,9 +148,9 @@ class _Run:
     def __init__(self, task: Task, ctx: WorkerContext, verdict: Verdict):
         self.task, self.ctx, self.verdict, self.device = task, ctx, verdict, ctx.device
         self.rng = random.Random(verdict.seed)
-        self.kept: list = []           # reference outputs, alive until the task ends
         self.out_nbytes: list[int] = []
         self.gpu = self.device.startswith("cuda")
+        self.big = False               # the problem's trials run alone on the GPU (BIG_SHARE)
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
         self.verdict.checks.append(CheckResult(name, passed, detail))
@@ -185,22 +199,50 @@ class _Run:
         except Exception as e:  # any failure of trusted problem code makes the problem unusable
             self.reject("problem", Status.BAD_PROBLEM, f"the problem is unusable: {_describe(e)}")
         key = hashlib.sha256(self.task.problem_source.encode()).hexdigest()
-        with self.gpu_section():   # copies to the device and the self-test's forwards
+        try:
+            with self.gpu_section():   # copies to the device and the self-test's forwards
+                self._prepare(key)
+        except Exception as e:
+            if not _out_of_memory(e):
+                raise
+            free_cache(self.device)   # other workers' tasks hold memory too: once more, alone on the GPU
             try:
-                self.ref = self.ref.to(self.device)
+                with self.gpu_section("exclusive"):
+                    self._prepare(key)
             except Exception as e:
-                self.ctx.problems[key] = (f"the problem is unusable: {_describe(e)}", [])
-            if key not in self.ctx.problems:
-                self.ctx.problems[key] = self._self_test()
-        reason, self.out_nbytes = self.ctx.problems[key]
+                if not _out_of_memory(e):
+                    raise
+                free_cache(self.device)
+                self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory alone on the "
+                            f"device, so no candidate can be judged here: {_describe(e)}")
+        reason, self.out_nbytes, peak = self.ctx.problems[key]
         if reason is not None:
             self.reject("problem", Status.BAD_PROBLEM, reason)
-        self.check("problem", True, "self-test passed: deterministic; no all-zeros or constant output matches")
+        # candidate and reference side by side take about twice what the reference took alone
+        self.big = self.gpu and 2 * peak > BIG_SHARE * self.ctx.gpu_bytes
+        self.check("problem", True, "self-test passed: deterministic; no all-zeros or constant output matches"
+                   + ("; checked alone on the GPU (large problem)" if self.big else ""))
+
+    def _prepare(self, key: str) -> None:
+        """The reference on the device, and the problem's self-test once per worker. Running out of memory is
+        raised, never cached: it says how busy the device is, not what the problem is."""
+        try:
+            self.ref = self.ref.to(self.device)
+        except Exception as e:
+            if _out_of_memory(e):
+                raise
+            self.ctx.problems[key] = (f"the problem is unusable: {_describe(e)}", [], 0)
+        if key not in self.ctx.problems:
+            self.ctx.problems[key] = self._self_test()
 
     def _self_test(self) -> tuple:
         """(None, output sizes) for a usable problem, else (reason, []). On a throwaway instance built under the
         same seed, in training mode, so the graded reference keeps its fresh state (running statistics)."""
         rng = random.Random(f"self-test/{self.verdict.seed}")  # the trials' draws do not depend on the cache
+        if self.gpu:
+            _sync(self.device)
+            torch.cuda.reset_peak_memory_stats(self.device)
+            base = torch.cuda.memory_allocated(self.device)
         try:
             torch.manual_seed(self.verdict.seed)
             model = self.Model(*copy.deepcopy(self.init_inputs)).to(self.device).train()
@@ -209,32 +251,39 @@ class _Run:
                 inputs = make_inputs(self.get_inputs, dist, rng.randrange(2**31), self.device)
                 with torch.no_grad():
                     out = model(*clone_inputs(inputs))
-                    again = model(*clone_inputs(inputs))
+                    again = model(*inputs)
                 _sync(self.device)
+                del inputs
                 outs = out if isinstance(out, (tuple, list)) else [out]
                 if not outs or not all(type(o) is torch.Tensor for o in outs):
                     raise TypeError("Model.forward must return a tensor or a tuple of tensors")
                 out_nbytes = [o.numel() * o.element_size() for o in outs]
                 if not compare(again, out, self.tol).ok:
                     return (f"the problem is unusable: two calls on the same {dist} inputs disagree (random "
-                            "layers such as Dropout in training mode?): no candidate can match it", [])
-                nulls = [torch.zeros_like(o) for o in outs]
-                zeros_pass = zeros_pass and compare(_like(out, nulls), out, self.tol).ok
+                            "layers such as Dropout in training mode?): no candidate can match it", [], 0)
+                del again
+                nulls = _like(out, [torch.zeros_like(o) for o in outs])
+                zeros_pass = zeros_pass and compare(nulls, out, self.tol).ok
+                del nulls
                 if constants is None:
                     constants = [o.reshape(-1)[0].item() if o.numel() else 0 for o in outs]
-                fills = [torch.full_like(o, c) for o, c in zip(outs, constants)]
-                const_pass = const_pass and compare(_like(out, fills), out, self.tol).ok
+                fills = _like(out, [torch.full_like(o, c) for o, c in zip(outs, constants)])
+                const_pass = const_pass and compare(fills, out, self.tol).ok
+                del fills, out, outs
         except Exception as e:
-            return f"the problem is unusable: {_describe(e)}", []
+            if _out_of_memory(e):
+                raise
+            return f"the problem is unusable: {_describe(e)}", [], 0
+        peak = torch.cuda.max_memory_allocated(self.device) - base if self.gpu else 0
         dists = ", ".join(self.task.distributions)
         if zeros_pass:
             return (f"the problem is unusable: an all-zeros output matches the reference on every input "
-                    f"distribution ({dists}), so a candidate that computes nothing would pass", [])
+                    f"distribution ({dists}), so a candidate that computes nothing would pass", [], 0)
         if const_pass:
             return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in constants)}) "
                     f"matches the reference on every input distribution ({dists}): it does not depend on its "
-                    "inputs", [])
-        return None, out_nbytes
+                    "inputs", [], 0)
+        return None, out_nbytes, peak
 
     # -- 2, 3. candidate --
     def load_candidate(self, module_name: str) -> None:
@@ -311,11 +360,17 @@ class _Run:
             monitor.stop()
         return out, monitor.count, (audit_mode.ops if audit_mode is not None else [])
 
-    def reference(self, pristine: list):
-        with torch.no_grad():
-            out = self.ref(*clone_inputs(pristine))
-        _sync(self.device)
-        self.kept.append(out)
+    def reference(self, pristine: list, label: str):
+        """The reference's output on `pristine` (consumed: nothing else reads it afterwards)."""
+        try:
+            with torch.no_grad():
+                out = self.ref(*pristine)
+            _sync(self.device)
+        except Exception as e:
+            if not _out_of_memory(e):
+                raise
+            self.reject(label, Status.VERIFIER_LIMIT, f"{label}: the reference ran out of memory next to the "
+                        f"candidate's outputs, so the candidate could not be judged: {_describe(e)}")
         return out
 
     def trial(self, label: str, distribution: str) -> None:
@@ -334,7 +389,8 @@ class _Run:
                         f"{label}: PyTorch ran {', '.join(ops[:6])} outside Triton kernels (policy strict)")
         if not inputs_unchanged(pristine, mine):
             self.reject("inputs_unchanged", Status.INPUT_MUTATED, f"{label}: forward modified its inputs")
-        cmp = compare(out, self.reference(pristine), self.tol)
+        del mine
+        cmp = compare(out, self.reference(pristine, label), self.tol)
         self.verdict.max_abs_error = max(self.verdict.max_abs_error or 0.0, cmp.max_abs)
         self.verdict.max_rel_error = max(self.verdict.max_rel_error or 0.0, cmp.max_rel)
         if not cmp.ok:
@@ -351,7 +407,7 @@ class _Run:
             self.check("faithfulness", True, f"no-op kernels: forward raised {type(e).__name__}")
             return
         self.tamper_check("faithfulness run")
-        if compare(out, self.reference(pristine), self.tol).ok:
+        if compare(out, self.reference(pristine, "faithfulness"), self.tol).ok:
             self.reject("faithfulness", Status.NOT_FAITHFUL,
                         f"the output still matches with all {launches} Triton launches made no-ops: "
                         "the kernels do not compute the result")
@@ -375,7 +431,7 @@ class _Run:
         t = self.task
         cand = timing.measure(self.cand, self.timing_inputs(), t.timing_trials, t.timing_warmup,
                               exclusive=self.ctx.gate.exclusive, first=self.ctx.gate.shared)
-        torch.cuda.empty_cache()   # the window's input copies: other workers share this GPU's memory
+        free_cache(self.device)   # the window's input copies: other workers share this GPU's memory
         self.tamper_check("timing")
         v = self.verdict
         v.candidate_ms = cand.median_ms
@@ -397,7 +453,8 @@ class _Run:
             with self.phase("compile"):
                 self.set_mode(training=False)
                 self.compile_pass()
-        with self.phase("checks"), self.gpu_section():
+        checks_section = "exclusive" if self.big else "shared"
+        with self.phase("checks"), self.gpu_section(checks_section):
             # eval mode first, while both models hold the state they were built with (running statistics)
             self.set_mode(training=False)
             self.trial("trial problem (eval mode)", "problem")
@@ -405,11 +462,17 @@ class _Run:
             for dist in self.task.distributions:
                 for k in range(self.task.trials_per_distribution):
                     self.trial(f"trial {dist}#{k}", dist)
-        with self.phase("faithfulness"), self.gpu_section():
+        with self.phase("faithfulness"), self.gpu_section(checks_section):
             self.faithfulness()
         if self.gpu and self.task.timing:
             with self.phase("timing"):
                 self.time_it()
+
+
+def free_cache(device: str) -> None:
+    """Hand the allocator's cached blocks back to the driver: the pool's other workers share the GPU."""
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
 
 
 def _like(out, tensors: list):
@@ -440,6 +503,10 @@ def run_task(task: Task, ctx: WorkerContext) -> Verdict:
         verdict.status, verdict.reason = Status.RUNTIME_ERROR.value, f"verification failed: {_describe(e)}"
     finally:
         _cleanup(ctx)
+    if run.gpu:   # its models, inputs and outputs go now, and their cached blocks back to the other workers
+        del run
+        gc.collect()
+        free_cache(ctx.device)
     verdict.duration_s = time.perf_counter() - t0
     return verdict
 
@@ -459,9 +526,11 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
         with run.phase("reference"):
             ctx.sandbox.trusted_depth += 1  # torch.compile may start compiler processes
             try:
+                alone = ctx.gate.exclusive if run.big else None
                 result.update(timing.reference_times(run.ref, run.timing_inputs(), task.timing_trials,
                                                      task.timing_warmup, exclusive=ctx.gate.exclusive,
-                                                     shared=ctx.gate.shared))
+                                                     shared=alone or ctx.gate.shared,
+                                                     compiling=alone or nullcontext))
             finally:
                 ctx.sandbox.trusted_depth -= 1
                 torch.cuda.empty_cache()

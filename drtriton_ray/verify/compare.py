@@ -42,6 +42,27 @@ def as_list(out) -> Optional[list]:
     return [out]
 
 
+CHUNK = 1 << 24   # elements compared at once: float64 temporaries of a few hundred MiB, whatever the output size
+
+
+def _values(c, r, tol: float) -> tuple[int, int, float, float]:
+    """Elements off, NaN/Inf where the reference is finite, max abs and max relative error of two flat tensors."""
+    import torch
+    bad = nonfinite = 0
+    max_abs = max_rel = 0.0
+    for start in range(0, c.numel(), CHUNK):
+        c64 = c[start:start + CHUNK].to(torch.float64)
+        r64 = r[start:start + CHUNK].to(torch.float64)
+        close = torch.isclose(c64, r64, rtol=tol, atol=tol, equal_nan=True)
+        both_finite = torch.isfinite(c64) & torch.isfinite(r64)
+        diff = torch.where(both_finite, (c64 - r64).abs(), torch.zeros_like(c64))
+        max_abs = max(max_abs, float(diff.max()))
+        max_rel = max(max_rel, float((diff / r64.abs().clamp_min(max(tol, 1e-12))).max()))
+        bad += int((~close).sum())
+        nonfinite += int((~torch.isfinite(c64) & torch.isfinite(r64)).sum())
+    return bad, nonfinite, max_abs, max_rel
+
+
 def compare(candidate, reference, requested_tol: Optional[float] = None) -> Comparison:
     import torch
     ref = as_list(reference)
@@ -65,17 +86,9 @@ def compare(candidate, reference, requested_tol: Optional[float] = None) -> Comp
             return Comparison(Status.SHAPE_MISMATCH, f"output {i} has shape {tuple(c.shape)}, "
                               f"expected {tuple(r.shape)}")
         tol = tolerance(r.dtype, requested_tol)
-        c64, r64 = c.detach().to(torch.float64), r.detach().to(torch.float64)
-        close = torch.isclose(c64, r64, rtol=tol, atol=tol, equal_nan=True)
-        both_finite = torch.isfinite(c64) & torch.isfinite(r64)
-        diff = torch.where(both_finite, (c64 - r64).abs(), torch.zeros_like(c64))
-        rel = diff / r64.abs().clamp_min(max(tol, 1e-12))
-        max_abs = float(diff.max()) if diff.numel() else 0.0
-        max_rel = float(rel.max()) if rel.numel() else 0.0
+        bad, nonfinite, max_abs, max_rel = _values(c.detach().reshape(-1), r.detach().reshape(-1), tol)
         worst.max_abs, worst.max_rel = max(worst.max_abs, max_abs), max(worst.max_rel, max_rel)
-        if not bool(close.all()):
-            bad = int((~close).sum())
-            nonfinite = int((~torch.isfinite(c64) & torch.isfinite(r64)).sum())
+        if bad:
             return Comparison(Status.VALUE_MISMATCH, f"output {i}: {bad}/{c.numel()} elements off "
                               f"(atol=rtol={tol:g}; max abs err {max_abs:.3g}"
                               + (f"; {nonfinite} NaN/Inf where the reference is finite" if nonfinite else "") + ")",

@@ -217,10 +217,23 @@ class Sandbox:
 
 def poison_memory(device: str, nbytes: list[int], copies: int = 4) -> None:
     """Hand the allocator NaN-filled blocks of the sizes the outputs will need, then free them, so a candidate's
-    torch.empty gets poison (or fresh zero pages), never a freed reference result."""
+    torch.empty gets poison (or fresh zero pages), never a freed reference result. On a GPU the poison stops at
+    what the allocator holds free (beyond that come fresh blocks from the driver) and at the first allocation that
+    does not fit: then every free block is already poisoned."""
     import torch
-    blocks = [torch.full((max(n // 4, 1) + 16,), float("nan"), dtype=torch.float32, device=device)
-              for n in nbytes for _ in range(copies)]
+    budget = float("inf")
+    if device.startswith("cuda"):
+        budget = max(sum(nbytes), torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    blocks, total = [], 0
+    try:
+        for n in nbytes:
+            for _ in range(copies):
+                if total >= budget:
+                    break
+                blocks.append(torch.full((max(n // 4, 1) + 16,), float("nan"), dtype=torch.float32, device=device))
+                total += n
+    except (MemoryError, torch.OutOfMemoryError):
+        pass
     del blocks
 
 

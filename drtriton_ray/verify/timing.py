@@ -136,12 +136,14 @@ def _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead) -> Timing:
     return Timing(per_call, event_ms / calls, host_ms / n, suspect, calls, len(events), q[2] - q[0])
 
 
-def reference_times(model, make_args, trials: int, warmup: int, exclusive=nullcontext, shared=nullcontext) -> dict:
+def reference_times(model, make_args, trials: int, warmup: int, exclusive=nullcontext, shared=nullcontext,
+                    compiling=nullcontext) -> dict:
     """Eager and torch.compile times of the reference (the pool caches them per problem and GPU model). The
-    compiled module's first call compiles for seconds: it holds no section, so other workers go on meanwhile."""
+    compiled module's first call compiles for seconds in `compiling()`: by default no section, so other workers go
+    on meanwhile (a problem too large to share the GPU passes its exclusive section)."""
     eager = measure(model, make_args, trials, warmup, exclusive=exclusive, first=shared).median_ms
     compiled = torch.compile(model)
-    compiled_ms = measure(compiled, make_args, trials, warmup, exclusive=exclusive).median_ms
+    compiled_ms = measure(compiled, make_args, trials, warmup, exclusive=exclusive, first=compiling).median_ms
     return {"eager_ms": eager, "compile_ms": compiled_ms}
 
 

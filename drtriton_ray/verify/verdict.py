@@ -40,6 +40,7 @@ class Status(str, enum.Enum):
     RESOURCE_LIMIT = "resource_limit"      # memory watchdog; the worker was replaced
     CRASH = "crash"                        # the worker died (signal, os._exit); it was replaced
     DEVICE_ERROR = "device_error"          # CUDA error: the context is poisoned, the worker was replaced
+    VERIFIER_LIMIT = "verifier_limit"      # the reference itself ran out of memory: nothing could be judged
     MISSING = "missing"                    # eval: no solution file for a problem
 
 

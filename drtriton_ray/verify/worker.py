@@ -120,7 +120,9 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
     from drtriton_ray.verify.verdict import Status
     ctx = WorkerContext(name=name, device=device, scratch=scratch, monitor=monitor, trusted=Trusted(monitor),
                         sandbox=Sandbox(scratch, monitor, allow_compiler_processes=device != "cpu"),
-                        audit_cls=make_torch_audit(monitor), gate=Gate(conn if gated else None))
+                        audit_cls=make_torch_audit(monitor), gate=Gate(conn if gated else None),
+                        gpu_bytes=torch.cuda.get_device_properties(device).total_memory
+                        if device.startswith("cuda") else 0)
     ctx.sandbox.install()
     _memory_watchdog(int(limits.rss_gb * (1 << 30)), rss_bytes)
     lap("sandbox")

@@ -4,7 +4,7 @@ import ast
 
 import pytest
 
-from drtriton_ray.eval.outcome import Outcome, classify, detail
+from drtriton_ray.eval.outcome import NOT_ABOUT_THE_ANSWER, Outcome, classify, detail
 from drtriton_ray.prompts import Extraction, Failure, extract_code, format_answer
 from drtriton_ray.verify import Status, Task, Verdict, static_verdict
 
@@ -67,7 +67,7 @@ OK = Extraction("class ModelNew: pass")
 def test_every_status_has_a_decision():
     for status in Status:
         v = Verdict(status=status.value)
-        if status in (Status.BAD_PROBLEM, Status.MISSING):  # the problem's or the harness's fault, not the answer's
+        if status in NOT_ABOUT_THE_ANSWER:  # the problem's, the verifier's or the harness's fault, not the answer's
             with pytest.raises(ValueError, match="not the answer"):
                 classify(OK, v)
         else:

@@ -111,3 +111,18 @@ def test_reference_lowering_passes_the_real_verifier(tok, problems, pool, script
     assert report.mean_speedup_vs_eager is None and report.geomean_best_speedup_vs_eager is None  # CPU: untimed
     assert report.verify_s > 0
     assert isinstance(report, EvalReport)
+
+
+def test_unjudged_problems_are_left_out_not_counted_as_failures(tok, problems, scripted):
+    """A verdict about the problem or the verifier (reference out of memory) says nothing about the answer."""
+    a, b = problems
+    engine = scripted(tok, {tuple(prompt_ids(tok, p.source)): [format_answer(code(p.id))] for p in problems})
+    verdicts = {a.id: Verdict("verifier_limit", reason="trial problem#0: the reference ran out of memory"),
+                b.id: Verdict("correct")}
+    report = asyncio.run(evaluate(engine, tok, problems, lambda ts: [verdicts[t.name.split("#")[0]] for t in ts]))
+    assert report.pass_at_1 == 1.0 and [p.id for p in report.problems] == [b.id]
+    assert report.unjudged == [{"id": a.id, "status": "verifier_limit",
+                                "reason": "trial problem#0: the reference ran out of memory"}]
+    verdicts[b.id] = Verdict("bad_problem", reason="the problem is unusable")
+    with pytest.raises(RuntimeError, match="could judge none of the 2 problems"):
+        asyncio.run(evaluate(engine, tok, problems, lambda ts: [verdicts[t.name.split("#")[0]] for t in ts]))

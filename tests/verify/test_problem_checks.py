@@ -88,3 +88,52 @@ def test_reference_times_fill_speedups():
     assert (v.speedup_vs_eager, v.speedup_vs_compile, v.speedup_flagged) == (4.0, 0.5, False)
     v.set_reference(20.0, 1.0)
     assert v.speedup_flagged
+
+
+OUT_OF_MEMORY = 'raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")'
+# The worker builds the graded reference first, then the self-test's throwaway instance: only the graded one fails.
+OOM_IN_TRIALS = '''import torch
+import torch.nn as nn
+
+BUILT = []
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.graded = not BUILT
+        BUILT.append(self)
+
+    def forward(self, x):
+        if self.graded:
+            OUT_OF_MEMORY
+        return torch.relu(x)
+
+
+def get_inputs():
+    return [torch.randn(37, 53)]
+
+
+def get_init_inputs():
+    return []
+'''.replace("OUT_OF_MEMORY", OUT_OF_MEMORY)
+
+
+def test_reference_out_of_memory_blames_neither_problem_nor_candidate(pool, source):
+    """The self-test's reference running out of memory is retried alone on the GPU, never cached as a bad problem;
+    out of memory again, the verdict is verifier_limit, and eval/RL refuse it like bad_problem."""
+    from drtriton_ray.eval.outcome import classify
+    from drtriton_ray.prompts import extract_code
+    problem = relu_variant(source, OUT_OF_MEMORY)
+    candidate = source("candidates", "good_relu")
+    for v in pool.map([Task(problem, candidate)] * 3):   # every time: nothing was cached as "unusable"
+        assert v.status == Status.VERIFIER_LIMIT.value, (v.status, v.reason)
+        assert "ran out of memory alone on the device" in v.reason and [c.name for c in v.checks] == ["problem"]
+    with pytest.raises(ValueError, match="verifier_limit"):
+        classify(extract_code(f"```python\n{candidate}\n```"), v)
+
+
+def test_reference_out_of_memory_in_a_trial_is_verifier_limit(pool, source):
+    v = pool.verify(Task(OOM_IN_TRIALS, source("candidates", "good_relu")))
+    assert v.status == Status.VERIFIER_LIMIT.value, (v.status, v.reason)
+    assert v.reason.startswith("trial problem (eval mode): the reference ran out of memory"), v.reason
