@@ -57,15 +57,16 @@ def fit_with_progress(trainer, metrics_path: Path, total_steps: int):
     box: dict = {}
     thread = threading.Thread(target=lambda: box.update(result=_fit(trainer, box)), daemon=True)
     thread.start()
+    # a terminal redraws the bar every 2 s; a log (`ray job logs`, a file) gets one line per new step
+    live = sys.stderr.isatty()
     with tqdm(total=total_steps, desc="rl", unit="step") as bar:
         while thread.is_alive():
             thread.join(2.0)
             rows = read_metrics(metrics_path)
-            if rows:
+            if rows and (live or rows[-1]["step"] != bar.n):
                 last = rows[-1]
                 bar.n = last["step"]
                 bar.set_postfix(pass_rate=last.get("pass_rate"), loss=last.get("loss"), level=last.get("level"))
-                bar.refresh()
     if "error" in box:
         raise box["error"]
     return box.get("result")

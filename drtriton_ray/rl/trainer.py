@@ -7,7 +7,7 @@ holding the whole batch's graph: pass 1 runs the policy without gradients and ta
 the loss with respect to the log-probs; pass 2 runs micro-batches with gradients and back-propagates
 that gradient through them (the chain rule, one micro-batch at a time). Old-policy log-probs are
 the trainer's own pass 1 at the batch's first update, not the engine's (which are only compared, as
-a health metric). Then rank 0 sends the new weights to every engine (through the generator), runs
+a health metric). Then rank 0 sends the new weights to every engine (object store or broadcast, push.py), runs
 the held-out evaluation when due (curriculum promotion), and every rank reports; a checkpoint holds
 the HF model, optimizer, scheduler, step, RNG, curriculum, prompt-stream and buffer state."""
 from __future__ import annotations
@@ -186,6 +186,14 @@ def _out_of_time(cfg: RLConfig, started: float, world: int, device) -> bool:
     return over
 
 
+def _pusher(cfg: RLConfig, generator, device):
+    from drtriton_ray.rollout.push import CollectivePush, ObjectStorePush
+    bucket_bytes = cfg.sync.bucket_mb << 20
+    if cfg.sync.method == "object_store":
+        return ObjectStorePush(generator, bucket_bytes)
+    return CollectivePush(generator, cfg.rollout.engines, bucket_bytes, cfg.sync_backend(), cfg.sync.timeout_s, device)
+
+
 def rl_train_loop(config: dict) -> None:
     import ray
     import ray.train
@@ -196,7 +204,6 @@ def rl_train_loop(config: dict) -> None:
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
     from drtriton_ray.models import load_tokenizer
-    from drtriton_ray.rollout.engine import pack_buckets
 
     cfg = RLConfig(**config["rl"])
     generator, buffer = config["generator"], config["buffer"]
@@ -231,12 +238,14 @@ def rl_train_loop(config: dict) -> None:
     loss_fn = _loss_fn(cfg)
 
     in_flight: list = []   # the sync under way (at most one)
+    pusher = _pusher(cfg, generator, device) if rank == 0 else None
 
     def finish_sync() -> dict:
         if not in_flight:
             return {}
         timings = ray.get(in_flight.pop())
-        return {"time/engine_update_s": timings["engine_update_s"], "time/sync_total_s": timings["sync_s"]}
+        return {"time/engine_update_s": timings["engine_update_s"], "time/sync_total_s": timings["sync_s"],
+                "sync/failed_engines": timings.get("failed", 0)}
 
     def push_weights(full: dict, version: int, wait: bool) -> dict:
         """Rank 0 sends `full` (gathered on every rank by the caller). The engines update while the trainer goes on to the next
@@ -246,8 +255,7 @@ def rl_train_loop(config: dict) -> None:
             return {}
         t0 = time.perf_counter()
         done = finish_sync()
-        refs = [ray.put(b) for b in pack_buckets(full, cfg.sync.bucket_mb << 20)]
-        in_flight.append(generator.sync_weights.remote(refs, version, list(full)))
+        in_flight.append(pusher.push(full, version))
         if wait:
             done = finish_sync()
         return {"time/sync_s": time.perf_counter() - t0, **done}
@@ -346,6 +354,7 @@ def rl_train_loop(config: dict) -> None:
             ray.train.report(metrics, checkpoint=ckpt)
     if rank == 0:
         finish_sync()
+        pusher.close()
         ray.get(generator.stop.remote())
         writer.close()
         jsonl.close()

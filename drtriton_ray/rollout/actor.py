@@ -42,6 +42,16 @@ class RolloutEngineActor:
         blobs = [await b if isinstance(b, ray.ObjectRef) else b for b in buckets]
         return await (await self._engine()).update_weights(blobs, version, keys)
 
+    async def join_sync_group(self, spec: dict, rank: int) -> None:
+        await (await self._engine()).join_sync_group(spec, rank)
+
+    async def sync_group_id(self) -> int | None:
+        """The broadcast group this engine is in (None: none, e.g. after a restart)."""
+        return (await self._engine()).sync_group_id
+
+    async def receive_weights(self, buckets: list, version: int, keys: list[str]) -> float:
+        return await (await self._engine()).receive_weights(buckets, version, keys)
+
     async def weight_version(self) -> int:
         return (await self._engine()).weight_version
 

@@ -13,6 +13,7 @@ import time
 import torch
 
 from drtriton_ray.models import load_model
+from drtriton_ray.rollout.collective import SyncGroup
 from drtriton_ray.rollout.engine import Sample, SamplingConfig, unpack_buckets
 
 LOGPROB_CHUNK = 8  # sequences per teacher-forced pass: bounds the [chunk, length, vocab] logits
@@ -26,6 +27,7 @@ class HFEngine:
         self.model.eval()
         self.device, self.max_batch, self.batch_wait_s = device, max_batch, batch_wait_s
         self.weight_version = 0
+        self.sync_group: SyncGroup | None = None
         # an update waits for the generation in flight (vLLM's pause "wait" mode), so no answer mixes weights
         self._lock = asyncio.Lock()
         self._pending: list[tuple[list[list[int]], SamplingConfig, asyncio.Future]] = []
@@ -111,13 +113,30 @@ class HFEngine:
 
     async def update_weights(self, buckets: list[bytes], version: int, keys: list[str] | None = None) -> float:
         t0 = time.perf_counter()
-        state = unpack_buckets(buckets)
+        await self._apply(unpack_buckets(buckets), version, keys)
+        return time.perf_counter() - t0
+
+    @property
+    def sync_group_id(self) -> int | None:
+        return None if self.sync_group is None else self.sync_group.id
+
+    async def join_sync_group(self, spec: dict, rank: int) -> None:
+        if self.sync_group is not None:
+            self.sync_group.close()
+        self.sync_group = await asyncio.to_thread(SyncGroup, spec, rank, self.device)
+
+    async def receive_weights(self, buckets: list, version: int, keys: list[str]) -> float:
+        """Take part in the trainer's broadcast at once (a generation in flight goes on meanwhile), then apply."""
+        t0 = time.perf_counter()
+        await self._apply(await asyncio.to_thread(self.sync_group.broadcast, None, buckets), version, keys)
+        return time.perf_counter() - t0
+
+    async def _apply(self, state: dict, version: int, keys: list[str] | None) -> None:
         if keys is not None and set(keys) != set(state):
             raise RuntimeError(f"weight update incomplete: {len(set(keys) - set(state))} tensors missing")
         async with self._lock:
             self.model.load_state_dict(state, strict=True)
             self.weight_version = version
-        return time.perf_counter() - t0
 
     async def shutdown(self) -> None:
         return None

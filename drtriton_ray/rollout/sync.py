@@ -1,10 +1,15 @@
-"""Weight sync from the trainer to every rollout engine, through Ray's object store.
+"""Weight sync from the trainer to every rollout engine, the generator's side (push.py is the trainer's).
 
-The trainer puts the new weights as safetensors buckets (`engine.pack_buckets`) and hands the refs
-over; `push` sends them to every engine at once (each engine pauses, reloads once, resets its prefix
-cache and resumes) and times it. The latest refs are kept so that an engine which died and was
-restarted (Ray brings it back with its start-up weights) is brought up to date by `ensure` before it
-generates again."""
+Object store (`sync.method: object_store`): the trainer puts the new weights as safetensors buckets
+(`engine.pack_buckets`) and hands the refs over; `push` sends them to every engine at once (each engine pauses,
+reloads once, resets its prefix cache and resumes) and times it. The latest refs are kept so that an engine which
+died and was restarted (Ray brings it back with its start-up weights) is brought up to date by `ensure` before it
+generates again.
+
+Collective (`sync.method: collective`, collective.py): `join` puts every engine into the trainer's broadcast group,
+`in_group` says whether all of them still are, and `receive` has every engine take part in the trainer's broadcast
+and apply what it received. A restarted engine is out of the group until the trainer's next push forms a new one;
+until then it generates with its start-up weights, and the buffer's staleness bound drops those groups."""
 from __future__ import annotations
 
 import asyncio
@@ -58,6 +63,30 @@ class WeightSync:
         t0 = time.perf_counter()
         seconds = await asyncio.gather(*(self._update(e) for e in self.engines))
         return {"sync_s": time.perf_counter() - t0, "engine_update_s": max(seconds)}
+
+    async def join(self, spec: dict) -> None:
+        """Every engine joins the broadcast group `spec` (rank i + 1; the trainer's rank 0 joins meanwhile)."""
+        await asyncio.gather(*(call_with_restarts(lambda e=e, r=r: e.join_sync_group.remote(spec, r))
+                               for r, e in enumerate(self.engines, start=1)))
+
+    async def in_group(self, group_id: int) -> bool:
+        ids = await asyncio.gather(*(call_with_restarts(lambda e=e: e.sync_group_id.remote()) for e in self.engines))
+        return all(i == group_id for i in ids)
+
+    async def receive(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:
+        """Every engine receives the trainer's broadcast and applies it. An engine that fails (it died during the
+        broadcast, which then fails for the trainer too) is counted, not raised: the next push re-forms the group."""
+        self.version = version
+        t0 = time.perf_counter()
+
+        async def one(engine) -> float:
+            async with self._lock(engine):
+                return await engine.receive_weights.remote(buckets, version, keys)
+        results = await asyncio.gather(*(one(e) for e in self.engines), return_exceptions=True)
+        failed = [r for r in results if isinstance(r, BaseException)]
+        seconds = [r for r in results if not isinstance(r, BaseException)]
+        return {"sync_s": time.perf_counter() - t0, "engine_update_s": max(seconds, default=0.0),
+                "failed": len(failed)}
 
     async def ensure(self, engine) -> bool:
         """True when the engine was behind (restarted, or a push is under way) and has been updated."""

@@ -22,6 +22,7 @@ class VLLMEngine:
                                kv_cache_memory_bytes=kv_cache_bytes, **engine_kwargs)
         self.engine = AsyncLLM.from_engine_args(args)
         self.weight_version = 0
+        self.sync_group_id: int | None = None
 
     async def _one(self, ids: list[int], cfg: SamplingConfig, index: int) -> list[Sample]:
         from vllm import SamplingParams
@@ -42,20 +43,37 @@ class VLLMEngine:
         return list(await asyncio.gather(*(self._one(ids, cfg, i) for i, ids in enumerate(prompt_ids))))
 
     async def update_weights(self, buckets: list[bytes], version: int, keys: list[str] | None = None) -> float:
-        """Pause (in-flight requests wait), push every bucket, reload once, reset the prefix cache,
-        resume. Returns the seconds it took."""
+        """Stage every bucket in the worker, then apply them at once (`_apply`). Returns the seconds it took."""
         t0 = time.perf_counter()
+        await self.engine.collective_rpc("stage_weights_begin", args=(list(keys or []),))
+        for blob in buckets:
+            await self.engine.collective_rpc("stage_weights_bucket", args=(blob,))
+        await self._apply(version)
+        return time.perf_counter() - t0
+
+    async def join_sync_group(self, spec: dict, rank: int) -> None:
+        """The worker joins the trainer's broadcast group (rank `rank`): the weights go straight to where the
+        model lives."""
+        await self.engine.collective_rpc("sync_group_join", args=(spec, rank))
+        self.sync_group_id = spec["id"]
+
+    async def receive_weights(self, buckets: list, version: int, keys: list[str]) -> float:
+        """The worker takes part in the trainer's broadcast and stages what it received; then `_apply`."""
+        t0 = time.perf_counter()
+        await self.engine.collective_rpc("sync_group_receive", args=(buckets, list(keys)))
+        await self._apply(version)
+        return time.perf_counter() - t0
+
+    async def _apply(self, version: int) -> None:
+        """Pause (in-flight requests finish first), reload the staged weights once, reset the prefix cache,
+        resume."""
         await self.engine.pause_generation(mode="wait")
         try:
-            await self.engine.collective_rpc("stage_weights_begin", args=(list(keys or []),))
-            for blob in buckets:
-                await self.engine.collective_rpc("stage_weights_bucket", args=(blob,))
             await self.engine.collective_rpc("stage_weights_apply")
             await self.engine.reset_prefix_cache()
             self.weight_version = version
         finally:
             await self.engine.resume_generation()
-        return time.perf_counter() - t0
 
     async def shutdown(self) -> None:
         """Shut down and drop the engine now: left to the interpreter's exit, AsyncLLM.__del__ shuts it down a

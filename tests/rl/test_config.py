@@ -34,6 +34,8 @@ def test_all_three_configs_exist():
     ({"synth": {"profile": "huge"}}, "unknown size profile"),
     ({"rollout": {"max_tokens": 4096, "max_model_len": 4096}}, "no room"),
     ({"curriculum": {"levels": [0]}}, "levels must be positive"),
+    ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
+    ({"sync": {"method": "nccl"}}, "object_store"),
 ])
 def test_impossible_settings_fail_with_the_field(override, message):
     with pytest.raises(ValidationError, match=message):
@@ -56,3 +58,12 @@ def test_set_dotted():
     assert raw == {"rollout": {"n": 1, "group_size": 8}, "run": {"name": "x"}}
     with pytest.raises(ValueError, match="not a section"):
         set_dotted(raw, "run.name.deeper", 1)
+
+
+def test_collective_backend_auto():
+    """NCCL only where the trainer and every engine hold whole GPUs; gloo otherwise (CPU, shared GPUs)."""
+    gpu = {"trainer": {"use_gpu": True, "num_gpus": 1}, "rollout": {"num_gpus": 1}}
+    assert RLConfig(model={"path": "m"}, sync={"method": "collective"}, **gpu).sync_backend() == "nccl"
+    shared = {"trainer": {"use_gpu": True, "num_gpus": 0.4}, "rollout": {"num_gpus": 0.3}}
+    assert RLConfig(model={"path": "m"}, sync={"method": "collective"}, **shared).sync_backend() == "gloo"
+    assert RLConfig(model={"path": "m"}, sync={"method": "collective"}).sync_backend() == "gloo"

