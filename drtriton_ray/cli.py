@@ -73,6 +73,9 @@ def synth_cmd(
     ops: Optional[str] = typer.Option(None, "--ops", help="comma-separated operator subset"),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="run every program once in PyTorch"),
     device: str = typer.Option("cpu", "--device", help="where validation runs"),
+    conditioning: int = typer.Option(2, "--conditioning-trials", min=0,
+                                     help="input seeds per verifier distribution on which a float32 program must "
+                                     "match its own float64 result (0: no check)"),
     min_elems: Optional[int] = typer.Option(None, help="explicit bound: fewest elements per tensor"),
     max_elems: Optional[int] = typer.Option(None, help="explicit bound: most elements per tensor"),
     max_dim: Optional[int] = typer.Option(None, help="explicit bound: largest dimension"),
@@ -99,7 +102,7 @@ def synth_cmd(
     try:
         size = SizeProfile(**{**PROFILES[profile].model_dump(), **overrides}) if overrides else profile
         config = SynthConfig(level=level, profile=size, dtype=dtype, fanout_prob=fanout, validate=validate,
-                             device=device, ops=tuple(o.strip() for o in ops.split(",")) if ops else None)
+                             conditioning_trials=conditioning, device=device, ops=tuple(o.strip() for o in ops.split(",")) if ops else None)
         check_writable(out_path)
     except ValidationError as e:
         fail(_validation_message(e))

@@ -59,6 +59,8 @@ class SynthConfig(BaseModel):
                                "existing tensor (allowing one tensor to feed several operators)")
     ops: tuple[str, ...] | None = Field(None, description="restrict the operator space to these names")
     validate_programs: bool = Field(True, alias="validate", description="run each program once in PyTorch")
+    conditioning_trials: int = Field(2, ge=0, description="with validate: input seeds per verifier distribution on "
+                                     "which a float32 program must match its own float64 result (0: no check)")
     device: str = "cpu"
     solver_seconds: float = Field(5.0, gt=0, description="CP-SAT deterministic time limit per solve")
     max_attempts: int = Field(24, ge=1)

@@ -87,7 +87,7 @@ class Sampler:
             prog_seed = rng.randrange(2**31)
             if cfg.validate_programs:
                 try:
-                    validate(source, program, prog_seed, cfg.device)
+                    validate(source, program, prog_seed, cfg.device, cfg.conditioning_trials)
                 except InvalidProgram as e:
                     reasons.append(f"attempt {attempt}: {e}")
                     continue

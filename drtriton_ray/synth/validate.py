@@ -1,12 +1,26 @@
 """Run a rendered problem once in PyTorch: it must import, build, run, and give finite,
-non-constant outputs of the shapes and dtypes the DAG promises."""
+non-constant outputs of the shapes and dtypes the DAG promises.
+
+A float32 program must also be well-conditioned: run in float64 on the verifier's input distributions, its float32
+result must match the exact one (rounded once) within the verifier's tolerance. Where it does not, the float32
+rounding of PyTorch's own summation order decides the outcome (a clamp that keeps sums cancelling to near zero, a
+minimum over quotients by near-zero denominators): no float32 kernel, however correct, would pass the verifier
+reliably, and an RL reward on it would be noise. Half-precision programs are exempt: their reference rounds at
+every operator, and the verifier compares against that, not the exact result. Every program must pass the
+verifier's null-candidate self-test too (no all-zeros or constant output within the tolerance everywhere), so the
+stream never hands the verifier a problem it refuses."""
 from __future__ import annotations
 
+import copy
+import random
 import types
 
 import torch
 
 from drtriton_ray.synth.dag import Program
+from drtriton_ray.verify.compare import compare
+from drtriton_ray.verify.inputs import make_inputs
+from drtriton_ray.verify.task import DISTRIBUTIONS
 
 
 class InvalidProgram(Exception):
@@ -32,8 +46,9 @@ def run_problem(mod: types.ModuleType, seed: int, device: str = "cpu") -> list[t
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
 
-def validate(source: str, program: Program, seed: int, device: str = "cpu") -> None:
-    outs = run_problem(load_problem(source), seed, device)
+def validate(source: str, program: Program, seed: int, device: str = "cpu", conditioning_trials: int = 0) -> None:
+    mod = load_problem(source)
+    outs = run_problem(mod, seed, device)
     if len(outs) != len(program.outputs):
         raise InvalidProgram(f"{len(outs)} outputs, expected {len(program.outputs)}")
     for o, tid in zip(outs, program.outputs):
@@ -46,3 +61,44 @@ def validate(source: str, program: Program, seed: int, device: str = "cpu") -> N
             raise InvalidProgram(f"output tensor_{tid} has NaN/Inf")
         if o.numel() < 2 or bool((o == o.reshape(-1)[0]).all()):
             raise InvalidProgram(f"output tensor_{tid} is constant")
+    if conditioning_trials:
+        check_verifiable(mod, seed, device, conditioning_trials, exact=all(o.dtype == torch.float32 for o in outs))
+
+
+def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int, exact: bool) -> None:
+    """What the verifier will ask of the program, `trials` input seeds per verifier distribution: some output must
+    depend on the inputs beyond the tolerance (its null-candidate self-test: all zeros, or a constant per output,
+    must not match everywhere) and, with `exact`, the float32 program must match itself in float64."""
+    torch.manual_seed(seed)
+    with torch.device(device):
+        model = mod.Model(*mod.get_init_inputs())
+    wide_model = copy.deepcopy(model).double() if exact else None
+    tol = getattr(mod, "TOLERANCE", None)
+    rng = random.Random(f"conditioning/{seed}")
+    zeros_pass = const_pass = True
+    constants = None
+    for dist in DISTRIBUTIONS:
+        for _ in range(trials):
+            inputs = make_inputs(mod.get_inputs, dist, rng.randrange(2**31), device)
+            with torch.no_grad():
+                got = _as_list(model(*inputs))
+            if constants is None:
+                constants = [o.reshape(-1)[0].item() for o in got]
+            zeros_pass = zeros_pass and compare([torch.zeros_like(o) for o in got], got, tol).ok
+            const_pass = const_pass and compare([torch.full_like(o, c) for o, c in zip(got, constants)], got, tol).ok
+            if wide_model is None:
+                continue
+            wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
+            with torch.no_grad():
+                want = _as_list(wide_model(*wide))
+            result = compare(got, [w.to(g.dtype) for w, g in zip(want, got)], tol)
+            if not result.ok:
+                raise InvalidProgram(f"ill-conditioned: in float32 it misses its own float64 result on {dist} "
+                                     f"inputs ({result.detail}), so no float32 kernel would pass reliably")
+    if zeros_pass or const_pass:
+        raise InvalidProgram(f"degenerate: {'an all-zeros' if zeros_pass else 'a constant'} output matches it "
+                             "within the tolerance on every input distribution (the verifier refuses such problems)")
+
+
+def _as_list(out) -> list[torch.Tensor]:
+    return list(out) if isinstance(out, (tuple, list)) else [out]

@@ -181,3 +181,42 @@ def test_dag_json_roundtrip():
         assert {"shape", "dtype"} <= set(t)
     assert Program.from_json(rec.dag).to_json() == rec.dag
     assert rec.flops == d["flops"] > 0 and math.isfinite(rec.flops)
+
+
+ILL_CONDITIONED = '''import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        y = x * 1e4
+        return (y + 0.1) - y
+
+
+def get_inputs():
+    return [torch.rand(64, 64)]
+
+
+def get_init_inputs():
+    return []
+'''
+
+
+def test_conditioning_check_drops_what_float32_cannot_match():
+    """(y + 0.1) - y is 0.1 exactly; float32 loses up to half an ulp of y, beyond 1e-3 once |y| passes ~2e4 (the
+    wide hidden inputs): no float32 kernel could pass the verifier on it. A well-conditioned variant passes."""
+    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+    with pytest.raises(InvalidProgram, match="ill-conditioned: in float32 it misses its own float64 result on "
+                                             "normal_wide inputs"):
+        check_verifiable(load_problem(ILL_CONDITIONED), seed=0, device="cpu", trials=2, exact=True)
+    check_verifiable(load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", "torch.relu(y) + 0.1")),
+                     seed=0, device="cpu", trials=2, exact=True)
+
+
+@pytest.mark.parametrize("body,words", [("torch.relu(y) * 1e-10", "an all-zeros output"),
+                                        ("torch.ones_like(y) * 2.5", "a constant output")])
+def test_degenerate_programs_are_dropped_as_the_verifier_would_refuse_them(body, words):
+    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+    with pytest.raises(InvalidProgram, match=f"degenerate: {words} matches it"):
+        check_verifiable(load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", body)), seed=0, device="cpu",
+                         trials=1, exact=False)
