@@ -1,13 +1,15 @@
 """Ray job: DRTriton's curriculum RL (DRPO, or GRPO as the baseline) end to end.
 
     python jobs/train.py --config configs/cpu-demo.yaml                    # starts a local Ray itself
-    ray job submit --working-dir . -- python jobs/train.py --config configs/cpu-demo.yaml
+    ray job submit --working-dir . -- python jobs/train.py --config configs/cpu-demo.yaml \
+        --set model.path=$PWD/models/smollm2 --set run.storage_path=$PWD/runs   # the job runs in a copy
     python jobs/train.py --config configs/gpu-1.yaml --set run.total_steps=50 --set algo.name=grpo
 
 Topology: CP-SAT sampler actors → rollout engine actors (vLLM or transformers) → verifier actors →
 reward → a bounded, staleness-checked buffer → a Ray Train TorchTrainer (the policy update), whose
 rank 0 pushes new weights back to every engine. Rerunning with the same run.name and
-run.storage_path resumes from the latest checkpoint. Metrics go to RUN/metrics.jsonl and
+run.storage_path resumes from the latest checkpoint. Ctrl-C (SIGINT) starts no new step: the step in
+progress finishes with its checkpoint, then the job ends (exit 130). Metrics go to RUN/metrics.jsonl and
 RUN/tensorboard; the job ends with a summary table."""
 from __future__ import annotations
 
@@ -45,14 +47,21 @@ def load_config(path: str, overrides: list[str]) -> RLConfig:
     return cfg
 
 
+STOP_WAIT_S = 600   # after Ctrl-C, how long the driver waits for the step in progress to finish
+
+
 def read_metrics(path: Path) -> list[dict]:
     if not path.exists():
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
-def fit_with_progress(trainer, metrics_path: Path, total_steps: int):
-    """Run the trainer in a thread; the driver shows progress from the metrics file the trainer appends to."""
+def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
+    """Run the trainer in a thread; the driver shows progress from the metrics file the trainer appends to, and
+    where this job resumed from (the trainer's first row says which checkpoint Ray Train handed it). Ctrl-C closes
+    the group buffer: no new step starts, the step in progress finishes with its checkpoint, then
+    KeyboardInterrupt goes on up (a second Ctrl-C stops waiting)."""
+    import ray
     from tqdm import tqdm
     box: dict = {}
     thread = threading.Thread(target=lambda: box.update(result=_fit(trainer, box)), daemon=True)
@@ -60,16 +69,33 @@ def fit_with_progress(trainer, metrics_path: Path, total_steps: int):
     # a terminal redraws the bar every 2 s; a log (`ray job logs`, a file) gets one line per new step
     live = sys.stderr.isatty()
     with tqdm(total=total_steps, desc="rl", unit="step") as bar:
-        while thread.is_alive():
-            thread.join(2.0)
-            rows = read_metrics(metrics_path)
-            if rows and (live or rows[-1]["step"] != bar.n):
-                last = rows[-1]
-                bar.n = last["step"]
-                bar.set_postfix(pass_rate=last.get("pass_rate"), loss=last.get("loss"), level=last.get("level"))
+        try:
+            _follow(thread, metrics_path, bar, live)
+        except KeyboardInterrupt:
+            bar.write("interrupted: no new step starts; the step in progress finishes and is checkpointed "
+                      "(Ctrl-C again to stop now)")
+            ray.get(buffer.close.remote())
+            thread.join(STOP_WAIT_S)
+            raise
     if "error" in box:
         raise box["error"]
     return box.get("result")
+
+
+def _follow(thread, metrics_path: Path, bar, live: bool) -> None:
+    """Progress until the trainer's thread ends, and, once, where this job resumed from."""
+    launched, announced = time.time(), False
+    while not announced or thread.is_alive():
+        thread.join(2.0)
+        rows = read_metrics(metrics_path)
+        fresh = [r for r in rows if r.get("timestamp", 0) >= launched]
+        if fresh and not announced and "resumed_from" in fresh[0]:
+            bar.write(f"resumed from step {fresh[0]['resumed_from']} ({metrics_path.parent.name}'s latest checkpoint)")
+        announced = announced or bool(fresh) or not thread.is_alive()
+        if rows and (live or rows[-1]["step"] != bar.n):
+            last = rows[-1]
+            bar.n = last["step"]
+            bar.set_postfix(pass_rate=last.get("pass_rate"), loss=last.get("loss"), level=last.get("level"))
 
 
 def _fit(trainer, box: dict):
@@ -137,18 +163,18 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: {e}", file=sys.stderr)
             return 2
     metrics_path = Path(cfg.run.storage_path) / cfg.run.name / "metrics.jsonl"
-    saved = [json.loads(p.read_text())["step"] for p in metrics_path.parent.glob("checkpoint_*/rl_state.json")]
-    if saved:
-        print(f"resumed from step {max(saved)} (run {cfg.run.name}'s latest checkpoint)", flush=True)
     t0 = time.perf_counter()
     actors = build_actors(cfg)
+    result, interrupted = None, False
     try:
-        result = fit_with_progress(make_trainer(cfg, actors), metrics_path, cfg.run.total_steps)
+        result = fit_with_progress(make_trainer(cfg, actors), metrics_path, cfg.run.total_steps, actors["buffer"])
+    except KeyboardInterrupt:
+        interrupted = True
     finally:
         shutdown(actors)
     summary(cfg, read_metrics(metrics_path), time.perf_counter() - t0,
             result.checkpoint.path if result and result.checkpoint else None)
-    return 0
+    return 130 if interrupted else 0
 
 
 if __name__ == "__main__":

@@ -1,6 +1,7 @@
 """Completed rollout groups between generation and training, with a staleness bound: a group
 sampled by weights of version v trains at version c only if c - v <= max_staleness (default 1:
-one step off-policy). Older groups are dropped and counted, never trained on."""
+one step off-policy). Older groups are dropped and counted, never trained on. Closing it (the driver does on
+Ctrl-C) stops training: `take` answers None from then on, and the trainer starts no new step."""
 from __future__ import annotations
 
 from collections import deque
@@ -15,6 +16,7 @@ class GroupBuffer:
     max_staleness: int = 1
     groups: deque = field(default_factory=deque)
     dropped_stale: int = 0
+    closed: bool = False
 
     def __post_init__(self):
         if self.capacity < 1 or self.max_staleness < 0:
@@ -32,14 +34,20 @@ class GroupBuffer:
         return len(self.groups) >= self.capacity
 
     def put(self, group: Group) -> bool:
-        """False (and nothing stored) when full: the producer waits."""
-        if self.full():
+        """False (and nothing stored) when full or closed: the producer waits."""
+        if self.closed or self.full():
             return False
         self.groups.append(group)
         return True
 
-    def take(self, count: int, current_version: int) -> list[Group]:
-        """Up to `count` oldest groups fresh enough for `current_version`; stale ones are dropped."""
+    def close(self) -> None:
+        self.closed = True
+        self.groups.clear()
+
+    def take(self, count: int, current_version: int) -> list[Group] | None:
+        """Up to `count` oldest groups fresh enough for `current_version`; stale ones are dropped. None once closed."""
+        if self.closed:
+            return None
         fresh: list[Group] = []
         while self.groups and len(fresh) < count:
             g = self.groups.popleft()

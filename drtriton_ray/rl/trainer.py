@@ -186,6 +186,22 @@ def _out_of_time(cfg: RLConfig, started: float, world: int, device) -> bool:
     return over
 
 
+NOT_SCALARS = ("timestamp", "resumed_from")   # in metrics.jsonl, not TensorBoard curves
+
+
+def _drop_metrics_after(path: Path, step: int) -> None:
+    """A job interrupted after writing a step's row but before Ray Train registered its checkpoint resumes from
+    the step before: its rows past the resumed step are dropped, so the file holds each step once."""
+    if not path.exists():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if line.strip() and json.loads(line)["step"] <= step]
+    if len(kept) != len(lines):
+        tmp = path.with_name(f".{path.name}.tmp")
+        tmp.write_text("".join(kept), encoding="utf-8")
+        os.replace(tmp, path)
+
+
 def _pusher(cfg: RLConfig, generator, device):
     from drtriton_ray.rollout.push import CollectivePush, ObjectStorePush
     bucket_bytes = cfg.sync.bucket_mb << 20
@@ -262,10 +278,13 @@ def rl_train_loop(config: dict) -> None:
 
     writer = jsonl = None
     run_dir = Path(cfg.run.storage_path).absolute() / cfg.run.name
+    resumed_from = step if checkpoint else None
     if step:   # resumed: the engines still hold their start-up weights
         push_weights(_full_state_dict(model), step, wait=True)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
+        if resumed_from is not None:
+            _drop_metrics_after(run_dir / "metrics.jsonl", resumed_from)
         writer = SummaryWriter(str(run_dir / "tensorboard"))
         jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         if cfg.verify.device == "cpu":
@@ -282,7 +301,12 @@ def rl_train_loop(config: dict) -> None:
         if rank == 0:
             groups, waited = [], time.perf_counter()
             while len(groups) < cfg.algo.prompts_per_step:
-                groups += ray.get(buffer.take.remote(cfg.algo.prompts_per_step - len(groups), step))
+                got = ray.get(buffer.take.remote(cfg.algo.prompts_per_step - len(groups), step))
+                if got is None:   # the driver closed the buffer (Ctrl-C): no new step starts
+                    log.info("buffer closed: stopping after step %d", step)
+                    groups = None
+                    break
+                groups += got
                 if len(groups) < cfg.algo.prompts_per_step:
                     if time.perf_counter() - waited > WAIT_LOG_S:
                         log.info("waiting for groups (%d/%d); generator: %s", len(groups), cfg.algo.prompts_per_step,
@@ -293,6 +317,8 @@ def rl_train_loop(config: dict) -> None:
             box = [groups]
             dist.broadcast_object_list(box, src=0)
             groups = box[0]
+        if groups is None:
+            break
         t1 = time.perf_counter()
         stats = update(model, optimizer, scheduler, groups[rank::world], loss_fn, cfg, device, pad_id)
         t2 = time.perf_counter()
@@ -346,8 +372,11 @@ def rl_train_loop(config: dict) -> None:
                 ckpt = ray.train.Checkpoint.from_directory(tmp)
             metrics["time/checkpoint_s"] = time.perf_counter() - t3
             if rank == 0:
+                metrics["timestamp"] = time.time()
+                if resumed_from is not None:   # the first step of a resumed job says where it resumed
+                    metrics["resumed_from"], resumed_from = resumed_from, None
                 for k, v in metrics.items():
-                    if isinstance(v, (int, float)) and not isinstance(v, bool):
+                    if isinstance(v, (int, float)) and not isinstance(v, bool) and k not in NOT_SCALARS:
                         writer.add_scalar(k, v, step)
                 jsonl.write(json.dumps(metrics) + "\n")
                 jsonl.flush()

@@ -38,3 +38,12 @@ def test_staleness_bound():
     assert buf.state_dict() == {"size": 0, "dropped_stale": 1, "versions": []}
     with pytest.raises(ValueError):
         GroupBuffer(capacity=0)
+
+
+def test_closed_buffer_stops_training():
+    """Closing (the driver's Ctrl-C) empties the buffer, refuses new groups and answers None to the trainer."""
+    buf = GroupBuffer(capacity=3)
+    assert buf.put(Group("p0", 0, []))
+    buf.close()
+    assert buf.take(1, current_version=0) is None and len(buf) == 0
+    assert not buf.put(Group("p1", 0, []))
