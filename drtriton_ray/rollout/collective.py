@@ -65,6 +65,8 @@ class SyncGroup:
                                     timeout=timeout, wait_for_workers=False)
         store = dist.PrefixStore(f"drtriton-sync-{spec['id']}", self._store)
         if self.backend == "nccl":
+            if self.device.index is None:   # "cuda": the process's current GPU (Ray sets what it may see)
+                self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
             self._pg = dist.ProcessGroupNCCL(store, rank, spec["world"])
         else:
