@@ -29,3 +29,18 @@ def test_timing_and_reference_cache(source, tmp_path):
                     reference_cache=str(tmp_path)) as pool:   # a later pool reads the times from disk
         third = pool.verify(task)
         assert third.correct and third.eager_ms == verdicts[0].eager_ms and not pool.reference_log
+
+
+def test_large_problem_is_checked_alone(source):
+    """A problem whose trial needs more than a quarter of the GPU (checks.BIG_SHARE) runs its checks alone and is
+    verified in full: one input of 5% of the GPU's memory (the self-test holds five such tensors at its peak)."""
+    import torch
+    n = torch.cuda.get_device_properties(0).total_memory // 20 // 4
+    problem = source("problems", "relu").replace("SHAPE = (37, 53)", f"SHAPE = ({n // 4096}, 4096)")
+    small = Task(source("problems", "relu"), source("candidates", "good_relu"), name="small", timing=False)
+    large = Task(problem, source("candidates", "good_relu"), name="large", timing=False)
+    with WorkerPool("cuda", size=2, limits=Limits(task_timeout_s=300), name="gpu-big") as pool:
+        big, little = pool.map([large, small])
+    assert big.correct and little.correct, (big.reason, little.reason)
+    assert "checked alone on the GPU (large problem)" in big.checks[0].detail
+    assert "alone" not in little.checks[0].detail
