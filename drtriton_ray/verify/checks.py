@@ -13,10 +13,10 @@ Order matters for the defences:
    counted, strict-policy dispatch audit); inputs must be unchanged; only then the reference runs on a pristine copy
    and the outputs are compared. A reference result is freed after its comparison: the candidate always runs
    before the reference of its own trial, a later trial's inputs are fresh, and every freed block of an output's
-   size is NaN-poisoned before each candidate call, so no stale result can pass for a new one. Mode: the first trial runs both models in eval mode (fresh running
-   statistics on both sides), every other trial, faithfulness and timing in training mode, the nn.Module default
-   that KernelBench grades in; a candidate that ignores the mode (BatchNorm batch statistics, a `self.training`
-   branch) fails one of them;
+   size is NaN-poisoned before each candidate call, so no stale result can pass for a new one. Mode: the first
+   trial runs both models in eval mode (fresh running statistics on both sides), every other trial, faithfulness
+   and timing in training mode, the nn.Module default that KernelBench grades in; a candidate that ignores the
+   mode (BatchNorm batch statistics, a `self.training` branch) fails one of them;
 6. faithfulness: every launch a no-op, poisoned memory, fresh inputs: the output must stop matching;
 7. GPU timing (timing.py), in the GPU's exclusive section: no other worker of the pool runs GPU work meanwhile.
 Steps 1-6 that run on the GPU hold its shared section (pool.py arbitrates); compiling and importing hold nothing.
@@ -24,9 +24,9 @@ The one GPU call a worker makes outside both is the reference's first torch.comp
 seconds before it runs (once per problem and pool).
 Memory: paper-size problems hold gigabytes per tensor. The self-test measures the reference's peak; a problem whose
 trial would need more than BIG_SHARE of the GPU (candidate and reference side by side) holds the section exclusive
-for its checks too, so it runs alone; every GPU task hands its cached memory back to the driver when it ends. A reference
-that still runs out of device memory gives VERIFIER_LIMIT: the verifier could not judge; neither the problem nor
-the candidate is blamed.
+for its checks too, so it runs alone; every GPU task hands its cached memory back to the driver when it ends. A
+reference that still runs out of device memory gives VERIFIER_LIMIT: the verifier could not judge; neither the
+problem nor the candidate is blamed.
 The reference outputs live only in local variables of this module; the candidate has no import path, frame or
 gc access to reach them (static rules), and the functions comparing them were bound before it was imported.
 """
@@ -236,8 +236,9 @@ class _Run:
             self.ctx.problems[key] = self._self_test()
 
     def _self_test(self) -> tuple:
-        """(None, output sizes) for a usable problem, else (reason, []). On a throwaway instance built under the
-        same seed, in training mode, so the graded reference keeps its fresh state (running statistics)."""
+        """(None, output sizes, peak device bytes) for a usable problem, else (reason, [], 0). On a throwaway
+        instance built under the same seed, in training mode, so the graded reference keeps its fresh state (running
+        statistics). Running out of memory is raised (see _prepare)."""
         rng = random.Random(f"self-test/{self.verdict.seed}")  # the trials' draws do not depend on the cache
         if self.gpu:
             _sync(self.device)
