@@ -265,8 +265,9 @@ def rl_train_loop(config: dict) -> None:
 
     def push_weights(full: dict, version: int, wait: bool) -> dict:
         """Rank 0 sends `full` (gathered on every rank by the caller). The engines update while the trainer goes on
-        to the next step (its groups may be one version old anyway): the trainer waits only for the previous sync, so an
-        engine finishing a long generate call does not hold training up. `time/sync_s` is the trainer's wait."""
+        to the next step (its groups may be one version old anyway): the trainer waits only for the previous sync,
+        so an engine finishing a long generate call does not hold training up. `time/sync_s` is the trainer's
+        wait."""
         if rank != 0:
             return {}
         t0 = time.perf_counter()
