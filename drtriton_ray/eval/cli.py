@@ -120,7 +120,7 @@ def eval_model_cmd(
     """Pass@1, pass@K, answer outcomes and speedups of a model on held-out synthesized programs."""
     from drtriton_ray.cli import err, fail
     from drtriton_ray.eval.heldout import HELDOUT_SEED, heldout_programs
-    from drtriton_ray.eval.policy import evaluate, prompt_ids
+    from drtriton_ray.eval.policy import NothingJudged, evaluate, prompt_ids
     from drtriton_ray.models import ModelError, load_tokenizer
     from drtriton_ray.synth.config import PROFILES
     from drtriton_ray.synth.dataset import check_writable
@@ -209,6 +209,8 @@ def eval_model_cmd(
         fail(str(e))
     except PoolError as e:
         fail(f"cannot start a verifier worker: {e}")
+    except NothingJudged as e:
+        fail(str(e))
     finally:
         verify.close()
     _print_report(report, f"{model.name}: level {level}, {count} held-out programs x {samples}")

@@ -53,6 +53,10 @@ def prompt_ids(tokenizer, source: str) -> list[int]:
                                          return_dict=False)
 
 
+class NothingJudged(RuntimeError):
+    """Every problem's verdicts were about the problem or the verifier (e.g. the reference ran out of memory)."""
+
+
 @dataclass
 class AnswerResult:
     outcome: str                  # an Outcome value
@@ -134,7 +138,7 @@ class EvalReport:
     def build(cls, problems: list[ProblemResult], *, samples: int, temperature: float, max_tokens: int, seed: int,
               baseline: str, generate_s: float, verify_s: float, unjudged: list[dict] = ()) -> "EvalReport":
         if not problems:
-            raise RuntimeError(f"the verifier could judge none of the {len(unjudged)} problems: "
+            raise NothingJudged(f"the verifier could judge none of the {len(unjudged)} problems: "
                                + "; ".join(f"{u['id']}: {u['status']}: {u['reason']}" for u in unjudged[:3]))
         answers = [a for p in problems for a in p.answers]
         correct = [a for a in answers if Outcome(a.outcome).is_correct]

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from drtriton_ray.eval.heldout import heldout_programs
-from drtriton_ray.eval.policy import EvalReport, evaluate, pass_at_k, prompt_ids
+from drtriton_ray.eval.policy import EvalReport, NothingJudged, evaluate, pass_at_k, prompt_ids
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.models import load_tokenizer
 from drtriton_ray.prompts import format_answer
@@ -124,5 +124,5 @@ def test_unjudged_problems_are_left_out_not_counted_as_failures(tok, problems, s
     assert report.unjudged == [{"id": a.id, "status": "verifier_limit",
                                 "reason": "trial problem#0: the reference ran out of memory"}]
     verdicts[b.id] = Verdict("bad_problem", reason="the problem is unusable")
-    with pytest.raises(RuntimeError, match="could judge none of the 2 problems"):
+    with pytest.raises(NothingJudged, match="could judge none of the 2 problems"):
         asyncio.run(evaluate(engine, tok, problems, lambda ts: [verdicts[t.name.split("#")[0]] for t in ts]))
