@@ -375,9 +375,10 @@ class _Run:
         return out
 
     def trial(self, label: str, distribution: str) -> None:
-        inputs = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device)
-        pristine, mine = clone_inputs(inputs), clone_inputs(inputs)
-        del inputs
+        # The drawn inputs stay the pristine copy: a freed copy of them would hold the answer of identity-like
+        # problems (ReLU on [0, 1) inputs), ready for a candidate's torch.empty to pick up.
+        pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device)
+        mine = clone_inputs(pristine)
         try:
             out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
         except BaseException as e:

@@ -230,7 +230,9 @@ def poison_memory(device: str, nbytes: list[int], copies: int = 4) -> None:
             for _ in range(copies):
                 if total >= budget:
                     break
-                blocks.append(torch.full((max(n // 4, 1) + 16,), float("nan"), dtype=torch.float32, device=device))
+                # exactly the output's size, so the allocator hands these very blocks out again; all-ones bytes are
+                # NaN in every float dtype (and -1 in integer ones)
+                blocks.append(torch.full((max(n, 1),), 255, dtype=torch.uint8, device=device))
                 total += n
     except (MemoryError, torch.OutOfMemoryError):
         pass
