@@ -83,19 +83,24 @@ def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
 
 
 def _follow(thread, metrics_path: Path, bar, live: bool) -> None:
-    """Progress until the trainer's thread ends, and, once, where this job resumed from."""
+    """Progress until the trainer's thread ends (one last look after), and, once, where this job resumed from."""
     launched, announced = time.time(), False
-    while not announced or thread.is_alive():
+    while True:
         thread.join(2.0)
+        done = not thread.is_alive()
         rows = read_metrics(metrics_path)
         fresh = [r for r in rows if r.get("timestamp", 0) >= launched]
-        if fresh and not announced and "resumed_from" in fresh[0]:
-            bar.write(f"resumed from step {fresh[0]['resumed_from']} ({metrics_path.parent.name}'s latest checkpoint)")
-        announced = announced or bool(fresh) or not thread.is_alive()
+        if fresh and not announced:
+            announced = True
+            if "resumed_from" in fresh[0]:
+                bar.write(f"resumed from step {fresh[0]['resumed_from']} ({metrics_path.parent.name}'s latest "
+                          "checkpoint)")
         if rows and (live or rows[-1]["step"] != bar.n):
             last = rows[-1]
             bar.n = last["step"]
             bar.set_postfix(pass_rate=last.get("pass_rate"), loss=last.get("loss"), level=last.get("level"))
+        if done:
+            return
 
 
 def _fit(trainer, box: dict):

@@ -10,11 +10,12 @@ and the engine applies it all at once (pause, load, reset the prefix cache, resu
 A group is a fixed set of processes: an engine that dies and is restarted by Ray is no longer in it. Before a push
 the trainer asks whether every engine is in the current group and forms a new one (a new port, every member
 joining again) when one is not; a broadcast that fails (a member died during it) closes the group, and the next
-push forms a new one. Specs and bucket plans are plain lists and dicts, so they cross Ray and vLLM's RPC as they
-are."""
+push forms a new one. Specs and bucket plans (`engine.plan_buckets`) are plain lists and dicts, so they cross Ray
+and vLLM's RPC as they are."""
 from __future__ import annotations
 
 import datetime
+import math
 import socket
 from typing import Optional
 
@@ -34,22 +35,6 @@ def group_spec(group_id: int, world: int, backend: str, timeout_s: float) -> dic
         port = s.getsockname()[1]
     return {"id": group_id, "host": ray.util.get_node_ip_address(), "port": port, "world": world,
             "backend": backend, "timeout_s": timeout_s}
-
-
-def plan_buckets(state: dict[str, torch.Tensor], bucket_bytes: int) -> list[list]:
-    """[dtype name, [[tensor name, shape], ...]] per bucket: consecutive tensors of one dtype, up to bucket_bytes
-    (a larger tensor gets a bucket of its own)."""
-    buckets: list[list] = []
-    size = 0
-    for name, t in state.items():
-        nbytes = t.numel() * t.element_size()
-        dtype = str(t.dtype).removeprefix("torch.")
-        if not buckets or buckets[-1][0] != dtype or size + nbytes > bucket_bytes:
-            buckets.append([dtype, []])
-            size = 0
-        buckets[-1][1].append([name, list(t.shape)])
-        size += nbytes
-    return buckets
 
 
 class SyncGroup:
@@ -82,12 +67,13 @@ class SyncGroup:
             if self.rank == 0:
                 flat = torch.cat([state[name].detach().reshape(-1).to(self.device, dtype) for name, _ in entries])
             else:
-                flat = torch.empty(sum(_numel(shape) for _, shape in entries), dtype=dtype, device=self.device)
+                numel = sum(math.prod(shape) for _, shape in entries)
+                flat = torch.empty(numel, dtype=dtype, device=self.device)
             self._pg.broadcast([flat], opts).wait()
             if self.rank != 0:
                 offset = 0
                 for name, shape in entries:
-                    n = _numel(shape)
+                    n = math.prod(shape)
                     received[name] = flat[offset:offset + n].view(shape)
                     offset += n
         return received
@@ -95,9 +81,3 @@ class SyncGroup:
     def close(self) -> None:
         self._pg = self._store = None
 
-
-def _numel(shape: list[int]) -> int:
-    n = 1
-    for d in shape:
-        n *= d
-    return n

@@ -35,22 +35,27 @@ class Sample:
     weight_version: int
 
 
-def pack_buckets(state_dict: dict[str, torch.Tensor], bucket_bytes: int = 256 << 20) -> list[bytes]:
-    """Split a state dict into safetensors blobs of about bucket_bytes each (one tensor never splits).
-    Tensors are cloned: safetensors refuses shared storage (tied embeddings)."""
-    buckets: list[bytes] = []
-    current: dict[str, torch.Tensor] = {}
+def plan_buckets(state: dict[str, torch.Tensor], bucket_bytes: int) -> list[list]:
+    """[dtype name, [[tensor name, shape], ...]] per bucket: consecutive tensors of one dtype, up to bucket_bytes
+    (a larger tensor gets a bucket of its own). Plain lists, so a plan crosses Ray and vLLM's RPC as it is."""
+    buckets: list[list] = []
     size = 0
-    for name, t in state_dict.items():
-        t = t.detach().to("cpu").clone().contiguous()
-        if current and size + t.numel() * t.element_size() > bucket_bytes:
-            buckets.append(st_save(current))
-            current, size = {}, 0
-        current[name] = t
-        size += t.numel() * t.element_size()
-    if current:
-        buckets.append(st_save(current))
+    for name, t in state.items():
+        nbytes = t.numel() * t.element_size()
+        dtype = str(t.dtype).removeprefix("torch.")
+        if not buckets or buckets[-1][0] != dtype or size + nbytes > bucket_bytes:
+            buckets.append([dtype, []])
+            size = 0
+        buckets[-1][1].append([name, list(t.shape)])
+        size += nbytes
     return buckets
+
+
+def pack_buckets(state_dict: dict[str, torch.Tensor], bucket_bytes: int = 256 << 20) -> list[bytes]:
+    """The state dict as safetensors blobs, one per bucket of `plan_buckets`. Tensors are cloned: safetensors
+    refuses shared storage (tied embeddings)."""
+    return [st_save({name: state_dict[name].detach().to("cpu").clone().contiguous() for name, _ in entries})
+            for _, entries in plan_buckets(state_dict, bucket_bytes)]
 
 
 def unpack_buckets(buckets: list[bytes]) -> dict[str, torch.Tensor]:

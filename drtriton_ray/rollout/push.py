@@ -13,8 +13,8 @@ import logging
 
 import ray
 
-from drtriton_ray.rollout.collective import SyncGroup, group_spec, plan_buckets
-from drtriton_ray.rollout.engine import pack_buckets
+from drtriton_ray.rollout.collective import SyncGroup, group_spec
+from drtriton_ray.rollout.engine import pack_buckets, plan_buckets
 
 log = logging.getLogger("drtriton.sync")
 

@@ -18,7 +18,7 @@ import types
 import torch
 
 from drtriton_ray.synth.dag import Program
-from drtriton_ray.verify.compare import compare
+from drtriton_ray.verify.compare import NullCandidates, as_list, compare
 from drtriton_ray.verify.inputs import make_inputs
 from drtriton_ray.verify.task import DISTRIBUTIONS
 
@@ -34,16 +34,20 @@ def load_problem(source: str, name: str = "problem") -> types.ModuleType:
     return mod
 
 
-def run_problem(mod: types.ModuleType, seed: int, device: str = "cpu") -> list[torch.Tensor]:
+def build_model(mod: types.ModuleType, seed: int, device: str = "cpu"):
+    """The problem's Model under `seed`, built on the device itself: paper-size programs hold up to 2^32
+    elements, which a CPU generator would take minutes to fill before copying them over."""
     torch.manual_seed(seed)
-    # Build on the device itself: paper-size programs hold up to 2^32 elements, which a CPU
-    # generator would take minutes to fill before copying them over.
     with torch.device(device):
-        model = mod.Model(*mod.get_init_inputs())
-        inputs = mod.get_inputs()
+        return mod.Model(*mod.get_init_inputs())
+
+
+def run_problem(mod: types.ModuleType, seed: int, device: str = "cpu") -> list[torch.Tensor]:
+    model = build_model(mod, seed, device)
+    with torch.device(device):
+        inputs = mod.get_inputs()   # the seed's stream goes on from the model's initialisation
     with torch.no_grad():
-        out = model(*inputs)
-    return list(out) if isinstance(out, (tuple, list)) else [out]
+        return as_list(model(*inputs))
 
 
 def validate(source: str, program: Program, seed: int, device: str = "cpu", conditioning_trials: int = 0) -> None:
@@ -69,36 +73,26 @@ def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int,
     """What the verifier will ask of the program, `trials` input seeds per verifier distribution: some output must
     depend on the inputs beyond the tolerance (its null-candidate self-test: all zeros, or a constant per output,
     must not match everywhere) and, with `exact`, the float32 program must match itself in float64."""
-    torch.manual_seed(seed)
-    with torch.device(device):
-        model = mod.Model(*mod.get_init_inputs())
+    model = build_model(mod, seed, device)
     wide_model = copy.deepcopy(model).double() if exact else None
     tol = getattr(mod, "TOLERANCE", None)
     rng = random.Random(f"conditioning/{seed}")
-    zeros_pass = const_pass = True
-    constants = None
+    nulls = NullCandidates(tol)
     for dist in DISTRIBUTIONS:
         for _ in range(trials):
             inputs = make_inputs(mod.get_inputs, dist, rng.randrange(2**31), device)
             with torch.no_grad():
-                got = _as_list(model(*inputs))
-            if constants is None:
-                constants = [o.reshape(-1)[0].item() for o in got]
-            zeros_pass = zeros_pass and compare([torch.zeros_like(o) for o in got], got, tol).ok
-            const_pass = const_pass and compare([torch.full_like(o, c) for o, c in zip(got, constants)], got, tol).ok
+                got = as_list(model(*inputs))
+            nulls.observe(got)
             if wide_model is None:
                 continue
             wide = [x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs]
             with torch.no_grad():
-                want = _as_list(wide_model(*wide))
+                want = as_list(wide_model(*wide))
             result = compare(got, [w.to(g.dtype) for w, g in zip(want, got)], tol)
             if not result.ok:
                 raise InvalidProgram(f"ill-conditioned: in float32 it misses its own float64 result on {dist} "
                                      f"inputs ({result.detail}), so no float32 kernel would pass reliably")
-    if zeros_pass or const_pass:
-        raise InvalidProgram(f"degenerate: {'an all-zeros' if zeros_pass else 'a constant'} output matches it "
+    if nulls.zeros or nulls.constant:
+        raise InvalidProgram(f"degenerate: {'an all-zeros' if nulls.zeros else 'a constant'} output matches it "
                              "within the tolerance on every input distribution (the verifier refuses such problems)")
-
-
-def _as_list(out) -> list[torch.Tensor]:
-    return list(out) if isinstance(out, (tuple, list)) else [out]

@@ -46,7 +46,7 @@ from dataclasses import dataclass, field
 import torch
 
 from drtriton_ray.verify import timing
-from drtriton_ray.verify.compare import compare
+from drtriton_ray.verify.compare import NullCandidates, compare
 from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_memory
 from drtriton_ray.verify.inputs import clone_inputs, inputs_unchanged, make_inputs
 from drtriton_ray.verify.task import Task
@@ -247,7 +247,7 @@ class _Run:
         try:
             torch.manual_seed(self.verdict.seed)
             model = self.Model(*copy.deepcopy(self.init_inputs)).to(self.device).train()
-            zeros_pass, const_pass, constants, out_nbytes = True, True, None, []
+            nulls, out_nbytes = NullCandidates(self.tol), []
             for dist in self.task.distributions:
                 inputs = make_inputs(self.get_inputs, dist, rng.randrange(2**31), self.device)
                 with torch.no_grad():
@@ -263,25 +263,19 @@ class _Run:
                     return (f"the problem is unusable: two calls on the same {dist} inputs disagree (random "
                             "layers such as Dropout in training mode?): no candidate can match it", [], 0)
                 del again
-                nulls = _like(out, [torch.zeros_like(o) for o in outs])
-                zeros_pass = zeros_pass and compare(nulls, out, self.tol).ok
-                del nulls
-                if constants is None:
-                    constants = [o.reshape(-1)[0].item() if o.numel() else 0 for o in outs]
-                fills = _like(out, [torch.full_like(o, c) for o, c in zip(outs, constants)])
-                const_pass = const_pass and compare(fills, out, self.tol).ok
-                del fills, out, outs
+                nulls.observe(list(outs))
+                del out, outs
         except Exception as e:
             if _out_of_memory(e):
                 raise
             return f"the problem is unusable: {_describe(e)}", [], 0
         peak = torch.cuda.max_memory_allocated(self.device) - base if self.gpu else 0
         dists = ", ".join(self.task.distributions)
-        if zeros_pass:
+        if nulls.zeros:
             return (f"the problem is unusable: an all-zeros output matches the reference on every input "
                     f"distribution ({dists}), so a candidate that computes nothing would pass", [], 0)
-        if const_pass:
-            return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in constants)}) "
+        if nulls.constant:
+            return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in nulls.constants)}) "
                     f"matches the reference on every input distribution ({dists}): it does not depend on its "
                     "inputs", [], 0)
         return None, out_nbytes, peak
@@ -477,11 +471,6 @@ def free_cache(device: str) -> None:
         torch.cuda.empty_cache()
 
 
-def _like(out, tensors: list):
-    """tensors shaped like out: one tensor for a single output, a tuple for several."""
-    return tuple(tensors) if isinstance(out, (tuple, list)) else tensors[0]
-
-
 def _cleanup(ctx: WorkerContext) -> None:
     for name in (f"problem_{ctx.tasks_run}", f"candidate_{ctx.tasks_run}"):
         sys.modules.pop(name, None)
@@ -535,7 +524,7 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
                                                      compiling=alone or nullcontext))
             finally:
                 ctx.sandbox.trusted_depth -= 1
-                torch.cuda.empty_cache()
+                free_cache(ctx.device)
     except Rejected as r:
         result["error"] = r.reason
     except Exception as e:

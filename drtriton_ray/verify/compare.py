@@ -63,6 +63,26 @@ def _values(c, r, tol: float) -> tuple[int, int, float, float]:
     return bad, nonfinite, max_abs, max_rel
 
 
+class NullCandidates:
+    """Candidates that compute nothing: all zeros, or per output a constant (the first element of the first outputs
+    observed). `observe` compares both with one set of reference outputs; `zeros` / `constant` stay True while they
+    have matched every set observed. A problem they pass on every input distribution cannot tell a kernel from
+    nothing: the verifier's self-test refuses it, and synthesis never emits it."""
+
+    def __init__(self, requested_tol: Optional[float] = None):
+        self.tol = requested_tol
+        self.zeros = self.constant = True
+        self.constants: Optional[list] = None
+
+    def observe(self, outs: list) -> None:
+        import torch
+        if self.constants is None:
+            self.constants = [o.reshape(-1)[0].item() if o.numel() else 0 for o in outs]
+        self.zeros = self.zeros and compare([torch.zeros_like(o) for o in outs], outs, self.tol).ok
+        self.constant = self.constant and compare([torch.full_like(o, c) for o, c in zip(outs, self.constants)],
+                                                  outs, self.tol).ok
+
+
 def compare(candidate, reference, requested_tol: Optional[float] = None) -> Comparison:
     import torch
     ref = as_list(reference)

@@ -5,8 +5,7 @@ import pytest
 import torch
 
 from drtriton_ray.models import load_model, prepare_model
-from drtriton_ray.rollout.collective import plan_buckets
-from drtriton_ray.rollout.engine import SamplingConfig
+from drtriton_ray.rollout.engine import SamplingConfig, plan_buckets
 
 
 @pytest.fixture(scope="module")
