@@ -17,6 +17,7 @@ from drtriton_ray.synth.render import functional_source, kernelbench_source
 from drtriton_ray.synth.solve import Unsolvable, solve_plan
 from drtriton_ray.synth.validate import InvalidProgram, validate
 from drtriton_ray.synth.wiring import composable_pairs, plan_program
+from drtriton_ray.verify.inputs import free_cache
 
 
 class SynthesisError(Exception):
@@ -94,6 +95,10 @@ class Sampler:
                 except Exception as e:  # PyTorch refused the program: a spec bug worth reporting
                     reasons.append(f"attempt {attempt}: PyTorch error {type(e).__name__}: {e}")
                     continue
+                finally:
+                    # a paper-size program's float32 and float64 runs leave tens of GB in the caching allocator,
+                    # which a verifier on the same GPU then lacks (the first H100 lowering runs: reference OOMs)
+                    free_cache(cfg.device)
             return self._record(index, ops, program, source, prog_seed, attempt + 1)
         raise SynthesisError(f"no valid program for operators {ops} in {cfg.max_attempts} attempts "
                              f"(profile {cfg.profile_name}, dtype {cfg.dtype}): " + "; ".join(reasons[-3:]))

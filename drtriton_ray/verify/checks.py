@@ -48,6 +48,7 @@ import torch
 from drtriton_ray.verify import timing
 from drtriton_ray.verify.compare import NullCandidates, compare
 from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_memory
+from drtriton_ray.verify.inputs import free_cache
 from drtriton_ray.verify.inputs import clone_inputs, inputs_unchanged, make_inputs
 from drtriton_ray.verify.task import Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
@@ -463,12 +464,6 @@ class _Run:
         if self.gpu and self.task.timing:
             with self.phase("timing"):
                 self.time_it()
-
-
-def free_cache(device: str) -> None:
-    """Hand the allocator's cached blocks back to the driver: the pool's other workers share the GPU."""
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
 
 
 def _cleanup(ctx: WorkerContext) -> None:

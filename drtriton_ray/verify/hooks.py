@@ -177,6 +177,16 @@ _PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.renam
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
+def _caller(depth: int = 4) -> str:
+    """Where a refused call came from, innermost first ("from tempfile.py:585 < build.py:148"): a refusal met by
+    library code (a compiler writing where it should not) names the library line to look at."""
+    frame, where = sys._getframe(2), []
+    while frame is not None and len(where) < depth:
+        where.append(f"{os.path.basename(frame.f_code.co_filename)}:{frame.f_lineno}")
+        frame = frame.f_back
+    return "from " + " < ".join(where)
+
+
 class Sandbox:
     def __init__(self, scratch: str, monitor: LaunchMonitor, allow_compiler_processes: bool):
         self.scratch = os.path.realpath(scratch)
@@ -208,11 +218,12 @@ class Sandbox:
             writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
                 (isinstance(flags, int) and flags & _WRITE_FLAGS)
             if writing and not self._inside_scratch(path):
-                raise PermissionError(f"writing outside the scratch directory is disabled ({path!r})")
+                raise PermissionError(f"writing outside the scratch directory is disabled ({path!r}, {_caller()})")
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not self._inside_scratch(args[i]):
-                    raise PermissionError(f"{event} outside the scratch directory is disabled ({args[i]!r})")
+                    raise PermissionError(f"{event} outside the scratch directory is disabled ({args[i]!r}, "
+                                          f"{_caller()})")
 
 
 def poison_memory(device: str, nbytes: list[int], copies: int = 4) -> None:

@@ -8,6 +8,14 @@ from __future__ import annotations
 import copy
 
 
+def free_cache(device: str) -> None:
+    """Hand the allocator's cached blocks back to the driver: other processes share the GPU (a verifier pool's
+    workers; the synthesizer's validation runs next to verifiers)."""
+    if device.startswith("cuda"):
+        import torch
+        torch.cuda.empty_cache()
+
+
 def make_inputs(get_inputs, distribution: str, seed: int, device: str) -> list:
     """get_inputs() runs with `device` as torch's default device, so its factory calls (torch.randn(...)) draw
     straight on the GPU: a 4096x4096 input drawn on one CPU thread and copied costs ~0.1 s, several times per task.

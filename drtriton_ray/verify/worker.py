@@ -8,6 +8,7 @@ from __future__ import annotations
 import os
 import resource
 import sys
+import tempfile
 import threading
 import time
 
@@ -30,6 +31,9 @@ def _environment(scratch: str, device: str) -> None:
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"   # triton has no CPU backend; must precede `import triton`
     sys.dont_write_bytecode = True
+    # tempfile caches its directory on first use, which may precede this function (a spawn child first imports
+    # its parent's main module: a Ray worker's), and Triton's compiler makes temporary files on every new kernel
+    tempfile.tempdir = os.environ["TMPDIR"]
 
 
 def _user_tasks(uid: int) -> int:

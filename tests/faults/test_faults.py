@@ -73,6 +73,8 @@ def test_crash_replaces_worker_and_clean_errors_keep_it(results):
 
 def test_write_outside_scratch_blocked(results):
     assert not OUTSIDE.exists()
+    # the refusal names the line that asked (library code refused inside a worker is found by its file and line)
+    assert "from candidate_" in results["write_outside"][0].reason, results["write_outside"][0].reason
 
 
 @pytest.mark.gpu
