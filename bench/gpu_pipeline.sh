@@ -4,8 +4,10 @@
 # one piece, and the calls must follow each other while the machine is warm (state lives in /tmp):
 #   bash bench/gpu_pipeline.sh recv 1         # ... recv N: store the piece carried in .gpuK/
 #   bash bench/gpu_pipeline.sh setup          # unpack, install to /tmp/site, SmolLM2 -> /tmp/models/smollm2
+#   bash bench/gpu_pipeline.sh checks         # GPU tests of the verifier as the RL job runs it (a Ray actor)
+#   bash bench/gpu_pipeline.sh bench-gen      # HF engine decoding speed: dynamic vs static cache (CUDA graphs)
 #   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1), unless carried (below)
-#   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model
+#   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model (EVAL_OPTS: more eval-model options)
 #   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train (SFT_SET: more --set overrides)
 #   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides)
@@ -24,7 +26,7 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USA
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-67} --engine hf --device cuda --dtype bf16 \
-  --max-tokens 1792 --workers ${EVAL_WORKERS:-12}"
+  --max-tokens 1792 --workers ${EVAL_WORKERS:-12} ${EVAL_OPTS:-}"
 latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
 
 case "$1" in
@@ -39,6 +41,12 @@ case "$1" in
 'triton', triton.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
     $CLI prepare-model smollm2 --out /tmp/models/smollm2 2>&1 | tail -3
     if [ -f .gpu-data/sft.parquet ]; then cp .gpu-data/sft.parquet /tmp/data/sft.parquet && tail -3 .gpu-data/log.txt; fi ;;
+  checks)
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py tests/verify/test_gpu_timing.py \
+      2>&1 | tail -15 | tee "$OUT/checks.txt" ;;
+  bench-gen)
+    python3 bench/hf_generate.py --model /tmp/models/smollm2 --device cuda --dtype bf16 --batches 64,128 \
+      --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
   data)
     $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out /tmp/data/sft.parquet --workers 12 --device cuda \
       2>&1 | tail -5 | tee "$OUT/sft_data.txt" ;;
@@ -61,6 +69,6 @@ case "$1" in
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 40 --level5 20 \
       --budget-s "${3:-480}" --out "$OUT/lowering_l${levels//,/}.json" 2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}.txt" ;;
   *)
-    echo "usage: $0 recv K | setup | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S]" >&2
+    echo "usage: $0 recv K | setup | checks | bench-gen | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S]" >&2
     exit 2 ;;
 esac

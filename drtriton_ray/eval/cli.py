@@ -108,6 +108,8 @@ def eval_model_cmd(
     device: str = typer.Option("cpu", "--device", help="cpu (interpreter, no timing) or cuda: generation and "
                                                       "verification"),
     dtype: str = typer.Option("fp32", "--dtype", help="model weights: fp32 or bf16"),
+    static_cache: bool = typer.Option(False, "--static-cache", help="hf engine: static KV cache (on a GPU, "
+                                                                    "decoding compiles into CUDA graphs)"),
     profile: str = typer.Option("small", "--profile", help="program sizes: small (CPU interpreter) or paper"),
     baseline: str = typer.Option("eager", "--baseline", help="what correct_faster/slower compare with: "
                                                             "eager or compile"),
@@ -157,6 +159,8 @@ def eval_model_cmd(
         import torch
         if not torch.cuda.is_available():
             fail("--device cuda asked for, but this machine has no CUDA device")
+    if static_cache and engine_name != "hf":
+        fail("--static-cache is an option of --engine hf (vLLM manages its own cache and CUDA graphs)")
     if engine_name == "vllm" and importlib.util.find_spec("vllm") is None:
         fail("--engine vllm asked for, but vllm is not installed here; use --engine hf")
     try:
@@ -192,7 +196,7 @@ def eval_model_cmd(
                                     kv_cache_bytes=256 << 20 if device == "cpu" else None, seed=seed)
             else:
                 from drtriton_ray.rollout.hf_engine import HFEngine
-                engine = HFEngine(str(model), dtype, device)
+                engine = HFEngine(str(model), dtype, device, static_cache=static_cache)
         except OSError as e:  # e.g. a folder with config and tokenizer but no weights
             raise ModelError(f"cannot load the model in {model}: {' '.join(str(e).split())}") from None
         try:

@@ -61,6 +61,8 @@ class RolloutSection(_Section):
     batch_prompts: int | None = Field(None, ge=1, description="hf engine: prompts per generate call (default: "
                                       "prompts_in_flight); fewer keeps the next batch queued while one decodes")
     batch_wait_s: float = Field(0.0, ge=0, description="hf engine: wait at most this long for a full batch")
+    static_cache: bool = Field(False, description="hf engine: static KV cache; on a GPU, decoding compiles into "
+                               "CUDA graphs (bench/hf_generate.py measures both)")
     max_restarts: int = Field(3, ge=0, description="restarts of a dead engine actor")
 
 

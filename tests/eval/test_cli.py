@@ -57,3 +57,9 @@ def test_bad_input_one_line_exit_2(tiny_dir, tmp_path, args, needle):
     assert "Traceback" not in r.output and needle in r.output, r.output
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert lines[0].startswith("error:") and len(lines) == 1, r.output
+
+
+def test_static_cache_is_for_the_hf_engine(tiny_dir):
+    r = runner.invoke(app, ["eval-model", "--model", str(tiny_dir), "--level", "1", "--count", "1",
+                            "--engine", "vllm", "--static-cache"])
+    assert r.exit_code == 2 and "--static-cache is an option of --engine hf" in r.output, r.output
