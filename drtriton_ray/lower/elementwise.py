@@ -68,27 +68,37 @@ def expression(op: str, args: list[str], params: dict) -> str:
     return EXPRESSIONS[op].format(*args, **params)
 
 
-def fused_kernel_source(name: str, num_inputs: int, body: list[str], result: str) -> str:
-    """A kernel over the output's flat index, unravelled over five dims (d0 implied); input k is
-    read through strides s{k}_0..s{k}_4 (0 on broadcast dims) into `v{k}`."""
-    ptrs = ", ".join(f"in{k}_ptr" for k in range(num_inputs))
-    strides = ", ".join(f"s{k}_{j}" for k in range(num_inputs) for j in range(5))
+def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: str) -> str:
+    """A kernel over the output's flat index. A dense input (the output's shape, passed contiguous) is read at that
+    index; a broadcast input k through strides s{k}_0..s{k}_4 (0 on broadcast dims) of the index unravelled over five
+    dims (d0 implied), unravelled only when some input needs it: the divisions cost more than the memory traffic of
+    a memory-bound kernel. WIDE (outputs of 2^31 elements or more) computes indices in int64, int32 otherwise."""
+    ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
+    broadcast = [k for k, d in enumerate(dense) if not d]
+    sizes = "n, d1, d2, d3, d4, " if broadcast else "n, "
+    strides = "".join(f"s{k}_{j}, " for k in broadcast for j in range(5))
     lines = [
         "@triton.jit",
-        f"def {name}(out_ptr, {ptrs}, n, d1, d2, d3, d4, {strides}, BLOCK: tl.constexpr):",
-        "    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)",
+        f"def {name}(out_ptr, {ptrs}, {sizes}{strides}BLOCK: tl.constexpr, WIDE: tl.constexpr):",
+        "    pid = tl.program_id(0)",
+        "    if WIDE:",
+        "        pid = pid.to(tl.int64)",
+        "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
         "    mask = offs < n",
-        "    i4 = offs % d4",
-        "    rest = offs // d4",
-        "    i3 = rest % d3",
-        "    rest = rest // d3",
-        "    i2 = rest % d2",
-        "    rest = rest // d2",
-        "    i1 = rest % d1",
-        "    i0 = rest // d1",
     ]
-    for k in range(num_inputs):
-        offset = " + ".join(f"i{j} * s{k}_{j}" for j in range(5))
+    if broadcast:
+        lines += [
+            "    i4 = offs % d4",
+            "    rest = offs // d4",
+            "    i3 = rest % d3",
+            "    rest = rest // d3",
+            "    i2 = rest % d2",
+            "    rest = rest // d2",
+            "    i1 = rest % d1",
+            "    i0 = rest // d1",
+        ]
+    for k, d in enumerate(dense):
+        offset = "offs" if d else " + ".join(f"i{j} * s{k}_{j}" for j in range(5))
         lines.append(f"    v{k} = tl.load(in{k}_ptr + {offset}, mask=mask, other=0.0).to(tl.float32)")
     lines += [f"    {line}" for line in body]
     lines.append(f"    tl.store(out_ptr + offs, ({result}).to(out_ptr.dtype.element_ty), mask=mask)")

@@ -99,13 +99,14 @@ def _fused(p: Program, group: list[int], name: str) -> tuple[str, str]:
         body.append(f"t{out} = {expression(n.op, [names[t] for t in n.inputs], n.params)}")
     sink = p.nodes[group[-1]].outputs[0]
     shape = tuple(p.tensors[sink].shape)
+    dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
     wrapper = "\n".join([f"def {name}({args}):",
-                         f"    out, grid, kernel_args = elementwise_args({shape}, DTYPE, {args})",
-                         f"    {name}_kernel[grid](*kernel_args, BLOCK=1024)",
+                         f"    out, grid, kernel_args, wide = elementwise_args({shape}, DTYPE, {dense}, {args})",
+                         f"    {name}_kernel[grid](*kernel_args, BLOCK=1024, WIDE=wide)",
                          "    return out", ""])
     line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
-    return fused_kernel_source(f"{name}_kernel", len(leaves), body, f"t{sink}") + "\n\n" + wrapper, line
+    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}") + "\n\n" + wrapper, line
 
 
 def _definitions(module) -> dict[str, tuple[str, set[str]]]:

@@ -17,13 +17,18 @@ def broadcast_strides(t, shape):
     return (0,) * (5 - len(shape)) + tuple(t.expand(shape).stride())
 
 
-def elementwise_args(shape, dtype, *inputs):
-    """(output, grid, arguments) for a fused elementwise kernel; each kernel's own wrapper launches."""
+def elementwise_args(shape, dtype, dense, *inputs):
+    """(output, grid, arguments, WIDE) for a fused elementwise kernel whose inputs are `dense` (read at the flat
+    index: made contiguous, a no-op for the contiguous tensors a program passes) or broadcast (read through
+    strides); each kernel's own wrapper launches."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
-    dims = pad5(shape)
-    strides = [s for t in inputs for s in broadcast_strides(t, shape)]
-    return out, (triton.cdiv(n, 1024),), (out, *inputs, n, dims[1], dims[2], dims[3], dims[4], *strides)
+    args = [t.contiguous() if d else t for t, d in zip(inputs, dense)]
+    if not all(dense):
+        args += [n, *pad5(shape)[1:]] + [s for t, d in zip(inputs, dense) if not d for s in broadcast_strides(t, shape)]
+    else:
+        args.append(n)
+    return out, (triton.cdiv(n, 1024),), (out, *args), n >= 2**31
 
 
 def compiled(t):

@@ -203,16 +203,31 @@ def test_elementwise_precision_near_zero(tmp_path):
     x = torch.cat([mag, -mag]).float()
     args = ("v0", "v0 / 1024.0", "v0 * 0.0 + 1.0009765625")  # x; lerp's end and weight
     src = "import torch\nimport triton\nimport triton.language as tl\n\n" + "\n\n".join(
-        fused_kernel_source(f"k_{name}", 1, [f"t1 = {EXPRESSIONS[name].format(*args, alpha=0.7)}"], "t1")
+        fused_kernel_source(f"k_{name}", [True], [f"t1 = {EXPRESSIONS[name].format(*args, alpha=0.7)}"], "t1")
         for name in ops)
     mod = _import(src, tmp_path / "ew_precision.py")
     for name, f in ops.items():
         out = torch.empty_like(x)
-        getattr(mod, f"k_{name}")[(x.numel() // 1000,)](out, x, x.numel(), 1, 1, 1, x.numel(), 0, 0, 0, 0, 1,
-                                                         BLOCK=1024)
+        getattr(mod, f"k_{name}")[(x.numel() // 1000,)](out, x, x.numel(), BLOCK=1024, WIDE=False)
         want = f(x).double() if name == "Lerp" else f(x.double())  # PyTorch's float32 lerp: the same formula
         rel = (out.double() - want).abs() / want.abs().clamp_min(1e-30)
         assert float(rel.max()) < 1e-5, (name, float(rel.max()), float(x[rel.argmax()]))
+
+
+def test_fused_kernel_dense_and_broadcast_inputs(tmp_path):
+    """A dense input is read at the flat index, a broadcast one through its strides (the only case that unravels
+    the index); both index widths give PyTorch's result."""
+    from drtriton_ray.lower.elementwise import fused_kernel_source
+    from drtriton_ray.lower.wrappers import elementwise_args
+    src = "import torch\nimport triton\nimport triton.language as tl\n\n" + fused_kernel_source(
+        "k_mix", [True, False], ["t2 = v0 * v1 + v0"], "t2")
+    mod = _import(src, tmp_path / "ew_mix.py")
+    a, b = torch.randn(3, 5, 7), torch.randn(5, 1)
+    out, grid, args, wide = elementwise_args((3, 5, 7), torch.float32, [True, False], a, b)
+    assert not wide and len(args) == 1 + 2 + 5 + 5  # out, inputs, n and 4 dims, the broadcast input's strides
+    for w in (False, True):
+        mod.k_mix[grid](*args, BLOCK=1024, WIDE=w)
+        assert torch.allclose(out, a * b + a), w
 
 
 def test_cumsum_accumulates_like_torch():
