@@ -1,5 +1,7 @@
-"""A CPU pool started from a main module that imported triton before TRITON_INTERPRET was set:
-spawn re-imports that module in each worker first, so the pool must hand the variable down."""
+"""Spawn re-imports the parent's main module in each worker before the worker sets its environment up: a main
+module that imported triton before TRITON_INTERPRET was set (the pool must hand the variable down), or one whose
+imports fixed tempfile's directory (a Ray worker's main module did: every Triton compile in the GPU RL run's
+verifier actor was refused, writing to '/tmp')."""
 import os
 import subprocess
 import sys
@@ -22,3 +24,33 @@ def test_cpu_pool_from_a_main_module_that_imported_triton(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
     out = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=600)
     assert out.stdout.strip().splitlines()[-1] == "correct", out.stderr[-2000:]
+
+
+TEMPDIR_SCRIPT = '''
+import tempfile
+tempfile.gettempdir()  # cached from TMPDIR, outside the scratch: the spawned worker re-imports this module first
+from drtriton_ray.verify import Task, WorkerPool
+if __name__ == "__main__":
+    problem, candidate = open("problem.py").read(), open("candidate.py").read()
+    with WorkerPool("cpu", size=1) as pool:
+        v = pool.verify(Task(problem, candidate, static_checks=False))
+        print(v.status, v.reason)
+'''
+
+
+def test_worker_temp_files_stay_in_scratch_whatever_the_main_module_cached(tmp_path, source):
+    """A candidate whose forward makes a temporary file (as Triton's compiler does on a GPU) is verified: tempfile
+    points into the worker's scratch directory, not at the TMPDIR the parent's main module saw."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "problem.py").write_text(source("problems", "relu"))
+    (tmp_path / "candidate.py").write_text(source("candidates", "good_relu").replace(
+        "        x = x.contiguous()\n",
+        "        import tempfile\n        with tempfile.NamedTemporaryFile(mode='w') as f:\n            f.write('x')\n"
+        "        x = x.contiguous()\n"))
+    (tmp_path / "main.py").write_text(TEMPDIR_SCRIPT)
+    env = {**os.environ, "TMPDIR": str(outside)}
+    out = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         timeout=600)
+    assert out.stdout.strip().splitlines()[-1].startswith("correct"), (out.stdout[-2000:], out.stderr[-2000:])
+    assert not os.listdir(outside)
