@@ -64,7 +64,7 @@ def main() -> None:
             answers[(batch, mode)] = out
             rows.append(dict(batch=batch, mode=mode, first=first, steady=steady, steps=steps,
                              ms_step=1e3 * steady / steps, tok_s=tokens / steady))
-            del engine
+            asyncio.run(engine.shutdown())
 
     table = Table(title=f"HF engine decoding: {args.model} on {args.device} ({args.dtype}), greedy, "
                         f"up to {args.max_tokens} tokens")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
@@ -33,6 +34,9 @@ class HFEngine:
         self.model.eval()
         self.device, self.max_batch, self.batch_wait_s = device, max_batch, batch_wait_s
         self.static_cache = static_cache
+        # one thread for every generate call: CUDA graphs recorded by the compiled decoding step belong to the
+        # thread that recorded them
+        self._generator_thread = ThreadPoolExecutor(1, thread_name_prefix="hf-generate")
         self.weight_version = 0
         self.sync_group: SyncGroup | None = None
         # an update waits for the generation in flight (vLLM's pause "wait" mode), so no answer mixes weights
@@ -84,7 +88,8 @@ class HFEngine:
             prompts = [ids for req in batch for ids in req[0]]
             try:
                 async with self._lock:
-                    groups = await asyncio.to_thread(self._generate, prompts, cfg)
+                    groups = await asyncio.get_running_loop().run_in_executor(
+                        self._generator_thread, self._generate, prompts, cfg)
             except Exception as e:  # noqa: BLE001 - every caller of the failed batch gets the error
                 for _, _, fut in batch:
                     if not fut.done():
@@ -167,4 +172,4 @@ class HFEngine:
             self.weight_version = version
 
     async def shutdown(self) -> None:
-        return None
+        self._generator_thread.shutdown(wait=False, cancel_futures=True)
