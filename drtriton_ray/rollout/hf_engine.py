@@ -3,9 +3,10 @@
 Requests are merged into one left-padded `generate` call of up to `max_batch` sequences: a GPU decodes 64
 sequences in about the time of one. Before each call the engine waits until the queue holds a full batch, or
 `batch_wait_s` at most (the generator's prompts come back one by one from verification; without the wait, the
-first to return would start a small batch and the rest would wait for the whole of its decoding). Sampled-token log-probs come from one teacher-forced forward pass over the finished
-sequences, in chunks, instead of keeping every step's full-vocabulary scores (tens of GB for long
-answers); they are log-probs of the temperature-scaled distribution the tokens were drawn from."""
+first to return would start a small batch and the rest would wait for the whole of its decoding). Sampled-token
+log-probs come from one teacher-forced forward pass over the finished sequences, in chunks, instead of keeping every
+step's full-vocabulary scores (tens of GB for long answers); they are log-probs of the temperature-scaled
+distribution the tokens were drawn from."""
 from __future__ import annotations
 
 import asyncio
