@@ -45,8 +45,8 @@ case "$1" in
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py tests/verify/test_gpu_timing.py \
       2>&1 | tail -15 | tee "$OUT/checks.txt" ;;
   bench-gen)
-    python3 bench/hf_generate.py --model /tmp/models/smollm2 --device cuda --dtype bf16 --batches 64,128 \
-      --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
+    python3 bench/hf_generate.py --model /tmp/models/smollm2 --device cuda --dtype bf16 \
+      --batches "${GEN_BATCHES:-128}" --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
   data)
     $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out /tmp/data/sft.parquet --workers 12 --device cuda \
       2>&1 | tail -5 | tee "$OUT/sft_data.txt" ;;
