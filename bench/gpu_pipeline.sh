@@ -4,7 +4,7 @@
 # one piece, and the calls must follow each other while the machine is warm (state lives in /tmp):
 #   bash bench/gpu_pipeline.sh recv 1         # ... recv N: store the piece carried in .gpuK/
 #   bash bench/gpu_pipeline.sh setup          # unpack, install to /tmp/site, SmolLM2 -> /tmp/models/smollm2
-#   bash bench/gpu_pipeline.sh checks         # GPU tests of the verifier as the RL job runs it (a Ray actor)
+#   bash bench/gpu_pipeline.sh checks         # GPU test of the verifier as the RL job runs it (CHECKS: more tests)
 #   bash bench/gpu_pipeline.sh bench-gen      # HF engine decoding speed: dynamic vs static cache (CUDA graphs)
 #   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1), unless carried (below)
 #   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model (EVAL_OPTS: more eval-model options)
@@ -42,8 +42,8 @@ case "$1" in
     $CLI prepare-model smollm2 --out /tmp/models/smollm2 2>&1 | tail -3
     if [ -f .gpu-data/sft.parquet ]; then cp .gpu-data/sft.parquet /tmp/data/sft.parquet && tail -3 .gpu-data/log.txt; fi ;;
   checks)
-    python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py tests/verify/test_gpu_timing.py \
-      2>&1 | tail -15 | tee "$OUT/checks.txt" ;;
+    python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py ${CHECKS:-} 2>&1 | tail -15 \
+      | tee "$OUT/checks.txt" ;;
   bench-gen)
     python3 bench/hf_generate.py --model /tmp/models/smollm2 --device cuda --dtype bf16 \
       --batches "${GEN_BATCHES:-128}" --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
