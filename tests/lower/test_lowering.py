@@ -182,8 +182,8 @@ def test_tiled_kernels_match_torch(compiled_tiles, monkeypatch):
         x = torch.randn(shape)
         g, b = torch.randn(shape[1]), torch.randn(shape[1])
         close(w.batch_norm(x, g, b), F.batch_norm(x, None, None, g, b, training=True))
-    a, m = torch.randn(5, 1, 33, 70), torch.randn(3, 70, 20)
-    close(w.matmul(a, m), torch.matmul(a, m))
+    for a, m in ((torch.randn(5, 1, 33, 70), torch.randn(3, 70, 20)), (torch.randn(2, 130, 40), torch.randn(40, 100))):
+        close(w.matmul(a, m), torch.matmul(a, m))
     x = torch.randn(2, 3, 9, 8, 7)
     for k, s, p in ((3, 2, 1), (2, 1, 0)):
         close(w.pool(x, tuple(F.max_pool3d(x, k, s, p).shape), k, s, p, True), F.max_pool3d(x, k, s, p))
