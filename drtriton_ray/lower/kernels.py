@@ -228,10 +228,14 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, B1, B2,
 
 @triton.jit
 def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4,
-                        ss0, ss1, ss2, ss3, ss4, ds0, ds1, ds2, ds3, ds4, BLOCK: tl.constexpr):
+                        ss0, ss1, ss2, ss3, ss4, ds0, ds1, ds2, ds3, ds4, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     """dst[idx] = src[idx] over a 5-dim index space (d0, d1, ..., d4), both sides by strides:
-    transposes, and the slices of cat and stack."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+    transposes, and the slices of cat and stack. WIDE: offsets reach 2^31 (int64 index math, several times
+    slower than int32 in the unravelling divisions)."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     i4 = offs % d4
     rest = offs // d4
@@ -246,9 +250,13 @@ def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4,
 
 
 @triton.jit
-def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOCK: tl.constexpr):
-    """triu/tril over the last two dims of a contiguous tensor."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK + tl.arange(0, BLOCK)
+def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOCK: tl.constexpr,
+                    WIDE: tl.constexpr):
+    """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math)."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     col = offs % W
     row = (offs // W) % H

@@ -161,12 +161,18 @@ def linear(x, weight, bias):
     return out.reshape(tuple(x.shape[:-1]) + (n,))
 
 
+def extent(t):
+    """One past the largest element offset t's view reaches in its storage."""
+    return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
+
+
 def copy_into(src, dst):
     n = src.numel()
     dims = pad5(src.shape)
     ss = (0,) * (5 - src.dim()) + tuple(src.stride())
     ds = (0,) * (5 - dst.dim()) + tuple(dst.stride())
-    strided_copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, dims[1], dims[2], dims[3], dims[4], *ss, *ds, BLOCK=1024)
+    strided_copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, dims[1], dims[2], dims[3], dims[4], *ss, *ds, BLOCK=1024,
+                                                 WIDE=max(n, extent(src), extent(dst)) >= 2**31)
 
 
 def transpose(x, dim0, dim1):
@@ -197,7 +203,8 @@ def stack(a, b, dim):
 def triangle(x, diagonal, upper):
     out = torch.empty_like(x)
     n = x.numel()
-    triangle_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-2], x.shape[-1], diagonal, UPPER=upper, BLOCK=1024)
+    triangle_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-2], x.shape[-1], diagonal, UPPER=upper, BLOCK=1024,
+                                             WIDE=n >= 2**31)
     return out
 
 
