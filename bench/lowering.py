@@ -8,7 +8,8 @@ Level 1 covers every operator once; levels 2 and 5 draw random programs (seed 7)
 Programs are drawn, lowered and verified a few at a time, with a progress line after each batch. With
 --budget-s the run starts no batch that would end past the budget (each level gets an equal share of what is
 left when it starts), so it finishes with its table and log inside a fixed wall clock; programs it did not
-reach are counted as such, not as failures. SIGTERM (a timeout's) also ends it with the table and log."""
+reach are counted as such, not as failures, and --first continues from the first of them in another run.
+SIGTERM (a timeout's) also ends it with the table and log."""
 from __future__ import annotations
 
 import argparse
@@ -136,10 +137,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None,
                     help="pool workers (default: the pool's 4 on a GPU, timing one at a time; every core on CPU)")
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget for the whole run")
+    ap.add_argument("--first", type=int, default=0, help="index of each level's first program: continues a run "
+                    "its budget cut (the two JSON logs together cover the level)")
     ap.add_argument("--timing-trials", type=int, default=Task.timing_trials, help="GPU timing windows per candidate")
     ap.add_argument("--task-timeout-s", type=float, default=Limits.task_timeout_s)
     ap.add_argument("--out", default=None, help="JSON log: per-level rows and every program's verdict")
     args = ap.parse_args()
+    if args.first < 0:
+        ap.error(f"--first must be >= 0, got {args.first}")
     start = time.monotonic()
     gpu = args.device.startswith("cuda")
     if gpu:  # the workers inherit it: an exported TRITON_INTERPRET=1 would interpret the kernels on the GPU run
@@ -158,15 +163,17 @@ def main() -> None:
         with WorkerPool(args.device, size=workers, limits=Limits(task_timeout_s=args.task_timeout_s)) as pool:
             for n, level in enumerate(levels):
                 count, t0 = source.count(level), time.monotonic()
+                first = min(args.first, count)
                 deadline = None if args.budget_s is None else \
                     t0 + (start + args.budget_s - t0) / (len(levels) - n)
                 verdicts: list[Verdict] = []
                 batch_s: list[float] = []
-                rows.append(level_row(level, count, verdicts, 0.0))
-                k = 0
+                rows.append(level_row(level, count - first, verdicts, 0.0))
+                k = first
                 while k < count:
                     if deadline is not None and time.monotonic() + max(batch_s, default=0.0) > deadline:
-                        print(f"L{level}: budget share used, {count - k} programs not reached", flush=True)
+                        print(f"L{level}: budget share used, programs {k}..{count - 1} not reached (--first {k} "
+                              "continues)", flush=True)
                         break
                     b0 = time.monotonic()
                     drawn = [source.get(level, j) for j in range(k, min(count, k + 2 * pool.size))]
@@ -181,12 +188,12 @@ def main() -> None:
                             print(f"  L{level} {v.status}: {name}: {v.reason[:160]}", flush=True)
                     k += len(drawn)
                     batch_s.append(time.monotonic() - b0)
-                    rows[-1] = level_row(level, count, verdicts, time.monotonic() - t0)
+                    rows[-1] = level_row(level, count - first, verdicts, time.monotonic() - t0)
                     print(f"L{level}: {k}/{count} verified, {rows[-1]['correct']} correct, "
                           f"{time.monotonic() - start:.0f} s", flush=True)
                     if args.out:
                         write_log(args.out, args, rows, programs, info)
-                rows[-1] = level_row(level, count, verdicts, time.monotonic() - t0)
+                rows[-1] = level_row(level, count - first, verdicts, time.monotonic() - t0)
     except KeyboardInterrupt:
         print("interrupted: the table covers the programs verified so far", flush=True)
     if args.out:
