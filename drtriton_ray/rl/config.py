@@ -14,6 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from drtriton_ray.eval.heldout import HELDOUT_SEED, check_training_seed
 from drtriton_ray.rl.curriculum import CurriculumConfig
 from drtriton_ray.synth.config import PROFILES, DType
+from drtriton_ray.verify.task import Task
 
 
 class _Section(BaseModel):
@@ -74,6 +75,8 @@ class VerifySection(_Section):
     num_gpus: float = Field(1, ge=0, description="GPU share of one cuda verifier actor")
     policy: Literal["strict", "hybrid"] = "strict"
     task_timeout_s: float = Field(120, gt=0)
+    timing_trials: int = Field(Task.timing_trials, ge=1, description="GPU timing windows per correct answer (verify/timing.py); "
+                               "fewer free the shared GPU sooner, the speed reward gets noisier")
     max_restarts: int = Field(3, ge=0)
 
 

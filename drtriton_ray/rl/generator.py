@@ -190,7 +190,8 @@ class Generator:
         t2 = time.perf_counter()
         extractions = [extract_code(s.text) for s in samples]
         timed = self.cfg.verify.device == "cuda"
-        tasks = [Task(record.source, ex.code, policy=self.cfg.verify.policy, name=f"{record.id}#{i}", timing=timed)
+        tasks = [Task(record.source, ex.code, policy=self.cfg.verify.policy, name=f"{record.id}#{i}", timing=timed,
+                      timing_trials=self.cfg.verify.timing_trials)
                  for i, ex in enumerate(extractions) if ex.code is not None]
         verdicts = iter(await self.verify(tasks) or [None] * len(tasks))
         scored = []
