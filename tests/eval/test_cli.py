@@ -11,10 +11,11 @@ from drtriton_ray.cli import app
 runner = CliRunner()
 
 
-def test_tiny_model_end_to_end(tiny_dir, tmp_path):
+@pytest.mark.parametrize("extra", [[], ["--static-cache"]], ids=["dynamic-cache", "static-cache"])
+def test_tiny_model_end_to_end(tiny_dir, tmp_path, extra):
     out = tmp_path / "report.json"
     r = runner.invoke(app, ["eval-model", "--model", str(tiny_dir), "--level", "1", "--count", "2", "--samples", "2",
-                            "--max-tokens", "16", "--out", str(out)])
+                            "--max-tokens", "16", "--out", str(out), *extra])
     assert r.exit_code == 0, r.output
     assert "pass@1" in r.stdout and "pass@2" in r.stdout and "no_code" in r.stdout
     report = json.loads(out.read_text())
