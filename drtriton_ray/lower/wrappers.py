@@ -23,11 +23,9 @@ def elementwise_args(shape, dtype, dense, *inputs):
     strides); each kernel's own wrapper launches."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
-    args = [t.contiguous() if d else t for t, d in zip(inputs, dense)]
+    args = [t.contiguous() if d else t for t, d in zip(inputs, dense)] + [n]
     if not all(dense):
-        args += [n, *pad5(shape)[1:]] + [s for t, d in zip(inputs, dense) if not d for s in broadcast_strides(t, shape)]
-    else:
-        args.append(n)
+        args += [*pad5(shape)[1:]] + [s for t, d in zip(inputs, dense) if not d for s in broadcast_strides(t, shape)]
     return out, (triton.cdiv(n, 1024),), (out, *args), n >= 2**31
 
 

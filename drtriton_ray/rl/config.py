@@ -75,8 +75,8 @@ class VerifySection(_Section):
     num_gpus: float = Field(1, ge=0, description="GPU share of one cuda verifier actor")
     policy: Literal["strict", "hybrid"] = "strict"
     task_timeout_s: float = Field(120, gt=0)
-    timing_trials: int = Field(Task.timing_trials, ge=1, description="GPU timing windows per correct answer (verify/timing.py); "
-                               "fewer free the shared GPU sooner, the speed reward gets noisier")
+    timing_trials: int = Field(Task.timing_trials, ge=1, description="GPU timing windows per correct answer "
+                               "(verify/timing.py); fewer free the shared GPU sooner, the speed reward gets noisier")
     max_restarts: int = Field(3, ge=0)
 
 
@@ -167,8 +167,8 @@ class RLConfig(_Section):
             problems.append(f"rollout.batch_prompts ({r.batch_prompts}) cannot exceed rollout.prompts_in_flight "
                             f"({r.prompts_in_flight}): a batch would never fill")
         if self.sync.method == "collective" and self.sync.backend == "nccl" and not self._whole_gpus():
-            problems.append("sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus >= 1): "
-                            "NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)")
+            problems.append("sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus "
+                            ">= 1): NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)")
         try:
             check_training_seed(self.synth.seed)
             self.curriculum_config()

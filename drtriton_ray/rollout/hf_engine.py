@@ -28,8 +28,8 @@ class HFEngine:
     def __init__(self, model_dir: str, dtype: str = "fp32", device: str = "cpu", max_batch: int = 64,
                  batch_wait_s: float = 0.0, static_cache: bool = False):
         """static_cache: decode with transformers' static KV cache, which on a GPU makes `generate` compile the
-        decoding step into CUDA graphs (a small model's eager decoding is bound by Python and kernel launches: the
-        first H100 runs took ~115 ms per step for 135M parameters). Each new (batch, length) shape compiles once."""
+        decoding step into CUDA graphs (a small model's eager decoding is likely bound by Python and kernel launches:
+        the first H100 runs took ~115 ms per step for 135M parameters). Each new (batch, length) shape compiles once."""
         self.model, self.tokenizer = load_model(model_dir, dtype)
         self.model.to(device)
         self.model.eval()

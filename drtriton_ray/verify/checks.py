@@ -48,8 +48,7 @@ import torch
 from drtriton_ray.verify import timing
 from drtriton_ray.verify.compare import NullCandidates, compare
 from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_memory
-from drtriton_ray.verify.inputs import free_cache
-from drtriton_ray.verify.inputs import clone_inputs, inputs_unchanged, make_inputs
+from drtriton_ray.verify.inputs import clone_inputs, free_cache, inputs_unchanged, make_inputs
 from drtriton_ray.verify.task import Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 

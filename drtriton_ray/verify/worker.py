@@ -32,7 +32,7 @@ def _environment(scratch: str, device: str) -> None:
         os.environ["TRITON_INTERPRET"] = "1"   # triton has no CPU backend; must precede `import triton`
     sys.dont_write_bytecode = True
     # tempfile caches its directory on first use, which may precede this function (a spawn child first imports
-    # its parent's main module: a Ray worker's), and Triton's compiler makes temporary files on every new kernel
+    # its parent's main module, e.g. a Ray worker's), and Triton's compiler makes temporary files on every new kernel
     tempfile.tempdir = os.environ["TMPDIR"]
 
 
