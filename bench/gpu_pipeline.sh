@@ -17,7 +17,8 @@
 # Every stage fits one 10-minute device call. SFT pairs made elsewhere (`drtriton sft-data ... --out
 # .gpu-data/sft.parquet`, e.g. on CPU, where the interpreter verifies them) come along with `setup`'s call when
 # .gpu-data is carried, and `data` can be skipped.
-# Held-out evaluation: the first 67 level-1 programs of the held-out stream (one per operator), greedy.
+# Held-out evaluation: the first 67 level-1 programs of the held-out stream (one per operator), greedy, decoded
+# with the static cache as the RL job's engine does (configs/gpu-1.yaml).
 set -euo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 S=/tmp/stage
@@ -26,7 +27,7 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USA
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
-EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-67} --engine hf --device cuda --dtype bf16 \
+EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-67} --engine hf --device cuda --dtype bf16 --static-cache \
   --max-tokens 1792 --workers ${EVAL_WORKERS:-12} ${EVAL_OPTS:-}"
 latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
 

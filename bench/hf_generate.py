@@ -19,6 +19,7 @@ from rich.table import Table
 
 from drtriton_ray.eval.heldout import heldout_programs
 from drtriton_ray.eval.policy import prompt_ids
+from drtriton_ray.models import load_tokenizer
 from drtriton_ray.rollout.engine import SamplingConfig
 from drtriton_ray.rollout.hf_engine import HFEngine
 
@@ -54,8 +55,10 @@ def main() -> None:
     rows, answers = [], {}
     for batch in batches:
         for mode in modes:
-            engine = HFEngine(args.model, args.dtype, args.device, max_batch=batch, static_cache=mode == "static")
-            prompts = [prompt_ids(engine.tokenizer, problems[i % len(problems)].source) for i in range(batch)]
+            tokenizer = load_tokenizer(args.model)
+            prompts = [prompt_ids(tokenizer, problems[i % len(problems)].source) for i in range(batch)]
+            engine = HFEngine(args.model, args.dtype, args.device, max_batch=batch, static_cache=mode == "static",
+                              max_model_len=max(map(len, prompts)) + args.max_tokens)
             timed(engine, prompts[:1], 4)
             first, _ = timed(engine, prompts, args.max_tokens)
             steady, out = timed(engine, prompts, args.max_tokens)

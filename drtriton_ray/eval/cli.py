@@ -196,7 +196,8 @@ def eval_model_cmd(
                                     kv_cache_bytes=256 << 20 if device == "cpu" else None, seed=seed)
             else:
                 from drtriton_ray.rollout.hf_engine import HFEngine
-                engine = HFEngine(str(model), dtype, device, static_cache=static_cache)
+                engine = HFEngine(str(model), dtype, device, static_cache=static_cache,
+                                  max_model_len=longest + max_tokens)
         except OSError as e:  # e.g. a folder with config and tokenizer but no weights
             raise ModelError(f"cannot load the model in {model}: {' '.join(str(e).split())}") from None
         try:

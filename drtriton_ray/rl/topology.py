@@ -28,7 +28,8 @@ def build_actors(cfg: RLConfig) -> dict:
     else:
         options = lambda i: dict(dtype=r.dtype, device="cuda" if r.num_gpus > 0 else "cpu",  # noqa: E731
                                  max_batch=r.group_size * (r.batch_prompts or r.prompts_in_flight),
-                                 batch_wait_s=r.batch_wait_s, static_cache=r.static_cache)
+                                 batch_wait_s=r.batch_wait_s, static_cache=r.static_cache,
+                                 max_model_len=r.max_model_len)
     engine_cls = rollout_actor(r.num_cpus, r.num_gpus, r.max_restarts)
     engines = [engine_cls.remote(r.engine, cfg.model.path, options(i)) for i in range(r.engines)]
     limits = Limits(task_timeout_s=v.task_timeout_s)

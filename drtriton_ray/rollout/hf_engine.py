@@ -14,27 +14,40 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 import torch
+from transformers import StoppingCriteria, StoppingCriteriaList
 
 from drtriton_ray.models import load_model
 from drtriton_ray.rollout.collective import SyncGroup
 from drtriton_ray.rollout.engine import Sample, SamplingConfig, unpack_buckets
 
 LOGPROB_CHUNK = 8  # sequences per teacher-forced pass: bounds the [chunk, length, vocab] logits
-# static cache: prompts are left-padded to a multiple of this, so batches share a few compiled shapes
-STATIC_WIDTH = 256
+
+
+class _Stopped(StoppingCriteria):
+    """Marks the given rows finished (generate ends once every row is)."""
+
+    def __init__(self, rows: torch.Tensor):
+        self.rows = rows
+
+    def __call__(self, input_ids: torch.Tensor, scores, **kwargs) -> torch.Tensor:
+        return self.rows
 
 
 class HFEngine:
     def __init__(self, model_dir: str, dtype: str = "fp32", device: str = "cpu", max_batch: int = 64,
-                 batch_wait_s: float = 0.0, static_cache: bool = False):
+                 batch_wait_s: float = 0.0, static_cache: bool = False, max_model_len: int | None = None):
         """static_cache: decode with transformers' static KV cache, which on a GPU makes `generate` compile the
         decoding step into CUDA graphs (a small model's eager decoding is likely bound by Python and kernel launches:
-        the first H100 runs took ~115 ms per step for 135M parameters). Each new (batch, length) shape compiles once."""
+        the first H100 runs took ~115 ms per step for 135M parameters). A compile costs about a minute (docs/rl.md)
+        and every new shape compiles again, so each call has the same shape: max_batch sequences (padded with copies
+        of its last prompt, stopped after one token so that they never outlast the real ones, then dropped) and a
+        cache of max_model_len tokens (prompt plus answer; a longer call grows it, and transformers keeps the
+        longest it has made)."""
         self.model, self.tokenizer = load_model(model_dir, dtype)
         self.model.to(device)
         self.model.eval()
         self.device, self.max_batch, self.batch_wait_s = device, max_batch, batch_wait_s
-        self.static_cache = static_cache
+        self.static_cache, self.max_model_len = static_cache, max_model_len
         # one thread for every generate call: CUDA graphs recorded by the compiled decoding step belong to the
         # thread that recorded them
         self._generator_thread = ThreadPoolExecutor(1, thread_name_prefix="hf-generate")
@@ -108,19 +121,24 @@ class HFEngine:
             torch.manual_seed(cfg.seed)
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
+        real = len(prompt_ids)
         width = max(len(ids) for ids in prompt_ids)
+        cache = {}
         if self.static_cache:
-            width = -(-width // STATIC_WIDTH) * STATIC_WIDTH
+            prompt_ids = prompt_ids + [prompt_ids[-1]] * max(0, -(-self.max_batch // cfg.n) - real)
+            cache = dict(cache_implementation="static", max_cache_len=self.max_model_len)
         inputs = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids], device=self.device)
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=self.device)
         sampling = dict(do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0) if cfg.temperature > 0 \
             else dict(do_sample=False)
+        padding = torch.arange(len(prompt_ids) * cfg.n, device=self.device) >= real * cfg.n
         with torch.no_grad():
             out = self.model.generate(inputs, attention_mask=attention, max_new_tokens=cfg.max_tokens,
                                       num_return_sequences=cfg.n, pad_token_id=pad,
-                                      cache_implementation="static" if self.static_cache else None, **sampling)
+                                      stopping_criteria=StoppingCriteriaList([_Stopped(padding)]), **cache, **sampling)
         answers = []
-        for seq in out[:, width:].tolist():
+        prompt_ids = prompt_ids[:real]
+        for seq in out[:real * cfg.n, width:].tolist():
             answers.append(seq[:seq.index(eos) + 1] if eos in seq else seq)
         prompts = [ids for ids in prompt_ids for _ in range(cfg.n)]
         logprobs = self._logprobs(prompts, answers, cfg.temperature or 1.0)

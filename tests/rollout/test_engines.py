@@ -65,17 +65,43 @@ def test_hf_engine_samples(tiny, loop):
     assert torch.allclose(want, torch.tensor(s.logprobs), atol=1e-4)
 
 
-def test_hf_engine_static_cache_same_greedy(tiny, loop):
-    """The static-cache path (compiled into CUDA graphs on a GPU; eager here) pads prompts to a few widths and
-    decodes the same greedy tokens as the dynamic cache."""
+def test_hf_engine_static_cache_same_greedy(tiny, loop, monkeypatch):
+    """The static-cache path (compiled into CUDA graphs on a GPU; eager here) gives every call one shape (max_batch
+    sequences, a cache of max_model_len tokens) and decodes the same greedy tokens as the dynamic cache. The padding
+    rows stop at once: with sampling they must not keep the call going after the real rows stop."""
     from drtriton_ray.rollout.hf_engine import HFEngine
     greedy = SamplingConfig(n=1, temperature=0.0, max_tokens=16)
-    dynamic, static = HFEngine(tiny), HFEngine(tiny, static_cache=True)
+    dynamic = HFEngine(tiny, max_batch=6)
+    static = HFEngine(tiny, max_batch=6, static_cache=True, max_model_len=200)
+    outputs, caches = [], []
+    generate = static.model.generate
+    import transformers.generation.utils as generation
+
+    class Recorded(generation.StaticCache):
+        def __init__(self, *args, **kw):
+            caches.append(kw["max_cache_len"])
+            super().__init__(*args, **kw)
+    monkeypatch.setattr(generation, "StaticCache", Recorded)
+
+    def recording(inputs, **kw):
+        outputs.append(generate(inputs, **kw))
+        return outputs[-1]
+    static.model.generate = recording
     ids = prompts(dynamic.tokenizer)
     want = loop.run_until_complete(dynamic.generate(ids, greedy))
     got = loop.run_until_complete(static.generate(ids, greedy))
     assert [g[0].token_ids for g in got] == [g[0].token_ids for g in want]
     assert all(len(g[0].token_ids) > 0 for g in got)
+    width = max(map(len, ids))
+    assert outputs[0].shape[0] == 6 and outputs[0].shape[1] <= width + 16 and caches == [200]
+
+    # sampled padding rows could outlast the real ones and hold the call up: they are stopped after one token
+    # (generate fills a stopped row with the pad token)
+    sampled = SamplingConfig(n=2, temperature=1.0, max_tokens=8, seed=1)
+    groups = loop.run_until_complete(static.generate(ids[:1], sampled))
+    assert len(groups) == 1 and len(groups[0]) == 2 and all(len(s.token_ids) == len(s.logprobs) for s in groups[0])
+    out, pad = outputs[-1], static.tokenizer.pad_token_id
+    assert out.shape[0] == 6 and (out[2:, len(ids[0]) + 1:] == pad).all() and caches == [200, 200]
 
 
 def test_hf_engine_waits_for_a_full_batch(tiny, loop):
