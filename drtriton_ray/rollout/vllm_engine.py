@@ -17,6 +17,9 @@ class VLLMEngine:
                  kv_cache_bytes: int | None = 256 << 20, seed: int = 0, **engine_kwargs):
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+        # processed: the sampled tokens' log-probs under the tempered distribution that drew them, as the
+        # transformers engine and the trainer compute them (vLLM's default is the raw, untempered ones)
+        engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
         args = AsyncEngineArgs(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
                                enforce_eager=True, worker_extension_cls=EXTENSION,
                                kv_cache_memory_bytes=kv_cache_bytes, **engine_kwargs)

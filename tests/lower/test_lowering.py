@@ -230,6 +230,37 @@ def test_fused_kernel_dense_and_broadcast_inputs(tmp_path):
         assert torch.allclose(out, a * b + a), w
 
 
+def test_broadcast_dims_coalesce(tmp_path):
+    """Dims that every broadcast input steps through alike merge, so the kernel divides as little as it can: a bias
+    over the leading dim of (151, 301, 20, 594) (a paper-profile Add) leaves one division, a per-channel one two.
+    Whatever the merging, the kernel's values are PyTorch's, with non-contiguous inputs and size-1 dims too."""
+    from drtriton_ray.lower.elementwise import fused_kernel_source
+    from drtriton_ray.lower.wrappers import coalesced_dims, elementwise_args
+
+    def dims(shape, *inputs):
+        return coalesced_dims(shape, [torch.empty(t).expand(shape).stride() for t in inputs])
+    assert dims((151, 301, 20, 594), (301, 20, 594), (151, 1, 1, 1)) == \
+        ((1, 1, 1, 301 * 20 * 594), [(0, 0, 0, 0, 1), (1, 0, 0, 0, 0)])
+    assert dims((8, 16, 5, 7), (1, 16, 1, 1)) == ((1, 1, 16, 35), [(0, 0, 0, 1, 0)])
+    assert dims((4, 1, 6), (4, 1, 1)) == ((1, 1, 1, 6), [(1, 0, 0, 0, 0)])
+    assert dims((1, 1), (1, 1)) == ((1, 1, 1, 1), [(0, 0, 0, 0, 0)])
+
+    src = "import torch\nimport triton\nimport triton.language as tl\n\n" + fused_kernel_source(
+        "k_three", [False, False, True], ["t3 = v0 * v1 - v2"], "t3")
+    mod = _import(src, tmp_path / "ew_three.py")
+    torch.manual_seed(0)
+    cases = [((2, 3, 4, 5), torch.randn(3, 4, 5), torch.randn(2, 1, 1, 1)),
+             ((2, 3, 4, 5), torch.randn(5, 4).t()[None, :, None, :].expand(1, 4, 3, 5)[..., 0, :].reshape(1, 4, 5)
+              .expand(3, 4, 5), torch.randn(2, 3, 1, 5)),
+             ((6, 1, 7), torch.randn(6, 1, 1), torch.randn(1, 1, 7)),
+             ((2, 3, 2, 3, 4), torch.randn(3, 1, 3, 1), torch.randn(2, 1, 2, 1, 4).transpose(0, 2))]
+    for shape, a, b in cases:
+        c = torch.randn(shape)
+        out, grid, args, _ = elementwise_args(shape, torch.float32, [False, False, True], a, b, c)
+        mod.k_three[grid](*args, BLOCK=1024, WIDE=False)
+        assert torch.allclose(out, a * b - c), shape
+
+
 def test_cumsum_accumulates_like_torch():
     """A float64 running sum: the same values as PyTorch's CPU cumsum, which accumulates in double."""
     from drtriton_ray.lower.wrappers import along_dim

@@ -1,5 +1,7 @@
 """The trainer's two-pass update gives exactly the gradient of the loss over the whole batch (computed here
-directly, with one graph), whatever the micro-batch size; batches without signal skip the passes."""
+directly, with one graph), whatever the micro-batch size; batches without signal skip the passes; the trainer's
+log-probs are those of the tempered distribution the engine sampled from."""
+import asyncio
 import math
 
 import pytest
@@ -43,7 +45,7 @@ def test_two_pass_gradient_is_exact(tiny):
     batch = groups([(True, False, False), (False, True), (False, False)])
     model, tok = load_model(tiny)
     seqs = _sequences(batch)
-    logp, mask = _token_logprobs(model, seqs, tok.eos_token_id, torch.device("cpu"), False)
+    logp, mask = _token_logprobs(model, seqs, tok.eos_token_id, torch.device("cpu"), False, 1.0)
     group = torch.tensor([0, 0, 0, 1, 1, 2, 2])
     correct = torch.tensor([s.correct for g in batch for s in g.samples])
     loss, _ = drpo_loss(logp, logp.detach(), mask, group, correct, torch.full((7,), math.nan))
@@ -65,3 +67,25 @@ def test_batches_without_signal_are_skipped(tiny):
     assert not has_signal(all_correct, "drpo") and not has_signal(all_correct, "grpo")
     all_correct[0].samples[0].speed, all_correct[0].samples[1].speed = 0.1, 0.3
     assert has_signal(all_correct, "drpo") and has_signal(all_correct, "grpo")
+
+
+def test_trainer_logprobs_are_the_engines_at_the_rollout_temperature(tiny):
+    """Sampled at 0.5, the engine's log-probs and the trainer's agree (the update's logged `logprob_gap`) only when
+    the trainer tempers its logits too: at 1.0 they differ by far more than float noise."""
+    from drtriton_ray.rollout.engine import SamplingConfig
+    from drtriton_ray.rollout.hf_engine import HFEngine
+    engine = HFEngine(tiny)
+    prompt = [5, 17, 33, 2, 90, 41]
+    made = asyncio.run(engine.generate([prompt], SamplingConfig(n=3, temperature=0.5, max_tokens=12, seed=0)))[0]
+    samples = [ScoredSample(s.token_ids, s.logprobs, s.text, s.finish_reason, 0, "correct" if i == 0 else "wrong",
+                            i == 0, math.nan) for i, s in enumerate(made)]
+
+    def gap(temperature):
+        model, tok = load_model(tiny)
+        cfg = RLConfig(model={"path": tiny}, rollout={"temperature": temperature})
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)
+        stats = update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0),
+                       [Group("p", 0, samples, level=1, prompt_ids=prompt)],
+                       lambda *a: drpo_loss(*a, cfg=DRPOConfig()), cfg, torch.device("cpu"), tok.eos_token_id)
+        return stats["logprob_gap"]
+    assert gap(0.5) < 1e-5 and gap(1.0) > 1e-2

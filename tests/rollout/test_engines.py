@@ -152,6 +152,14 @@ def test_vllm_matches_hf_greedy_and_weight_sync(tiny, vllm_engine, loop):
     assert [g[0].token_ids for g in got] == hf_greedy(model)
     sampled = loop.run_until_complete(vllm_engine.generate(ids, SamplingConfig(n=4, temperature=1.0, max_tokens=8, seed=1)))
     assert all(len(g) == 4 and all(math.isfinite(x) and x <= 0 for s in g for x in s.logprobs) for g in sampled)
+    # at another temperature the log-probs are those of the tempered distribution that sampled (the trainer's)
+    tempered = loop.run_until_complete(vllm_engine.generate(ids[:1], SamplingConfig(n=2, temperature=0.5, max_tokens=8,
+                                                                                    seed=2)))[0]
+    for s in tempered:
+        with torch.no_grad():
+            logits = model(torch.tensor([ids[0] + s.token_ids])).logits[0, len(ids[0]) - 1:-1] / 0.5
+        want = logits.log_softmax(-1).gather(1, torch.tensor(s.token_ids)[:, None]).squeeze(1)
+        assert torch.allclose(want, torch.tensor(s.logprobs), atol=1e-3), (want, s.logprobs)
 
     # the "trainer" changes its weights; after a bucketed sync the engine follows them exactly
     torch.manual_seed(0)
