@@ -13,7 +13,8 @@
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides)
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
-#   bash bench/gpu_pipeline.sh lowering 2 480 90  # ... from program 90 on (a run its budget cut); L2, L5: counts
+#   bash bench/gpu_pipeline.sh lowering 2 480 90  # ... from program 90 on (a run its budget cut); L2, L5: counts;
+#                                                 # LOWER_OPTS: more bench/lowering.py options (--timing-trials 10)
 # Every stage fits one 10-minute device call. SFT pairs made elsewhere (`drtriton sft-data ... --out
 # .gpu-data/sft.parquet`, e.g. on CPU, where the interpreter verifies them) come along with `setup`'s call when
 # .gpu-data is carried, and `data` can be skipped.
@@ -69,7 +70,7 @@ case "$1" in
   lowering)
     levels=${2:-1}
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 "${L2:-200}" \
-      --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
+      --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
     echo "usage: $0 recv K | setup | checks | bench-gen | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
