@@ -21,7 +21,7 @@ def topology(ray_local, tmp_path_factory):
     tiny = str(prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=7))
     cfg = RLConfig(model={"path": tiny}, synth={"num_cpus": 0.1},
                    rollout={"engine": "hf", "num_cpus": 0.25, "group_size": 2, "max_tokens": 16,
-                            "prompts_in_flight": 1},
+                            "prompts_in_flight": 1, "static_cache": True, "max_model_len": 512},  # gpu-1's engine
                    verify={"num_cpus": 0.25}, algo={"prompts_per_step": 1}, run={"storage_path": str(tiny)})
     actors = build_actors(cfg)
     yield cfg, actors
