@@ -165,11 +165,17 @@ def launch_matmul(a, b, bias, batch, m, n, k, a_strides, b_strides):
 
 
 def matmul(a, b):
-    """torch.matmul for operands of rank >= 2: batch dims broadcast."""
+    """torch.matmul for operands of rank >= 2: batch dims broadcast. Trailing batch dims over which B is the same
+    matrix and A's rows run on in memory become rows of one taller product, as in PyTorch: (2511, 2, 594) @ (594,
+    2880) is one (5022 x 594) @ (594 x 2880), not 2511 products whose 2 rows fill 2 of each tile's 64."""
     batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
-    out = launch_matmul(a, b, None, batch, m, n, k, broadcast_strides(a, batch + (m, k)),
-                        broadcast_strides(b, batch + (k, n)))
+    sa, sb = a.expand(batch + (m, k)).stride(), b.expand(batch + (k, n)).stride()
+    rows, kept = m, len(batch)
+    while kept and (batch[kept - 1] == 1 or (sb[kept - 1] == 0 and sa[kept - 1] == sa[-2] * rows)):
+        rows, kept = rows * batch[kept - 1], kept - 1
+    pad = (0,) * (3 - kept)
+    out = launch_matmul(a, b, None, batch[:kept], rows, n, k, pad + sa[:kept] + sa[-2:], pad + sb[:kept] + sb[-2:])
     return out.reshape(batch + (m, n))
 
 

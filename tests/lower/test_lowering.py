@@ -190,6 +190,32 @@ def test_tiled_kernels_match_torch(compiled_tiles, monkeypatch):
         close(w.pool(x, tuple(F.avg_pool3d(x, k, s, p).shape), k, s, p, False), F.avg_pool3d(x, k, s, p))
 
 
+def test_matmul_folds_batches_into_rows(monkeypatch):
+    """Trailing batch dims over which B is one matrix and A's rows run on become rows of one product (a paper-profile
+    Matmul's 2511 products of 2 rows are one of 5022); where B differs or A's rows do not run on (a transposed or
+    broadcast A) the batch stays. Every case gives torch.matmul's values."""
+    from drtriton_ray.lower import wrappers
+    launched = []
+    launch = wrappers.launch_matmul
+
+    def spy(a, b, bias, batch, m, n, k, sa, sb):
+        launched.append((tuple(batch), m))
+        return launch(a, b, bias, batch, m, n, k, sa, sb)
+    monkeypatch.setattr(wrappers, "launch_matmul", spy)
+    torch.manual_seed(0)
+    cases = [  # a, b, (batch, rows) launched
+        (torch.randn(3, 7, 2, 5), torch.randn(1, 5, 6), ((), 42)),
+        (torch.randn(7, 2, 5), torch.randn(4, 1, 5, 6), ((4,), 14)),                 # A broadcasts over 4, B over 7
+        (torch.randn(3, 7, 1, 5), torch.randn(5, 6), ((), 21)),                      # m = 1
+        (torch.randn(7, 5, 2).transpose(1, 2), torch.randn(5, 6), ((7,), 2)),         # A's rows do not run on
+        (torch.randn(7, 2, 5), torch.randn(7, 5, 6), ((7,), 2)),                      # a different B per batch
+        (torch.randn(1, 2, 5), torch.randn(3, 5, 6), ((3,), 2)),                      # A broadcast over the batch
+    ]
+    for a, b, want in cases:
+        torch.testing.assert_close(wrappers.matmul(a, b), torch.matmul(a, b), atol=1e-4, rtol=1e-4)
+        assert launched[-1] == want, (a.shape, b.shape, launched[-1])
+
+
 def test_elementwise_precision_near_zero(tmp_path):
     """Relative error against PyTorch (float64) over magnitudes 1e-9..1e3 of both signs: tanh, expm1, log1p and
     lerp are computed without the cancellation the naive formulas suffer near zero."""
