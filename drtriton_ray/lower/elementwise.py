@@ -72,7 +72,8 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
     """A kernel over the output's flat index. A dense input (the output's shape, passed contiguous) is read at that
     index; a broadcast input k through strides s{k}_0..s{k}_4 (0 on broadcast dims) of the index unravelled over five
     dims (d0 implied; the wrapper merges what it can, `coalesced_dims`), unravelled only when some input needs it:
-    the divisions can cost more than the memory traffic of a memory-bound kernel. WIDE (outputs of 2^31 elements or more) computes indices in int64, int32 otherwise."""
+    the divisions can cost more than the memory traffic of a memory-bound kernel. WIDE (outputs of 2^31 elements or
+    more) computes indices in int64, int32 otherwise."""
     ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
     broadcast = [k for k, d in enumerate(dense) if not d]
     sizes = "n, d1, d2, d3, d4, " if broadcast else "n, "

@@ -12,11 +12,6 @@ def pad5(shape):
     return (1,) * (5 - len(shape)) + tuple(shape)
 
 
-def broadcast_strides(t, shape):
-    """t's strides against `shape`, 0 on broadcast dims, padded to five dims."""
-    return (0,) * (5 - len(shape)) + tuple(t.expand(shape).stride())
-
-
 def coalesced_dims(shape, strides):
     """The dims (d1, d2, d3, d4) over which a fused elementwise kernel unravels its flat index, and each broadcast
     input's five strides. Adjacent dims merge where every input steps through them as through one dim (size-1 dims
