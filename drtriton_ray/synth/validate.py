@@ -7,8 +7,8 @@ rounding of PyTorch's own summation order decides the outcome (a clamp that keep
 minimum over quotients by near-zero denominators): no float32 kernel, however correct, would pass the verifier
 reliably, and an RL reward on it would be noise. Half-precision programs are exempt: their reference rounds at
 every operator, and the verifier compares against that, not the exact result. Every program must pass the
-verifier's null-candidate self-test too (no all-zeros or constant output within the tolerance everywhere), so the
-stream never hands the verifier a problem it refuses."""
+verifier's null-candidate self-test too (no all-zeros, constant or input-independent output within the tolerance
+everywhere), so the stream never hands the verifier a problem it refuses."""
 from __future__ import annotations
 
 import copy
@@ -71,8 +71,9 @@ def validate(source: str, program: Program, seed: int, device: str = "cpu", cond
 
 def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int, exact: bool) -> None:
     """What the verifier will ask of the program, `trials` input seeds per verifier distribution: some output must
-    depend on the inputs beyond the tolerance (its null-candidate self-test: all zeros, or a constant per output,
-    must not match everywhere) and, with `exact`, the float32 program must match itself in float64."""
+    depend on the inputs beyond the tolerance (its null-candidate self-test: all zeros, a constant per output, or the
+    first outputs replayed, must not match everywhere) and, with `exact`, the float32 program must match itself in
+    float64."""
     model = build_model(mod, seed, device)
     wide_model = copy.deepcopy(model).double() if exact else None
     tol = getattr(mod, "TOLERANCE", None)
@@ -93,6 +94,8 @@ def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int,
             if not result.ok:
                 raise InvalidProgram(f"ill-conditioned: in float32 it misses its own float64 result on {dist} "
                                      f"inputs ({result.detail}), so no float32 kernel would pass reliably")
-    if nulls.zeros or nulls.constant:
-        raise InvalidProgram(f"degenerate: {'an all-zeros' if nulls.zeros else 'a constant'} output matches it "
-                             "within the tolerance on every input distribution (the verifier refuses such problems)")
+    if nulls.zeros or nulls.constant or nulls.fixed:
+        what = "an all-zeros output" if nulls.zeros else "a constant output" if nulls.constant else \
+            "its first outputs replayed (they do not depend on the inputs)"
+        raise InvalidProgram(f"degenerate: {what} matches it within the tolerance on every input distribution (the "
+                             "verifier refuses such problems)")

@@ -278,6 +278,9 @@ class _Run:
             return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in nulls.constants)}) "
                     f"matches the reference on every input distribution ({dists}): it does not depend on its "
                     "inputs", [], 0)
+        if nulls.fixed:
+            return (f"the problem is unusable: its outputs are the same on every input distribution ({dists}): they "
+                    "do not depend on its inputs, so a candidate that replays a stored answer would pass", [], 0)
         return None, out_nbytes, peak
 
     # -- 2, 3. candidate --

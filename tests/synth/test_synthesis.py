@@ -214,7 +214,9 @@ def test_conditioning_check_drops_what_float32_cannot_match():
 
 
 @pytest.mark.parametrize("body,words", [("torch.relu(y) * 1e-10", "an all-zeros output"),
-                                        ("torch.ones_like(y) * 2.5", "a constant output")])
+                                        ("torch.ones_like(y) * 2.5", "a constant output"),
+                                        ("torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape)",
+                                         r"its first outputs replayed \(they do not depend on the inputs\)")])
 def test_degenerate_programs_are_dropped_as_the_verifier_would_refuse_them(body, words):
     from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
     with pytest.raises(InvalidProgram, match=f"degenerate: {words} matches it"):

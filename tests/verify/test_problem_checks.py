@@ -15,6 +15,8 @@ def relu_variant(source, body: str) -> str:
     ("return torch.relu(-x.abs())", "an all-zeros output matches"),           # always exactly zero
     ("return torch.ones_like(x) * 2.5", "a constant output (2.5) matches"),   # independent of the inputs
     ("return torch.softmax(x.unsqueeze(-1), dim=-1)", "a constant output (1) matches"),  # softmax over one element
+    ("return torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape) * 0.5",               # varies, not with the inputs
+     "its outputs are the same on every input distribution"),
     ("return torch.nn.functional.dropout(x, 0.5, training=True)", "disagree"),  # random: nothing can match it
 ])
 def test_null_candidate_self_test_refuses_problem(pool, source, body, words):
