@@ -52,11 +52,11 @@ def main() -> None:
             ap.error(f"unknown mode {mode!r}; known: dynamic, static")
 
     problems = heldout_programs(1, 67, "small")
+    tokenizer = load_tokenizer(args.model)
     rows, answers = [], {}
     for batch in batches:
+        prompts = [prompt_ids(tokenizer, problems[i % len(problems)].source) for i in range(batch)]
         for mode in modes:
-            tokenizer = load_tokenizer(args.model)
-            prompts = [prompt_ids(tokenizer, problems[i % len(problems)].source) for i in range(batch)]
             engine = HFEngine(args.model, args.dtype, args.device, max_batch=batch, static_cache=mode == "static",
                               max_model_len=max(map(len, prompts)) + args.max_tokens)
             timed(engine, prompts[:1], 4)

@@ -13,10 +13,10 @@ def pad5(shape):
 
 
 def coalesced_dims(shape, strides):
-    """The dims (d1, d2, d3, d4) over which a fused elementwise kernel unravels its flat index, and each broadcast
-    input's five strides. Adjacent dims merge where every input steps through them as through one dim (size-1 dims
-    go), as PyTorch's TensorIterator does: each division and modulo left costs more than the memory traffic of an
-    element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others come last, ones between;
+    """The dims (d1, d2, d3, d4) over which a kernel unravels its flat index (a fused elementwise kernel, a strided
+    copy), and each strided tensor's five strides. Adjacent dims merge where every tensor steps through them as
+    through one dim (size-1 dims go), as PyTorch's TensorIterator does: each division and modulo left costs more than
+    the memory traffic of an element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others come last, ones between;
     Triton specializes arguments equal to 1, so the kernel's divisions by them vanish."""
     dims = []
     for i, size in enumerate(shape):
@@ -189,10 +189,8 @@ def extent(t):
 
 def copy_into(src, dst):
     n = src.numel()
-    dims = pad5(src.shape)
-    ss = (0,) * (5 - src.dim()) + tuple(src.stride())
-    ds = (0,) * (5 - dst.dim()) + tuple(dst.stride())
-    strided_copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, dims[1], dims[2], dims[3], dims[4], *ss, *ds, BLOCK=1024,
+    sizes, (ss, ds) = coalesced_dims(src.shape, [src.stride(), dst.stride()])
+    strided_copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, *sizes, *ss, *ds, BLOCK=1024,
                                                  WIDE=max(n, extent(src), extent(dst)) >= 2**31)
 
 

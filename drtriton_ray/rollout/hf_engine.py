@@ -123,21 +123,20 @@ class HFEngine:
         pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else eos
         real = len(prompt_ids)
         width = max(len(ids) for ids in prompt_ids)
-        cache = {}
+        rows, cache = prompt_ids, {}
         if self.static_cache:
-            prompt_ids = prompt_ids + [prompt_ids[-1]] * max(0, -(-self.max_batch // cfg.n) - real)
+            rows = prompt_ids + [prompt_ids[-1]] * max(0, -(-self.max_batch // cfg.n) - real)
             cache = dict(cache_implementation="static", max_cache_len=self.max_model_len)
-        inputs = torch.tensor([[pad] * (width - len(ids)) + ids for ids in prompt_ids], device=self.device)
-        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompt_ids], device=self.device)
+        inputs = torch.tensor([[pad] * (width - len(ids)) + ids for ids in rows], device=self.device)
+        attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows], device=self.device)
         sampling = dict(do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0) if cfg.temperature > 0 \
             else dict(do_sample=False)
-        padding = torch.arange(len(prompt_ids) * cfg.n, device=self.device) >= real * cfg.n
+        padding = torch.arange(len(rows) * cfg.n, device=self.device) >= real * cfg.n
         with torch.no_grad():
             out = self.model.generate(inputs, attention_mask=attention, max_new_tokens=cfg.max_tokens,
                                       num_return_sequences=cfg.n, pad_token_id=pad,
                                       stopping_criteria=StoppingCriteriaList([_Stopped(padding)]), **cache, **sampling)
         answers = []
-        prompt_ids = prompt_ids[:real]
         for seq in out[:real * cfg.n, width:].tolist():
             answers.append(seq[:seq.index(eos) + 1] if eos in seq else seq)
         prompts = [ids for ids in prompt_ids for _ in range(cfg.n)]
