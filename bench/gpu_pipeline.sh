@@ -10,7 +10,8 @@
 #   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model (EVAL_OPTS: more eval-model options)
 #   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train (SFT_SET: more --set overrides)
 #   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
-#   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides)
+#   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
+#                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
 #   bash bench/gpu_pipeline.sh lowering 2 480 90  # ... from program 90 on (a run its budget cut); L2, L5: counts;
@@ -18,8 +19,9 @@
 # Every stage fits one 10-minute device call. SFT pairs made elsewhere (`drtriton sft-data ... --out
 # .gpu-data/sft.parquet`, e.g. on CPU, where the interpreter verifies them) come along with `setup`'s call when
 # .gpu-data is carried, and `data` can be skipped.
-# Held-out evaluation: the first 67 level-1 programs of the held-out stream (one per operator), greedy, decoded
-# with the static cache as the RL job's engine does (configs/gpu-1.yaml).
+# Held-out evaluation: the first 201 level-1 programs of the held-out stream (three per operator; EVAL_COUNT=67 for
+# one each), greedy, decoded with the static cache as the RL job's engine does (configs/gpu-1.yaml). One program is
+# 0.005 of pass@1 at 201: at 67, one RL step reshuffled 22 outcomes (docs/rl.md).
 set -euo pipefail
 OUT=${OUT:-/tmp/gpu-out}
 S=/tmp/stage
@@ -28,7 +30,7 @@ export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USA
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
-EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-67} --engine hf --device cuda --dtype bf16 --static-cache \
+EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-201} --engine hf --device cuda --dtype bf16 --static-cache \
   --max-tokens 1792 --workers ${EVAL_WORKERS:-12} ${EVAL_OPTS:-}"
 latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
 
@@ -64,9 +66,13 @@ case "$1" in
     cp /tmp/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl" ;;
   rl)
     python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=/tmp/models/sft \
-      --set run.storage_path=/tmp/runs --set run.max_minutes="${2:-6}" ${RL_SET:-} 2>&1 | tail -30 | tee "$OUT/rl.txt"
+      --set run.storage_path=/tmp/runs --set run.max_minutes="${2:-6}" ${RL_SET:-} 2>&1 | tee "$OUT/rl.log" | tail -30
     ln -sfn "$(latest /tmp/runs/gpu-1)" /tmp/models/rl
-    cp /tmp/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl" ;;
+    cp /tmp/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl"
+    # the actors' own logs (the driver runs with log_to_driver off) and every trained answer
+    logs=/tmp/ray/session_latest/logs
+    tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
+    tar -czf "$OUT/rl_rollouts.tgz" -C /tmp/runs/gpu-1 rollouts ;;
   lowering)
     levels=${2:-1}
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 "${L2:-200}" \

@@ -170,6 +170,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics_path = Path(cfg.run.storage_path) / cfg.run.name / "metrics.jsonl"
     t0 = time.perf_counter()
     actors = build_actors(cfg)
+    actors["generator"].warm_up.remote()   # engines get ready while Ray Train starts the trainer
     result, interrupted = None, False
     try:
         result = fit_with_progress(make_trainer(cfg, actors), metrics_path, cfg.run.total_steps, actors["buffer"])

@@ -77,6 +77,9 @@ class VerifySection(_Section):
     task_timeout_s: float = Field(120, gt=0)
     timing_trials: int = Field(Task.timing_trials, ge=1, description="GPU timing windows per correct answer "
                                "(verify/timing.py); fewer free the shared GPU sooner, the speed reward gets noisier")
+    batch_tasks: int = Field(128, ge=1, description="candidates per verifier call: the groups that finish together "
+                             "are verified together, so a pool's workers share their references and candidates")
+    batch_wait_s: float = Field(0.5, ge=0, description="how long a verifier call waits for more groups to join")
     max_restarts: int = Field(3, ge=0)
 
 

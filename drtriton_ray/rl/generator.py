@@ -4,7 +4,10 @@ Per prompt: a program from the sampler actors (CP-SAT, the training seed stream)
 engine, code extracted, candidates verified on whichever verifier actor is free, rewards scored, and
 the group put into the buffer, waiting while it is full (which bounds how far generation runs ahead
 of training; the buffer's staleness bound drops what is still too old). Each prompt is its own
-asyncio task, so sampling, generation and verification of different prompts overlap.
+asyncio task, so sampling, generation and verification of different prompts overlap. Verification is
+batched like generation: the groups of one engine batch finish together, and one call verifies them all
+on a free actor, whose workers then measure the problems' references and check the candidates in parallel
+(one call per group would queue them behind each other on the actor, each waiting for its reference).
 
 It also owns the weight sync to the engines (the trainer hands it the buckets, or broadcasts to engines it
 has put in the trainer's group) and the held-out
@@ -16,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections import Counter
+from collections import Counter, deque
 from typing import Optional
 
 from ray.exceptions import RayActorError, RayTaskError
@@ -35,8 +38,9 @@ from drtriton_ray.verify.task import Task
 
 log = logging.getLogger("drtriton.generator")
 # Training programs identical to one of the first HELDOUT_GUARD held-out programs of their level are skipped:
-# the streams differ, but small level-1 programs can coincide (2 of the first 134 did).
-HELDOUT_GUARD = 200
+# the streams differ, but small level-1 programs can coincide (2 of the first 134 did). It covers every held-out
+# evaluation we run (bench/gpu_pipeline.sh: 201 level-1 programs).
+HELDOUT_GUARD = 256
 
 
 class Generator:
@@ -51,20 +55,32 @@ class Generator:
         self._samplers: dict[int, list] = {}
         self._heldout: dict[int, list[ProgramRecord]] = {}
         self._heldout_sources: dict[int, set[str]] = {}
-        self._idle: Optional[asyncio.Queue] = None
-        self._workers: list[asyncio.Task] = []
+        self._idle: Optional[asyncio.Queue] = None        # verifier actors not in a call
+        self._to_verify: deque[tuple[list[Task], asyncio.Future]] = deque()   # one entry per group
+        self._verify_arrived: Optional[asyncio.Event] = None
+        self._verifying: list[asyncio.Task] = []   # the verification dispatcher and its calls
+        self._workers: list[asyncio.Task] = []     # the prompt loops
 
-    # -- control (called by the trainer's rank 0) --
+    # -- control (warm_up: the driver, as the job starts; the rest: the trainer's rank 0) --
+    async def warm_up(self) -> None:
+        """Get the engines ready (built; the transformers engine's decoding step compiled) while the trainer starts,
+        so the first prompts do not wait for it. Seconds taken go to the stats (engine_warmup_s); a failure is
+        logged and counted, and shows again in the first generate calls."""
+        t0 = time.perf_counter()
+        results = await asyncio.gather(*(e.warmup.remote(self._train_sampling()) for e in self.engines),
+                                       return_exceptions=True)
+        for r in results:
+            if isinstance(r, BaseException):
+                self.counters["engine_warmup_failures"] += 1
+                log.warning("engine warm-up failed: %s: %s", type(r).__name__, r)
+        self.counters["engine_warmup_s"] = round(time.perf_counter() - t0)
+
     async def start(self, level: int, state: Optional[dict] = None) -> None:
         """Begin generating at `level`, continuing a checkpointed prompt stream when `state` is given."""
         if state:
             self.next_index = {int(k): v for k, v in state["next_index"].items()}
         self.level = level
         self.next_index.setdefault(level, 0)
-        if self._idle is None:
-            self._idle = asyncio.Queue()
-            for v in self.verifiers:
-                self._idle.put_nowait(v)
         if not self._workers:
             per_engine = self.cfg.rollout.prompts_in_flight
             self._workers = [asyncio.create_task(self._work(self.engines[i % len(self.engines)]))
@@ -94,16 +110,18 @@ class Generator:
         return dict(self.counters)
 
     async def stop(self) -> None:
-        for t in self._workers:
+        for t in self._workers + self._verifying:
             t.cancel()
-        await asyncio.gather(*self._workers, return_exceptions=True)
-        self._workers = []
+        await asyncio.gather(*self._workers, *self._verifying, return_exceptions=True)
+        self._workers, self._verifying = [], []
+        self._to_verify.clear()   # groups of the cancelled prompts
 
     # -- the loop --
     async def _work(self, engine) -> None:
         while True:
             try:
-                group = await self._rollout(engine, await self._next_program(), self._train_sampling())
+                started = time.perf_counter()   # sample_s counts the wait for the program too
+                group = await self._rollout(engine, await self._next_program(), self._train_sampling(), started)
             except asyncio.CancelledError:
                 raise
             except Exception as e:  # noqa: BLE001 - one prompt's failure must not stop generation
@@ -166,21 +184,64 @@ class Generator:
         return samples
 
     async def verify(self, tasks: list[Task]):
-        """Verdicts in task order from the next free verifier actor; None when no actor could answer."""
+        """Verdicts in task order, from the next verifier call that takes them; None when no actor could answer."""
         if not tasks:
             return []
-        actor = await self._idle.get()
+        if not self._verifying:   # first use, or after stop()
+            if self._idle is None:
+                self._idle, self._verify_arrived = asyncio.Queue(), asyncio.Event()
+                for v in self.verifiers:
+                    self._idle.put_nowait(v)
+            self._verifying = [asyncio.create_task(self._dispatch_verification())]
+        done = asyncio.get_running_loop().create_future()
+        self._to_verify.append((tasks, done))
+        self._verify_arrived.set()
+        return await done
+
+    async def _dispatch_verification(self) -> None:
+        """Whenever an actor is free: every group waiting (up to verify.batch_tasks candidates), in one call."""
+        v = self.cfg.verify
+        while True:
+            while not self._to_verify:
+                self._verify_arrived.clear()
+                await self._verify_arrived.wait()
+            actor = await self._idle.get()
+            try:
+                await asyncio.sleep(v.batch_wait_s)   # the rest of an engine batch arrives within moments
+            except asyncio.CancelledError:
+                self._idle.put_nowait(actor)
+                raise
+            waiting, size = [], 0
+            while self._to_verify and (not waiting or size + len(self._to_verify[0][0]) <= v.batch_tasks):
+                waiting.append(self._to_verify.popleft())
+                size += len(waiting[-1][0])
+            self.counters["verify_calls"] += 1
+            self._verifying = [t for t in self._verifying if not t.done()]
+            self._verifying.append(asyncio.create_task(self._verify_on(actor, waiting)))
+
+    async def _verify_on(self, actor, waiting: list[tuple[list[Task], asyncio.Future]]) -> None:
+        tasks = [t for group, _ in waiting for t in group]
+        verdicts = None
         try:
-            return await call_with_restarts(lambda: actor.verify_batch.remote(tasks),
-                                            lambda: self.counters.update(["verifier_failures"]))
+            verdicts = await call_with_restarts(lambda: actor.verify_batch.remote(tasks),
+                                                lambda: self.counters.update(["verifier_failures"]))
         except RayActorError as e:
             log.warning("verifier unavailable: %s", e)
-            return None
+        except Exception as e:  # noqa: BLE001 - each prompt of the call fails as it would have alone
+            for _, done in waiting:
+                if not done.done():
+                    done.set_exception(e)
+            return
         finally:
             self._idle.put_nowait(actor)
+        start = 0
+        for group, done in waiting:
+            if not done.done():
+                done.set_result(None if verdicts is None else verdicts[start:start + len(group)])
+            start += len(group)
 
-    async def _rollout(self, engine, record: ProgramRecord, sampling: SamplingConfig) -> Optional[Group]:
-        t0 = time.perf_counter()
+    async def _rollout(self, engine, record: ProgramRecord, sampling: SamplingConfig,
+                       t0: float) -> Optional[Group]:
         ids = self._prompt_ids(record.source)
         if self.cfg.rollout.engine == "vllm" and len(ids) + sampling.max_tokens > self.cfg.rollout.max_model_len:
             self.counters["prompts_too_long"] += 1
@@ -191,7 +252,8 @@ class Generator:
         extractions = [extract_code(s.text) for s in samples]
         timed = self.cfg.verify.device == "cuda"
         tasks = [Task(record.source, ex.code, policy=self.cfg.verify.policy, name=f"{record.id}#{i}", timing=timed,
-                      timing_trials=self.cfg.verify.timing_trials)
+                      timing_trials=self.cfg.verify.timing_trials,
+                      compile_reference=self.cfg.algo.speed_baseline == "compile")
                  for i, ex in enumerate(extractions) if ex.code is not None]
         verdicts = iter(await self.verify(tasks) or [None] * len(tasks))
         scored = []

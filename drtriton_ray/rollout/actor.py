@@ -7,6 +7,7 @@ creates it). An actor that dies is restarted by Ray with the weights it was star
 from __future__ import annotations
 
 import asyncio
+import time
 from typing import Any
 
 import ray
@@ -32,6 +33,13 @@ class RolloutEngineActor:
                     from drtriton_ray.rollout.hf_engine import HFEngine
                     self.engine = HFEngine(self.model_dir, **self.options)
         return self.engine
+
+    async def warmup(self, cfg: SamplingConfig) -> float:
+        """Build the engine and prepare it for calls like `cfg` (the transformers engine compiles its decoding step;
+        vLLM warms up as it is built). Seconds taken; generate calls made meanwhile wait for it."""
+        t0 = time.perf_counter()
+        await (await self._engine()).warmup(cfg)
+        return time.perf_counter() - t0
 
     async def generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:
         return await (await self._engine()).generate(prompt_ids, cfg)

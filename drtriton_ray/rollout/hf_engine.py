@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import replace
 
 import torch
 from transformers import StoppingCriteria, StoppingCriteriaList
@@ -114,6 +115,17 @@ class HFEngine:
                 if not fut.done():
                     fut.set_result(groups[start:start + len(ids)])
                 start += len(ids)
+
+    async def warmup(self, cfg: SamplingConfig) -> None:
+        """With the static cache, compile the decoding step at the one shape every call has (a minute or more on a
+        GPU), before the first prompts come instead of while they wait. Any prompt will do: the compiled step sees
+        only shapes."""
+        if not self.static_cache:
+            return
+        prompt = [self.tokenizer.eos_token_id] * 8
+        async with self._lock:
+            await asyncio.get_running_loop().run_in_executor(
+                self._generator_thread, self._generate, [prompt], replace(cfg, max_tokens=2, seed=None))
 
     # -- the model --
     def _generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:

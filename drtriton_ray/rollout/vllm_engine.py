@@ -42,6 +42,9 @@ class VLLMEngine:
         return [Sample(list(c.token_ids), [step[t].logprob for step, t in zip(c.logprobs, c.token_ids)], c.text,
                        "stop" if c.finish_reason == "stop" else "length", version) for c in final.outputs]
 
+    async def warmup(self, cfg: SamplingConfig) -> None:
+        """Nothing left to do: vLLM profiles memory and captures its CUDA graphs while it is built."""
+
     async def generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:
         return list(await asyncio.gather(*(self._one(ids, cfg, i) for i, ids in enumerate(prompt_ids))))
 

@@ -518,7 +518,8 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
                 result.update(timing.reference_times(run.ref, run.timing_inputs(), task.timing_trials,
                                                      task.timing_warmup, exclusive=ctx.gate.exclusive,
                                                      shared=alone or ctx.gate.shared,
-                                                     compiling=alone or nullcontext))
+                                                     compiling=alone or nullcontext,
+                                                     with_compile=task.compile_reference))
             finally:
                 ctx.sandbox.trusted_depth -= 1
                 free_cache(ctx.device)

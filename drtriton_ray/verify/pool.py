@@ -6,8 +6,8 @@ concurrently, and the parent arbitrates a reader/writer section per pool: GPU wo
 shared, timing holds it exclusive, so no other worker's kernels run while a candidate or a reference is timed.
 Waiting for the section does not count against a task's wall clock. A worker that dies holding it releases it.
 
-Reference times (eager and torch.compile) are measured once per (problem, GPU model) by a reference job that the
-pool sends ahead of that problem's first candidate; candidates of that problem run meanwhile on other workers and
+Reference times (eager, and torch.compile unless no task asks for it: `Task.compile_reference`) are measured once
+per (problem, GPU model) by a reference job that the pool sends ahead of that problem's first candidate; candidates of that problem run meanwhile on other workers and
 get their speedups when the reference times arrive. Optionally the times are kept on disk (`reference_cache`),
 keyed by problem sha256, GPU model, torch and triton versions and the timing method's version.
 
@@ -350,7 +350,7 @@ class WorkerPool:
     def _accept_reference(self, key, task: Task, w: _Worker, result: dict, failed: set) -> None:
         self.reference_log.append({"key": key, "error": result.get("error"), "phases": result.get("phases", {}),
                                    "eager_ms": result.get("eager_ms"), "compile_ms": result.get("compile_ms")})
-        if result.get("eager_ms") is None or result.get("compile_ms") is None:
+        if result.get("eager_ms") is None or (task.compile_reference and result.get("compile_ms") is None):
             failed.add(key)
             return
         times = {"eager_ms": result["eager_ms"], "compile_ms": result["compile_ms"]}
@@ -365,18 +365,22 @@ class WorkerPool:
             os.replace(tmp, path)
 
     def _needs_reference(self, task: Task, key: tuple) -> bool:
-        if not (self.device.startswith("cuda") and task.timing) or task.ref_times or key in self.reference_times:
+        if not (self.device.startswith("cuda") and task.timing) or task.ref_times:
             return False
-        path = self._cache_path(key, self._workers[0])
-        if path is not None and os.path.exists(path):
-            try:
-                with open(path) as f:
-                    d = json.load(f)
-                self.reference_times[key] = {"eager_ms": float(d["eager_ms"]), "compile_ms": float(d["compile_ms"])}
-                return False
-            except (OSError, ValueError, KeyError, TypeError):
-                pass
-        return True
+        if key not in self.reference_times:
+            path = self._cache_path(key, self._workers[0])
+            if path is not None and os.path.exists(path):
+                try:
+                    with open(path) as f:
+                        d = json.load(f)
+                    compiled = d.get("compile_ms")
+                    self.reference_times[key] = {"eager_ms": float(d["eager_ms"]),
+                                                 "compile_ms": None if compiled is None else float(compiled)}
+                except (OSError, ValueError, KeyError, TypeError):
+                    pass
+        known = self.reference_times.get(key)
+        # times measured without torch.compile are measured again, with it, for the first task that asks
+        return known is None or (task.compile_reference and known["compile_ms"] is None)
 
     def _cache_path(self, key: tuple, w: _Worker) -> Optional[str]:
         if self.reference_cache is None or w.info is None:

@@ -23,6 +23,9 @@ class Task:
     timing_trials: int = 50             # windows of up to 32 calls each (timing.py): >= KernelBench's 100 calls
     timing_warmup: int = 10             # calls, and at least timing.WARMUP_MS of them
     profile_gpu: bool = False           # report device time spent in kernels (gpu_kernel_ms)
+    # Also time the reference under torch.compile (compile_ms, speedup_vs_compile). Compiling a new problem costs
+    # seconds of CPU per worker: a caller rewarding speed against eager alone (the RL default) turns it off.
+    compile_reference: bool = True
     # Filled by the pool from its cache: reference times for this problem on this GPU model.
     ref_times: Optional[dict] = None
     # Parent-side AST checks; only pool-level fault tests turn them off to reach the runtime defences.

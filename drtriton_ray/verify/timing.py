@@ -137,11 +137,13 @@ def _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead) -> Timing:
 
 
 def reference_times(model, make_args, trials: int, warmup: int, exclusive=nullcontext, shared=nullcontext,
-                    compiling=nullcontext) -> dict:
-    """Eager and torch.compile times of the reference (the pool caches them per problem and GPU model). The
-    compiled module's first call compiles for seconds in `compiling()`: by default no section, so other workers go
-    on meanwhile (a problem too large to share the GPU passes its exclusive section)."""
+                    compiling=nullcontext, with_compile: bool = True) -> dict:
+    """Eager and (with_compile) torch.compile times of the reference (the pool caches them per problem and GPU
+    model). The compiled module's first call compiles for seconds in `compiling()`: by default no section, so other
+    workers go on meanwhile (a problem too large to share the GPU passes its exclusive section)."""
     eager = measure(model, make_args, trials, warmup, exclusive=exclusive, first=shared).median_ms
+    if not with_compile:
+        return {"eager_ms": eager, "compile_ms": None}
     compiled = torch.compile(model)
     compiled_ms = measure(compiled, make_args, trials, warmup, exclusive=exclusive, first=compiling).median_ms
     return {"eager_ms": eager, "compile_ms": compiled_ms}

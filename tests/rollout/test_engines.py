@@ -104,6 +104,26 @@ def test_hf_engine_static_cache_same_greedy(tiny, loop, monkeypatch):
     assert out.shape[0] == 6 and (out[2:, len(ids[0]) + 1:] == pad).all() and caches == [200, 200]
 
 
+def test_hf_engine_warmup_runs_the_call_shape_first(tiny, loop):
+    """With the static cache, warm-up decodes once at the shape of every later call (max_batch rows, a cache of
+    max_model_len), so a GPU compiles before the first prompts come; generate calls made meanwhile wait for it."""
+    from drtriton_ray.rollout.hf_engine import HFEngine
+    engine = HFEngine(tiny, max_batch=6, static_cache=True, max_model_len=200)
+    shapes = []
+    generate = engine.model.generate
+    engine.model.generate = lambda inputs, **kw: shapes.append((inputs.shape[0] * kw["num_return_sequences"],
+                                                                kw["max_cache_len"])) or generate(inputs, **kw)
+    cfg = SamplingConfig(n=2, temperature=1.0, max_tokens=6, seed=0)
+
+    async def both():
+        return await asyncio.gather(engine.warmup(cfg), engine.generate(prompts(engine.tokenizer)[:1], cfg))
+    _, groups = loop.run_until_complete(both())
+    assert shapes == [(6, 200), (6, 200)] and len(groups[0]) == 2
+    plain = HFEngine(tiny, max_batch=6)
+    plain.model.generate = lambda *a, **kw: pytest.fail("nothing to warm up without the static cache")
+    loop.run_until_complete(plain.warmup(cfg))
+
+
 def test_hf_engine_waits_for_a_full_batch(tiny, loop):
     """Prompts that come back one by one (the generator's, after verification) share one generate call: the
     engine waits for a full batch (a wait of 10 minutes would fail the test: a full batch must not wait), and a

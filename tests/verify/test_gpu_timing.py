@@ -31,6 +31,25 @@ def test_timing_and_reference_cache(source, tmp_path):
         assert third.correct and third.eager_ms == verdicts[0].eager_ms and not pool.reference_log
 
 
+def test_eager_only_reference_is_completed_when_compile_is_asked(source, tmp_path):
+    """The RL job rewards speed against eager alone and skips torch.compile of each new problem; a later task that
+    wants compile_ms gets the reference measured again, with compile, and the cache on disk is updated."""
+    from dataclasses import replace
+    task = Task(source("problems", "relu"), source("candidates", "good_relu"), name="relu", compile_reference=False)
+    with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu",
+                    reference_cache=str(tmp_path)) as pool:
+        eager_only = pool.verify(task)
+        assert eager_only.correct and eager_only.eager_ms > 0 and eager_only.compile_ms is None
+        assert eager_only.speedup_vs_eager > 0 and eager_only.speedup_vs_compile is None
+        assert pool.verify(task).eager_ms == eager_only.eager_ms and len(pool.reference_log) == 1
+        full = pool.verify(replace(task, compile_reference=True))
+        assert full.compile_ms > 0 and len(pool.reference_log) == 2
+    with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2",
+                    reference_cache=str(tmp_path)) as pool:
+        again = pool.verify(replace(task, compile_reference=True))
+        assert again.compile_ms == full.compile_ms and not pool.reference_log
+
+
 def test_large_problem_is_checked_alone(source):
     """A problem whose trial needs more than a quarter of the GPU (checks.BIG_SHARE) runs its checks alone and is
     verified in full: one input of 5% of the GPU's memory (the self-test holds five such tensors at its peak)."""
