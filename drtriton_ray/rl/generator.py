@@ -54,7 +54,7 @@ class Generator:
         self.counters: Counter = Counter()
         self._samplers: dict[int, list] = {}
         self._heldout: dict[int, list[ProgramRecord]] = {}
-        self._heldout_sources: dict[int, set[str]] = {}
+        self._heldout_sources: dict[int, asyncio.Future] = {}   # level -> the guard's sources, drawn once
         self._idle: Optional[asyncio.Queue] = None        # verifier actors not in a call
         self._to_verify: deque[tuple[list[Task], asyncio.Future]] = deque()   # one entry per group
         self._verify_arrived: Optional[asyncio.Event] = None
@@ -164,12 +164,23 @@ class Generator:
             return record
 
     async def _heldout_guard(self, level: int) -> set[str]:
+        """The sources of the first HELDOUT_GUARD held-out programs of `level`. Every prompt loop asks at once when
+        a level starts: they share one drawing (a few seconds of CP-SAT and PyTorch) instead of each making its
+        own, and shield it, so a loop that is cancelled does not cancel it for the others."""
         if level not in self._heldout_sources:
             from drtriton_ray.eval.heldout import heldout_programs
             s = self.cfg.synth
-            programs = await asyncio.to_thread(heldout_programs, level, HELDOUT_GUARD, s.profile, s.dtype)
-            self._heldout_sources.setdefault(level, {p.source for p in programs})
-        return self._heldout_sources[level]
+
+            def sources() -> set[str]:
+                return {p.source for p in heldout_programs(level, HELDOUT_GUARD, s.profile, s.dtype)}
+            self._heldout_sources[level] = asyncio.ensure_future(asyncio.to_thread(sources))
+        drawing = self._heldout_sources[level]
+        try:
+            return await asyncio.shield(drawing)
+        except Exception:
+            if self._heldout_sources.get(level) is drawing:   # the next prompt draws again
+                del self._heldout_sources[level]
+            raise
 
     def _prompt_ids(self, source: str) -> list[int]:
         return self.tokenizer.apply_chat_template(build_messages(source), add_generation_prompt=True,

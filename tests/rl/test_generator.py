@@ -1,6 +1,9 @@
 """The generator verifies the groups that finish together (one engine batch) in one verifier call, so the pool's
-workers share them, and hands each group its own verdicts in order; verify.batch_tasks caps a call. Real Ray,
-a real CPU verifier actor (interpreter), CP-SAT programs and their reference lowerings."""
+workers share them, and hands each group its own verdicts in order; verify.batch_tasks caps a call. Its prompt
+loops share one drawing of the held-out guard. Real Ray, a real CPU verifier actor (interpreter), CP-SAT programs
+and their reference lowerings."""
+import asyncio
+
 import pytest
 
 from drtriton_ray.lower.emit import lower_source
@@ -47,3 +50,31 @@ def test_batch_tasks_caps_a_call(setup):
     assert ray.get(gen.stats.remote())["verify_calls"] == 2
     with pytest.raises(ValueError, match="batch_tasks"):
         RLConfig(model={"path": tiny}, verify={"batch_tasks": 0})
+
+
+def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
+    """Every prompt loop asks for the guard when a level starts (32 at once on gpu-1): one drawing serves them
+    all, and a drawing that failed is made again by the next ask."""
+    import drtriton_ray.eval.heldout as heldout
+    from drtriton_ray.rl import generator as module
+    _, tiny, _, _, _ = setup
+    gen = module.Generator(RLConfig(model={"path": tiny}).model_dump(mode="json"), [], [], None)
+    drawn = []
+    real = heldout.heldout_programs
+    monkeypatch.setattr(heldout, "heldout_programs", lambda *a: drawn.append(a) or real(*a))
+    monkeypatch.setattr(module, "HELDOUT_GUARD", 5)
+
+    async def many():
+        return await asyncio.gather(*(gen._heldout_guard(1) for _ in range(8)))
+    guards = asyncio.run(many())
+    assert len(drawn) == 1 and all(g == guards[0] for g in guards) and len(guards[0]) == 5
+    assert guards[0] == {p.source for p in real(1, 5, "small", "fp32")}
+
+    def failing(*a):
+        drawn.append(a)
+        raise RuntimeError("solver unavailable")
+    monkeypatch.setattr(heldout, "heldout_programs", failing)
+    with pytest.raises(RuntimeError, match="solver unavailable"):
+        asyncio.run(gen._heldout_guard(2))
+    monkeypatch.setattr(heldout, "heldout_programs", lambda *a: drawn.append(a) or real(*a))
+    assert len(asyncio.run(gen._heldout_guard(2))) == 5 and len(drawn) == 3
