@@ -1,0 +1,105 @@
+"""Which operator of a program does the reference lowering get wrong: runs the problem's forward and its lowered
+`ModelNew`'s forward side by side, statement by statement (both name their tensors alike: tensor_0, tensor_1, ...),
+and prints each tensor's error against PyTorch (tensors the lowering fused into one kernel show as fused away). For
+failures the verifier reports on a whole program.
+
+    python bench/lowering_locate.py --level 5 --index 30 --profile paper --device cuda   # l5-s7-000030
+
+Programs are those of bench/lowering.py (same seed and numbering; level 1: --index is the operator's number)."""
+from __future__ import annotations
+
+import argparse
+import ast
+import importlib.util
+import os
+import sys
+import tempfile
+
+import torch
+from rich.console import Console
+from rich.table import Table
+
+from drtriton_ray.lower.emit import lower_source
+from drtriton_ray.ops import REGISTRY
+from drtriton_ray.synth import Sampler, SynthConfig
+
+
+def load(source: str, name: str, folder: str):
+    path = os.path.join(folder, f"{name}.py")
+    with open(path, "w") as f:
+        f.write(source)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def forward_of(module, cls: str) -> ast.FunctionDef:
+    tree = ast.parse(open(module.__file__).read())
+    [klass] = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
+    [forward] = [n for n in klass.body if isinstance(n, ast.FunctionDef) and n.name == "forward"]
+    return forward
+
+
+def trace(module, model, cls: str, inputs: list) -> dict[str, torch.Tensor]:
+    """Every tensor the forward assigns, by name, in order: its statements run one by one in its module."""
+    forward = forward_of(module, cls)
+    scope = {"self": model, **dict(zip([a.arg for a in forward.args.args[1:]], inputs))}
+    seen: dict[str, torch.Tensor] = {}
+    for stmt in forward.body:
+        if isinstance(stmt, ast.Return):
+            break
+        exec(compile(ast.Module([stmt], []), module.__file__, "exec"), vars(module), scope)
+        for target in getattr(stmt, "targets", []):
+            if isinstance(target, ast.Name) and isinstance(scope[target.id], torch.Tensor):
+                seen[target.id] = scope[target.id]
+    return seen
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--level", type=int, required=True, choices=(1, 2, 5))
+    ap.add_argument("--index", type=int, required=True)
+    ap.add_argument("--profile", default="small")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--tol", type=float, default=1e-3, help="atol = rtol, as the strict verifier's")
+    args = ap.parse_args()
+    if args.device.startswith("cuda"):
+        torch.backends.cudnn.allow_tf32 = False   # the verifier's reference is full float32
+        torch.backends.cuda.matmul.allow_tf32 = False
+    if args.level == 1:
+        config, index = SynthConfig(level=1, profile=args.profile, ops=(list(REGISTRY)[args.index],),
+                                    device=args.device), 0
+    else:
+        config, index = SynthConfig(level=args.level, profile=args.profile, device=args.device), args.index
+    record = Sampler(config, args.seed).sample(index)
+    folder = tempfile.mkdtemp(prefix="locate-")
+    ref_mod = load(record.source, "problem", folder)
+    new_mod = load(lower_source(record.source), "lowered", folder)
+    torch.manual_seed(0)
+    ref = ref_mod.Model(*ref_mod.get_init_inputs()).to(args.device)
+    new = new_mod.ModelNew(*ref_mod.get_init_inputs()).to(args.device)
+    new.load_state_dict(ref.state_dict(), strict=False)
+    inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
+    with torch.no_grad():
+        want = trace(ref_mod, ref, "Model", inputs)
+        got = trace(new_mod, new, "ModelNew", inputs)
+    table = Table(title=f"{record.id} {'+'.join(record.ops)} ({args.profile}, {args.device}): each tensor against "
+                        f"PyTorch, atol = rtol = {args.tol:g}")
+    for col in ("tensor", "shape", "max abs err", "elements off", "of"):
+        table.add_column(col, justify="right")
+    for name, w in want.items():
+        g = got.get(name)
+        if g is None or g.shape != w.shape:
+            table.add_row(name, str(tuple(w.shape)), "fused away" if g is None else f"shape {tuple(g.shape)}", "-", "-")
+            continue
+        diff = (g.double() - w.double()).abs()
+        off = int((diff > args.tol + args.tol * w.double().abs()).sum())
+        table.add_row(name, str(tuple(w.shape)), f"{diff.max().item():.3g}", str(off), str(w.numel()))
+    Console(width=140).print(table)
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
