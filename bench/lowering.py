@@ -41,6 +41,13 @@ def geomean(xs):
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
 
 
+def program_config(level: int, k: int, profile: str, device: str) -> tuple[SynthConfig, int]:
+    """(sampler config, index) of a level's program k: level 1 is operator k alone, levels 2 and 5 the k-th draw."""
+    if level == 1:
+        return SynthConfig(level=1, profile=profile, ops=(list(REGISTRY)[k],), device=device), 0
+    return SynthConfig(level=level, profile=profile, device=device), k
+
+
 class Levels:
     """The programs of each level, drawn on demand: (name, Task), or (name, Verdict) when the program could not
     be drawn or lowered (statuses synthesis_error, lowering_error)."""
@@ -53,11 +60,8 @@ class Levels:
 
     def get(self, level: int, k: int):
         a = self.args
-        if level == 1:
-            config, index = SynthConfig(level=1, profile=a.profile, ops=(list(REGISTRY)[k],), device=a.device), 0
-            key = (1, k)
-        else:
-            config, index, key = SynthConfig(level=level, profile=a.profile, device=a.device), k, level
+        config, index = program_config(level, k, a.profile, a.device)
+        key = (1, k) if level == 1 else level
         name = f"L{level} #{k}"
         try:
             if key not in self.samplers:

@@ -4,8 +4,10 @@ and prints each tensor's error against PyTorch (tensors the lowering fused into 
 failures the verifier reports on a whole program.
 
     python bench/lowering_locate.py --level 5 --index 30 --profile paper --device cuda   # l5-s7-000030
+    python bench/lowering_locate.py --source problem.py --device cuda                   # any KernelBench program
 
-Programs are those of bench/lowering.py (same seed and numbering; level 1: --index is the operator's number)."""
+Programs are those of bench/lowering.py (same seed and numbering; level 1: --index is the operator's number), or a
+problem file: a verdict's program, as synthesis drew it there."""
 from __future__ import annotations
 
 import argparse
@@ -20,8 +22,8 @@ from rich.console import Console
 from rich.table import Table
 
 from drtriton_ray.lower.emit import lower_source
-from drtriton_ray.ops import REGISTRY
-from drtriton_ray.synth import Sampler, SynthConfig
+from drtriton_ray.synth import Sampler
+from lowering import program_config   # bench/lowering.py: the same programs
 
 
 def load(source: str, name: str, folder: str):
@@ -58,25 +60,30 @@ def trace(module, model, cls: str, inputs: list) -> dict[str, torch.Tensor]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--level", type=int, required=True, choices=(1, 2, 5))
-    ap.add_argument("--index", type=int, required=True)
+    ap.add_argument("--level", type=int, choices=(1, 2, 5))
+    ap.add_argument("--index", type=int)
+    ap.add_argument("--source", help="a KernelBench problem file instead of --level/--index")
     ap.add_argument("--profile", default="small")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--tol", type=float, default=1e-3, help="atol = rtol, as the strict verifier's")
     args = ap.parse_args()
+    if (args.source is None) == (args.level is None or args.index is None):
+        ap.error("give either --source FILE or both --level and --index")
     if args.device.startswith("cuda"):
         torch.backends.cudnn.allow_tf32 = False   # the verifier's reference is full float32
         torch.backends.cuda.matmul.allow_tf32 = False
-    if args.level == 1:
-        config, index = SynthConfig(level=1, profile=args.profile, ops=(list(REGISTRY)[args.index],),
-                                    device=args.device), 0
+    if args.source:
+        with open(args.source) as f:
+            source = f.read()
+        title = os.path.basename(args.source)
     else:
-        config, index = SynthConfig(level=args.level, profile=args.profile, device=args.device), args.index
-    record = Sampler(config, args.seed).sample(index)
+        config, index = program_config(args.level, args.index, args.profile, args.device)
+        record = Sampler(config, args.seed).sample(index)
+        source, title = record.source, f"{record.id} {'+'.join(record.ops)} ({args.profile})"
     folder = tempfile.mkdtemp(prefix="locate-")
-    ref_mod = load(record.source, "problem", folder)
-    new_mod = load(lower_source(record.source), "lowered", folder)
+    ref_mod = load(source, "problem", folder)
+    new_mod = load(lower_source(source), "lowered", folder)
     torch.manual_seed(0)
     ref = ref_mod.Model(*ref_mod.get_init_inputs()).to(args.device)
     new = new_mod.ModelNew(*ref_mod.get_init_inputs()).to(args.device)
@@ -85,8 +92,7 @@ def main() -> None:
     with torch.no_grad():
         want = trace(ref_mod, ref, "Model", inputs)
         got = trace(new_mod, new, "ModelNew", inputs)
-    table = Table(title=f"{record.id} {'+'.join(record.ops)} ({args.profile}, {args.device}): each tensor against "
-                        f"PyTorch, atol = rtol = {args.tol:g}")
+    table = Table(title=f"{title} on {args.device}: each tensor against PyTorch, atol = rtol = {args.tol:g}")
     for col in ("tensor", "shape", "max abs err", "elements off", "of"):
         table.add_column(col, justify="right")
     for name, w in want.items():

@@ -271,7 +271,7 @@ def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOC
 @triton.jit
 def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
                 SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH, IW,
-                TRANSPOSED: tl.constexpr, USE_DOT: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+                TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
                 BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr):
     """Direct (transposed) convolution over (N, C, D, H, W); 1-d and 2-d convs come as D = H = 1 with unit
     kernel, stride and dilation there. A program computes a [BLOCK_CO, BLOCK_P] tile (a block of one group's
@@ -364,10 +364,7 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
             x = tl.load(x_tap + (ci * D * H * W)[:, None], mask=ok & ci_ok[:, None], other=0.0)
             w = tl.load(w_tap[None, :] + w_row[:, None] + (ci * w_cs)[None, :],
                         mask=co_ok[:, None] & (tap_ok & ci_ok)[None, :], other=0.0)
-            if USE_DOT:
-                acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
-            else:  # below tl.dot's minimum of 16 (few channels, compiled): a broadcast product
-                acc += tl.sum(w.to(tl.float32)[:, :, None] * x.to(tl.float32)[None, :, :], axis=1)
+            acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
     out = out_ptr + (n[None, :] * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
 

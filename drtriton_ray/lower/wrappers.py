@@ -16,8 +16,8 @@ def coalesced_dims(shape, strides):
     """The dims (d1, d2, d3, d4) over which a kernel unravels its flat index (a fused elementwise kernel, a strided
     copy), and each strided tensor's five strides. Adjacent dims merge where every tensor steps through them as
     through one dim (size-1 dims go), as PyTorch's TensorIterator does: each division and modulo left costs more than
-    the memory traffic of an element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others come last, ones between;
-    Triton specializes arguments equal to 1, so the kernel's divisions by them vanish."""
+    the memory traffic of an element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others
+    come last, ones between; Triton specializes arguments equal to 1, so the kernel's divisions by them vanish."""
     dims = []
     for i, size in enumerate(shape):
         if size == 1:
@@ -233,23 +233,24 @@ def spatial3(values, n, fill):
 
 
 def conv_blocks(cout_g, cin_g, taps, positions, compiled):
-    """(USE_DOT, BLOCK_CO, BLOCK_CI, BLOCK_J, BLOCK_P) for conv_kernel: output channels, input channels x taps
-    per reduction step, output positions. Compiled, tiles fit registers, taps pad the reduction step to
-    tl.dot's minimum of 16 only where channels are few, and below 16 output channels a broadcast product
-    replaces the dot. Interpreted, gathers of up to 2^17 elements and always tl.dot (any shape there)."""
+    """(BLOCK_CO, BLOCK_CI, BLOCK_J, BLOCK_P) for conv_kernel: output channels, input channels x taps per
+    reduction step, output positions. The step is always a tl.dot (ieee float32). Compiled, tiles fit registers
+    and pad to tl.dot's minimum of 16 (masked channels and taps) where a conv has fewer: the small-channel
+    alternative, a broadcast product summed over the reduction axis, is rewritten by Triton's compiler into a dot
+    of its own, which on an H100 (Triton 3.6) gave wrong values below 16 terms and TF32 rounding at 16 (a 1 -> 32
+    channel ConvTranspose1d was off on 98% of its outputs; docs/lowering.md). Interpreted, gathers of up to 2^17
+    elements (tl.dot takes any shape there)."""
     if compiled:
-        block_co = min(triton.next_power_of_2(cout_g), 64)
+        block_co = max(16, min(triton.next_power_of_2(cout_g), 64))
         block_ci = min(triton.next_power_of_2(cin_g), 32)
-        block_j = max(1, min(triton.next_power_of_2(taps), 16 // block_ci))
-        use_dot = block_co >= 16 and block_ci * block_j >= 16
-        block_p = 64 if use_dot else 4096 // (block_co * block_ci * block_j)
+        block_j = max(1, 16 // block_ci)
+        block_p = 64
     else:
         block_co = min(triton.next_power_of_2(cout_g), 128)
         block_j = min(triton.next_power_of_2(taps), 512)
         block_ci = max(1, min(triton.next_power_of_2(cin_g), 512 // block_j))
-        use_dot = True
         block_p = 2 ** 17 // (block_ci * block_j)
-    return use_dot, block_co, block_ci, block_j, max(16, min(block_p, triton.next_power_of_2(positions)))
+    return block_co, block_ci, block_j, max(16, min(block_p, triton.next_power_of_2(positions)))
 
 
 def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed):
@@ -275,13 +276,13 @@ def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transpos
         steps, inverses, q, residues = (1, 1, 1), (0, 0, 0), outs, (1, 1, 1)
     taps = tuple(triton.cdiv(ki, st) for ki, st in zip(k, steps))
     positions = x.shape[0] * q[0] * q[1] * q[2]
-    use_dot, block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2],
+    block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2],
                                                                 positions, compiled(x))
     phases = residues[0] * residues[1] * residues[2]
     grid = (phases * triton.cdiv(positions, block_p), groups * triton.cdiv(cout_g, block_co))
     conv_kernel[grid](x, weight, bias, out, x.shape[0], x.shape[1], d, h, w, out_shape[1], *outs, cin_g, cout_g,
                       *k, *s, *spatial3((padding,) * n, n, 0), *dil, *q, *residues, *taps, *steps, *inverses,
-                      TRANSPOSED=transposed, USE_DOT=use_dot, BLOCK_CO=block_co, BLOCK_CI=block_ci,
+                      TRANSPOSED=transposed, BLOCK_CO=block_co, BLOCK_CI=block_ci,
                       BLOCK_J=block_j, BLOCK_P=block_p)
     return out
 

@@ -7,7 +7,6 @@ creates it). An actor that dies is restarted by Ray with the weights it was star
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import ray
@@ -34,12 +33,10 @@ class RolloutEngineActor:
                     self.engine = HFEngine(self.model_dir, **self.options)
         return self.engine
 
-    async def warmup(self, cfg: SamplingConfig) -> float:
+    async def warmup(self, cfg: SamplingConfig) -> None:
         """Build the engine and prepare it for calls like `cfg` (the transformers engine compiles its decoding step;
-        vLLM warms up as it is built). Seconds taken; generate calls made meanwhile wait for it."""
-        t0 = time.perf_counter()
+        vLLM warms up as it is built); generate calls made meanwhile wait for it."""
         await (await self._engine()).warmup(cfg)
-        return time.perf_counter() - t0
 
     async def generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:
         return await (await self._engine()).generate(prompt_ids, cfg)

@@ -5,11 +5,17 @@ Operator choice per level: level 1 cycles every operator; level 2 cycles every c
 pair (A feeds B); higher levels draw operators uniformly with replacement. A failed draw (no
 solution, NaN/Inf or constant outputs) is redrawn with the same operators, so rejections never skew
 the operator distribution; only at level >= 3, after half the attempts, are the operators redrawn.
+A validation the device could not run (out of memory: the GPU is shared with verifiers) is not a failed draw:
+it is retried after a wait, then reported, so an index names one program whatever else the GPU held (the first
+paper-size GPU runs drew another program for l5-s7-000005 than a rerun on an idle GPU did).
 """
 from __future__ import annotations
 
 import random
+import time
 from dataclasses import asdict, dataclass
+
+import torch
 
 from drtriton_ray.synth.config import SynthConfig
 from drtriton_ray.synth.dag import Program
@@ -18,6 +24,10 @@ from drtriton_ray.synth.solve import Unsolvable, solve_plan
 from drtriton_ray.synth.validate import InvalidProgram, validate
 from drtriton_ray.synth.wiring import composable_pairs, plan_program
 from drtriton_ray.verify.inputs import free_cache
+
+# seconds to wait before each retry of a validation that ran out of memory: long enough for a verifier's exclusive
+# check of a paper-size problem (a few seconds each) to end and hand its memory back
+OOM_RETRY_WAITS_S = (5.0, 30.0)
 
 
 class SynthesisError(Exception):
@@ -88,20 +98,35 @@ class Sampler:
             prog_seed = rng.randrange(2**31)
             if cfg.validate_programs:
                 try:
-                    validate(source, program, prog_seed, cfg.device, cfg.conditioning_trials)
+                    self._validate(source, program, prog_seed, index, attempt)
                 except InvalidProgram as e:
                     reasons.append(f"attempt {attempt}: {e}")
                     continue
+                except SynthesisError:
+                    raise
                 except Exception as e:  # PyTorch refused the program: a spec bug worth reporting
                     reasons.append(f"attempt {attempt}: PyTorch error {type(e).__name__}: {e}")
                     continue
-                finally:
-                    # a paper-size program's float32 and float64 runs leave tens of GB in the caching allocator,
-                    # which a verifier on the same GPU then lacks (the first H100 lowering runs: reference OOMs)
-                    free_cache(cfg.device)
             return self._record(index, ops, program, source, prog_seed, attempt + 1)
         raise SynthesisError(f"no valid program for operators {ops} in {cfg.max_attempts} attempts "
                              f"(profile {cfg.profile_name}, dtype {cfg.dtype}): " + "; ".join(reasons[-3:]))
+
+    def _validate(self, source: str, program: Program, prog_seed: int, index: int, attempt: int) -> None:
+        cfg = self.config
+        for wait in (0.0, *OOM_RETRY_WAITS_S):
+            time.sleep(wait)
+            try:
+                return validate(source, program, prog_seed, cfg.device, cfg.conditioning_trials)
+            except torch.OutOfMemoryError as e:
+                error = e
+            finally:
+                # a paper-size program's float32 and float64 runs leave tens of GB in the caching allocator,
+                # which a verifier on the same GPU then lacks (the first H100 lowering runs: reference OOMs)
+                free_cache(cfg.device)
+        raise SynthesisError(f"program {index} (attempt {attempt}, operators {'+'.join(program.ops)}) ran out of "
+                             f"memory in validation on {cfg.device} {1 + len(OOM_RETRY_WAITS_S)} times; not redrawn, "
+                             f"so that the index keeps its program: free the device and draw it again "
+                             f"({str(error).splitlines()[0]})") from error
 
     def _record(self, index, ops, program: Program, source, prog_seed, attempts) -> ProgramRecord:
         cfg = self.config

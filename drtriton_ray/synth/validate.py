@@ -11,6 +11,7 @@ verifier's null-candidate self-test too (no all-zeros, constant or input-indepen
 everywhere), so the stream never hands the verifier a problem it refuses."""
 from __future__ import annotations
 
+import contextlib
 import copy
 import random
 import types
@@ -50,7 +51,26 @@ def run_problem(mod: types.ModuleType, seed: int, device: str = "cpu") -> list[t
         return as_list(model(*inputs))
 
 
+@contextlib.contextmanager
+def full_float32():
+    """Float32 convolutions and matmuls without TF32, as the verifier's reference runs them (verify/worker.py).
+    PyTorch lets cuDNN use TF32 by default: validation under it judged a conv program's float32 result with ~1e-3
+    relative error, and a program's acceptance hung on the calling process's flags (bench/lowering.py, which
+    left them alone, drew another l5-s7-000005 than bench/lowering_locate.py, which sets them off)."""
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+    try:
+        yield
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def validate(source: str, program: Program, seed: int, device: str = "cpu", conditioning_trials: int = 0) -> None:
+    with full_float32():
+        _validate(source, program, seed, device, conditioning_trials)
+
+
+def _validate(source: str, program: Program, seed: int, device: str, conditioning_trials: int) -> None:
     mod = load_problem(source)
     outs = run_problem(mod, seed, device)
     if len(outs) != len(program.outputs):

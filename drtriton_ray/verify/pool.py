@@ -7,9 +7,10 @@ shared, timing holds it exclusive, so no other worker's kernels run while a cand
 Waiting for the section does not count against a task's wall clock. A worker that dies holding it releases it.
 
 Reference times (eager, and torch.compile unless no task asks for it: `Task.compile_reference`) are measured once
-per (problem, GPU model) by a reference job that the pool sends ahead of that problem's first candidate; candidates of that problem run meanwhile on other workers and
-get their speedups when the reference times arrive. Optionally the times are kept on disk (`reference_cache`),
-keyed by problem sha256, GPU model, torch and triton versions and the timing method's version.
+per (problem, GPU model) by a reference job that the pool sends ahead of that problem's first candidate; candidates
+of that problem run meanwhile on other workers and get their speedups when the reference times arrive. Optionally
+the times are kept on disk (`reference_cache`), keyed by problem sha256, GPU model, torch and triton versions and
+the timing method's version.
 
 A worker that crashes, exceeds a limit, times out, reports a CUDA error or has served `max_tasks_per_worker`
 tasks is replaced (fresh process, fresh scratch directory); the task it was serving gets a verdict saying why,
@@ -275,9 +276,9 @@ class WorkerPool:
             for slot, job in list(busy.items()):
                 if job.waiting_since is None and now >= job.deadline:
                     self._end(slot, busy, gate, tasks, results, measuring, failed, timed_out=True)
-        for i, v in enumerate(results):   # tasks that ran before their problem's reference times arrived
+        for i, v in enumerate(results):   # tasks that ran before their problem's (complete) reference times arrived
             refs = self.reference_times.get(keys.get(i))
-            if v is not None and refs and v.candidate_ms is not None and v.eager_ms is None:
+            if v is not None and refs and v.candidate_ms is not None and (v.eager_ms is None or v.compile_ms is None):
                 v.set_reference(refs["eager_ms"], refs["compile_ms"])
         return results
 

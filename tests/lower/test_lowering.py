@@ -118,25 +118,39 @@ CONVS = [  # (spatial dims, transposed, groups, in channels, out channels, size,
     (1, True, 1, 3, 4, 6, 4, 3, 2, 2), (2, True, 3, 3, 6, 5, 3, 2, 1, 1), (3, True, 1, 7, 17, 3, 3, 2, 1, 1),
     (3, True, 1, 1, 8, 2, 4, 1, 2, 1), (2, True, 1, 2, 3, 4, 3, 3, 0, 2),
     (3, True, 1, 2, 8, 1, 4, 2, 2, 1),  # a 1x1x1 output: fewer phases than the stride
+    # few channels, below tl.dot's 16 (l5-s7-000005/30 on an H100: a broadcast product there was off)
+    (1, True, 1, 1, 32, 9, 1, 3, 0, 1), (1, True, 1, 1, 32, 20, 7, 3, 0, 1), (1, False, 1, 2, 32, 12, 1, 1, 0, 1),
+    (2, False, 4, 4, 4, 6, 3, 1, 1, 1),  # depthwise: one channel per group
 ]
 
 
-TILINGS = pytest.mark.parametrize("compiled_tiles", [False, True], ids=["interpreter-tiles", "gpu-tiles"])
-
-
-def _tiles(monkeypatch, compiled_tiles):
-    """The wrappers' tile choices for the interpreter or for a GPU (small tiles, tl.dot only from 16 rows), run
-    in the interpreter either way."""
+@pytest.fixture(params=[False, True, pytest.param("cuda", marks=pytest.mark.gpu)],
+                ids=["interpreter-tiles", "gpu-tiles", "cuda"])
+def tiled(request, monkeypatch):
+    """The lowering's wrappers under the interpreter's tile choices or a GPU's (small tiles, tl.dot only from 16
+    rows), both run by the interpreter, or compiled on the GPU itself (tensors made there, the reference without
+    TF32 as the verifier's): what Triton's compiler does to a kernel only shows there."""
+    import torch.backends.cuda
+    import torch.backends.cudnn
     from drtriton_ray.lower import wrappers
-    monkeypatch.setattr(wrappers, "compiled", lambda t: compiled_tiles)
+    if request.param == "cuda":
+        saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
+        torch.set_default_device("cuda")
+
+        def restore():
+            torch.set_default_device(None)
+            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+        request.addfinalizer(restore)
+    else:
+        monkeypatch.setattr(wrappers, "compiled", lambda t: request.param)
     return wrappers
 
 
-@TILINGS
-def test_conv_kernel_matches_torch(compiled_tiles, monkeypatch):
-    """Direct and transposed convs (strides, dilation, groups, output_padding), under both tilings."""
+def test_conv_kernel_matches_torch(tiled):
+    """Direct and transposed convs (strides, dilation, groups, output_padding), under every tiling."""
     import torch.nn.functional as F
-    wrappers = _tiles(monkeypatch, compiled_tiles)
+    wrappers = tiled
     torch.manual_seed(0)
     for n, transposed, groups, cin, cout, size, k, stride, padding, dilation in CONVS:
         x = torch.randn(2, cin, *[size] * n)
@@ -152,12 +166,11 @@ def test_conv_kernel_matches_torch(compiled_tiles, monkeypatch):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 
 
-@TILINGS
-def test_tiled_kernels_match_torch(compiled_tiles, monkeypatch):
+def test_tiled_kernels_match_torch(tiled):
     """Reductions, along-dim operators, row norms, batch norm, batched matmul and pooling over shapes with many
-    short rows or columns (several per program) and long ones (loops), under both tilings."""
+    short rows or columns (several per program) and long ones (loops), under every tiling."""
     import torch.nn.functional as F
-    w = _tiles(monkeypatch, compiled_tiles)
+    w = tiled
     torch.manual_seed(0)
     close = lambda got, want: torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)  # noqa: E731
     for shape, dim in (((300, 3, 5), 1), ((7, 5000), 1), ((2000, 6), 0), ((3, 70, 2, 9), 2)):

@@ -140,6 +140,54 @@ def test_same_seed_same_programs_and_split_independence():
     assert [r["source"] for r in a] != [r["source"] for r in c]
 
 
+def test_validation_out_of_memory_keeps_the_index_program(monkeypatch):
+    """A validation the device could not run (a GPU shared with verifiers) is retried, not redrawn: the index keeps
+    its program; when memory never frees, the error says so and no other program takes the index."""
+    import torch
+    from drtriton_ray.synth import sampler as sampler_module
+    cfg = SynthConfig(level=5, profile="small")
+    want = Sampler(cfg, seed=10).sample(3).to_dict()
+    real, calls = sampler_module.validate, []
+
+    def flaky(*args, fail=1):
+        calls.append(args[0])
+        if len(calls) <= fail:
+            raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+        return real(*args)
+    monkeypatch.setattr(sampler_module, "OOM_RETRY_WAITS_S", (0.0, 0.0))
+    monkeypatch.setattr(sampler_module, "validate", flaky)
+    assert Sampler(cfg, seed=10).sample(3).to_dict() == want
+    assert calls[0] == calls[1], "the retry validates the same program"
+    calls.clear()
+    monkeypatch.setattr(sampler_module, "validate", lambda *args: flaky(*args, fail=99))
+    with pytest.raises(SynthesisError, match=r"program 3 \(attempt 0, .*ran out of memory in validation on cpu 3 "
+                                              r"times; not redrawn.*Tried to allocate 2\.00 GiB"):
+        Sampler(cfg, seed=10).sample(3)
+    assert len(calls) == 3 and len(set(calls)) == 1
+
+
+def test_validation_runs_without_tf32_and_restores_the_flags(monkeypatch):
+    """Validation judges float32 as the verifier's reference computes it (no TF32) and leaves the process's flags as
+    it found them."""
+    import torch
+    from drtriton_ray.synth import validate as validate_module
+    seen = []
+    real = validate_module.run_problem
+
+    def spy(*args):
+        seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
+        return real(*args)
+    monkeypatch.setattr(validate_module, "run_problem", spy)
+    saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True   # flags, not attributes
+    try:
+        Sampler(SynthConfig(level=2, profile="small"), seed=3).sample(0)
+        assert seen and set(seen) == {(False, False)}
+        assert torch.backends.cudnn.allow_tf32 and torch.backends.cuda.matmul.allow_tf32
+    finally:
+        torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
+
+
 def test_every_output_finite_and_not_constant_in_half():
     import torch
     from drtriton_ray.synth.validate import load_problem, run_problem
