@@ -23,6 +23,7 @@ from rich.table import Table
 
 from drtriton_ray.lower.emit import lower_source
 from drtriton_ray.synth import Sampler
+from drtriton_ray.synth.validate import full_float32
 from lowering import program_config   # bench/lowering.py: the same programs
 
 
@@ -70,9 +71,6 @@ def main() -> None:
     args = ap.parse_args()
     if (args.source is None) == (args.level is None or args.index is None):
         ap.error("give either --source FILE or both --level and --index")
-    if args.device.startswith("cuda"):
-        torch.backends.cudnn.allow_tf32 = False   # the verifier's reference is full float32
-        torch.backends.cuda.matmul.allow_tf32 = False
     if args.source:
         with open(args.source) as f:
             source = f.read()
@@ -89,7 +87,7 @@ def main() -> None:
     new = new_mod.ModelNew(*ref_mod.get_init_inputs()).to(args.device)
     new.load_state_dict(ref.state_dict(), strict=False)
     inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
-    with torch.no_grad():
+    with torch.no_grad(), full_float32():   # the verifier's reference is full float32
         want = trace(ref_mod, ref, "Model", inputs)
         got = trace(new_mod, new, "ModelNew", inputs)
     table = Table(title=f"{title} on {args.device}: each tensor against PyTorch, atol = rtol = {args.tol:g}")

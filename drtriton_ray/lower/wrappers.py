@@ -236,10 +236,9 @@ def conv_blocks(cout_g, cin_g, taps, positions, compiled):
     """(BLOCK_CO, BLOCK_CI, BLOCK_J, BLOCK_P) for conv_kernel: output channels, input channels x taps per
     reduction step, output positions. The step is always a tl.dot (ieee float32). Compiled, tiles fit registers
     and pad to tl.dot's minimum of 16 (masked channels and taps) where a conv has fewer: the small-channel
-    alternative, a broadcast product summed over the reduction axis, is rewritten by Triton's compiler into a dot
-    of its own, which on an H100 (Triton 3.6) gave wrong values below 16 terms and TF32 rounding at 16 (a 1 -> 32
-    channel ConvTranspose1d was off on 98% of its outputs; docs/lowering.md). Interpreted, gathers of up to 2^17
-    elements (tl.dot takes any shape there)."""
+    alternative, a broadcast product summed over the reduction axis, compiled wrong on an H100 (Triton 3.6): wrong
+    sums for 1-4 terms, TF32-sized errors for 8 (a 1 -> 32 channel ConvTranspose1d was off on 98% of its outputs;
+    docs/lowering.md). Interpreted, gathers of up to 2^17 elements (tl.dot takes any shape there)."""
     if compiled:
         block_co = max(16, min(triton.next_power_of_2(cout_g), 64))
         block_ci = min(triton.next_power_of_2(cin_g), 32)

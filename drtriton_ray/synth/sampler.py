@@ -6,8 +6,7 @@ pair (A feeds B); higher levels draw operators uniformly with replacement. A fai
 solution, NaN/Inf or constant outputs) is redrawn with the same operators, so rejections never skew
 the operator distribution; only at level >= 3, after half the attempts, are the operators redrawn.
 A validation the device could not run (out of memory: the GPU is shared with verifiers) is not a failed draw:
-it is retried after a wait, then reported, so an index names one program whatever else the GPU held (the first
-paper-size GPU runs drew another program for l5-s7-000005 than a rerun on an idle GPU did).
+it is retried after a wait, then reported, so an index names one program whatever else the GPU held.
 """
 from __future__ import annotations
 

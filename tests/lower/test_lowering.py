@@ -130,21 +130,18 @@ def tiled(request, monkeypatch):
     """The lowering's wrappers under the interpreter's tile choices or a GPU's (small tiles, tl.dot only from 16
     rows), both run by the interpreter, or compiled on the GPU itself (tensors made there, the reference without
     TF32 as the verifier's): what Triton's compiler does to a kernel only shows there."""
-    import torch.backends.cuda
-    import torch.backends.cudnn
     from drtriton_ray.lower import wrappers
-    if request.param == "cuda":
-        saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = False
-        torch.set_default_device("cuda")
-
-        def restore():
-            torch.set_default_device(None)
-            torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32 = saved
-        request.addfinalizer(restore)
-    else:
+    from drtriton_ray.synth.validate import full_float32
+    if request.param != "cuda":
         monkeypatch.setattr(wrappers, "compiled", lambda t: request.param)
-    return wrappers
+        yield wrappers
+        return
+    with full_float32():
+        torch.set_default_device("cuda")
+        try:
+            yield wrappers
+        finally:
+            torch.set_default_device(None)
 
 
 def test_conv_kernel_matches_torch(tiled):
