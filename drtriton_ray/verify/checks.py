@@ -122,6 +122,15 @@ def _out_of_memory(e: BaseException) -> bool:
     return isinstance(e, (MemoryError, torch.OutOfMemoryError)) or "can't allocate memory" in str(e)
 
 
+def _memory_note(device: str) -> str:
+    """How full the device was, for a verifier_limit reason: whether other processes held the memory or this one."""
+    if not device.startswith("cuda"):
+        return ""
+    free, total = torch.cuda.mem_get_info(device)
+    return (f" [device {free / 2**30:.1f} of {total / 2**30:.1f} GiB free; this worker holds "
+            f"{torch.cuda.memory_allocated(device) / 2**30:.1f} GiB]")
+
+
 def _failure_status(e: BaseException) -> Status:
     """The candidate running out of memory is a resource limit, not a bug in its logic."""
     return Status.RESOURCE_LIMIT if _out_of_memory(e) else Status.RUNTIME_ERROR
@@ -213,8 +222,8 @@ class _Run:
                 if not _out_of_memory(e):
                     raise
                 free_cache(self.device)
-                self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory alone on the "
-                            f"device, so no candidate can be judged here: {_describe(e)}")
+                self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory with no other "
+                            f"worker's kernels running, so no candidate can be judged here: {_describe(e)}{_memory_note(self.device)}")
         reason, self.out_nbytes, peak = self.ctx.problems[key]
         if reason is not None:
             self.reject("problem", Status.BAD_PROBLEM, reason)
@@ -368,7 +377,8 @@ class _Run:
             if not _out_of_memory(e):
                 raise
             self.reject(label, Status.VERIFIER_LIMIT, f"{label}: the reference ran out of memory next to the "
-                        f"candidate's outputs, so the candidate could not be judged: {_describe(e)}")
+                        f"candidate's outputs, so the candidate could not be judged: {_describe(e)}"
+                        f"{_memory_note(self.device)}")
         return out
 
     def trial(self, label: str, distribution: str) -> None:

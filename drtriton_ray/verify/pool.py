@@ -12,6 +12,11 @@ of that problem run meanwhile on other workers and get their speedups when the r
 the times are kept on disk (`reference_cache`), keyed by problem sha256, GPU model, torch and triton versions and
 the timing method's version.
 
+Memory is not arbitrated: a worker waiting for the section still holds its models and inputs on the GPU. So a task
+whose reference ran out of memory (verdict verifier_limit) while other tasks were in flight is run once more alone,
+after every other job has ended and handed its memory back, before anything else is sent; only a reference that
+runs out of memory then is the verifier's limit on this GPU (`solo_log` keeps both verdicts).
+
 A worker that crashes, exceeds a limit, times out, reports a CUDA error or has served `max_tasks_per_worker`
 tasks is replaced (fresh process, fresh scratch directory); the task it was serving gets a verdict saying why,
 and the pool keeps serving."""
@@ -147,6 +152,7 @@ class WorkerPool:
         self.reference_times: dict[tuple[str, str], dict] = {}
         self.reference_log: list[dict] = []   # one entry per reference job: times, phases, error
         self.startup_log: list[dict] = []     # one entry per worker start: the worker's phases + spawn-to-ready
+        self.solo_log: list[dict] = []        # one entry per task run again alone after a verifier_limit verdict
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -248,9 +254,19 @@ class WorkerPool:
         gate = Gate()
         measuring: set[tuple] = set()   # reference jobs in flight
         failed: set[tuple] = set()      # reference jobs that gave no times (not retried in this call)
-        while queue or busy:
+        solo: deque = deque()           # tasks to run again alone (verifier_limit next to other jobs)
+        alone: set[int] = set()         # tasks that ran alone, or are running alone
+        while queue or busy or solo:
+            if solo and not busy:   # everything else has ended: the GPU's memory is this task's
+                i = solo.popleft()
+                alone.add(i)
+                w = self._ready(self._workers[0])
+                now = time.perf_counter()
+                w.conn.send(("task", self._with_reference_times(tasks[i], keys[i])))
+                busy[0] = _Job("task", i, keys[i], now, now + self.limits.task_timeout_s)
+            running_alone = any(j.index in alone for j in busy.values())
             for slot in range(len(self._workers)):
-                if queue and slot not in busy:
+                if queue and slot not in busy and not solo and not running_alone:
                     w = self._ready(self._workers[slot])
                     i = queue.popleft()
                     key = keys[i] = self._key(tasks[i], w)
@@ -270,8 +286,9 @@ class WorkerPool:
             timeout = max(0.0, min(running) - time.perf_counter()) if running else None
             for conn in wait(list(conns), timeout):
                 slot = conns[conn]
-                if slot in busy:
-                    self._serve(slot, busy, gate, tasks, results, measuring, failed)
+                if slot in busy and (done := self._serve(slot, busy, gate, tasks, results, measuring, failed)) \
+                        is not None:
+                    self._rerun_alone(done, results, solo, alone, tasks)
             now = time.perf_counter()
             for slot, job in list(busy.items()):
                 if job.waiting_since is None and now >= job.deadline:
@@ -282,8 +299,24 @@ class WorkerPool:
                 v.set_reference(refs["eager_ms"], refs["compile_ms"])
         return results
 
-    def _serve(self, slot, busy, gate, tasks, results, measuring, failed) -> None:
-        """Every message the worker has sent: section requests and releases, then its answer."""
+    def _rerun_alone(self, i: int, results: list, solo: deque, alone: set, tasks: list[Task]) -> None:
+        """Task i's verdict came back: a first verifier_limit on a shared GPU queues it to run alone; the verdict of
+        its run alone is recorded."""
+        v = results[i]
+        if not self.gated or v.status != Status.VERIFIER_LIMIT.value and i not in alone:
+            return
+        if i in alone:
+            self.solo_log[-1]["alone"] = v.status
+            if v.status == Status.VERIFIER_LIMIT.value:
+                v.reason = f"{v.reason} (so again when run alone, no other task in flight)"
+            return
+        self.solo_log.append({"name": tasks[i].name, "first": v.reason})
+        results[i] = None
+        solo.append(i)
+
+    def _serve(self, slot, busy, gate, tasks, results, measuring, failed) -> Optional[int]:
+        """Every message the worker has sent: section requests and releases, then its answer (returns the index of
+        the task whose verdict came, if one did)."""
         w, job = self._workers[slot], busy[slot]
         while True:
             try:
@@ -304,7 +337,7 @@ class WorkerPool:
                 del busy[slot]
                 self._grant(gate.drop(slot), busy)
                 results[job.index] = self._accept(w, Verdict.from_dict(payload), retire)
-                return
+                return job.index
             elif kind == "reference":
                 _, result, retire = message
                 del busy[slot]

@@ -130,9 +130,27 @@ def test_reference_out_of_memory_blames_neither_problem_nor_candidate(pool, sour
     candidate = source("candidates", "good_relu")
     for v in pool.map([Task(problem, candidate)] * 3):   # every time: nothing was cached as "unusable"
         assert v.status == Status.VERIFIER_LIMIT.value, (v.status, v.reason)
-        assert "ran out of memory alone on the device" in v.reason and [c.name for c in v.checks] == ["problem"]
+        assert "ran out of memory with no other worker's kernels running" in v.reason
+        assert [c.name for c in v.checks] == ["problem"]
     with pytest.raises(ValueError, match="verifier_limit"):
         classify(extract_code(f"```python\n{candidate}\n```"), v)
+
+
+def test_verifier_limit_on_a_shared_gpu_is_rerun_alone(tmp_path, source):
+    """Waiting workers keep their tensors on the GPU, so a reference out of memory next to other tasks is run once
+    more with nothing else in flight before it counts as the verifier's limit; the other tasks are not held up
+    behind it and are judged as usual. (A gated CPU pool: the same scheduling as on a GPU.)"""
+    from drtriton_ray.verify import Limits, WorkerPool
+    problem, good = relu_variant(source, OUT_OF_MEMORY), source("candidates", "good_relu")
+    tasks = [Task(source("problems", "relu"), good, name="ok0"), Task(problem, good, name="oom"),
+             *(Task(source("problems", "relu"), good, name=f"ok{k}") for k in (1, 2, 3))]
+    with WorkerPool("cpu", size=2, gated=True, limits=Limits(task_timeout_s=120), root=str(tmp_path)) as pool:
+        verdicts = pool.map(tasks)
+        log = pool.solo_log
+    assert [v.status for v in verdicts] == ["correct", "verifier_limit", "correct", "correct", "correct"]
+    assert verdicts[1].reason.endswith("(so again when run alone, no other task in flight)"), verdicts[1].reason
+    assert len(log) == 1 and log[0]["name"] == "oom" and log[0]["alone"] == "verifier_limit"
+    assert "ran out of memory" in log[0]["first"]
 
 
 def test_reference_out_of_memory_in_a_trial_is_verifier_limit(pool, source):
