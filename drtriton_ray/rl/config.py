@@ -141,6 +141,11 @@ class CurriculumSection(_Section):
     steps_per_stage: int = Field(1000, ge=1)
     eval_every: int = Field(0, ge=0, description="held-out pass@1 every N steps (0: promotion by budget only)")
     heldout_count: int = Field(16, ge=1)
+    select: Literal["uniform", "learnable"] = Field(
+        "uniform", description="prompts in stream order, or passed over by the chance that their group would teach "
+        "nothing (all answers right or all wrong; rl/curriculum.py Learnability)")
+    select_floor: float = Field(0.1, gt=0, le=1, description="with select learnable: the least chance of keeping a "
+                                "program")
 
 
 class RLConfig(_Section):

@@ -1,8 +1,12 @@
 """DRTriton's curriculum: stages by level (default 1 -> 2 -> 5); a stage ends when held-out pass@1
 at its level exceeds a threshold (default 0.5) or its step budget is spent. Held-out prompts come
-from a seed range never trained on. The state is a small dict saved in every checkpoint."""
+from a seed range never trained on. The state is a small dict saved in every checkpoint.
+
+Within a stage, prompts can be chosen by learnability (`Learnability`): a group teaches only when its answers
+disagree, so programs whose operators the policy always or never gets right are passed over more often."""
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field
 
 from drtriton_ray.eval.heldout import HELDOUT_SEED
@@ -66,3 +70,49 @@ class Curriculum:
         cfg = state["config"]
         return cls(CurriculumConfig(**{**cfg, "levels": tuple(cfg["levels"])}), state["stage"],
                    state["steps_in_stage"], list(state["history"]))
+
+
+class Learnability:
+    """Per-operator answer counts and the chance of keeping a program for training (curriculum.select =
+    "learnable"). A group's advantages are zero when all its answers agree, so a program is worth its generation
+    time in proportion to p(1 - p), p the policy's pass rate on it (learnability sampling, as in Foster & Foerster
+    2025; DAPO's dynamic sampling drops such groups after generating them). p per operator is the posterior mean
+    under a uniform prior, (correct + 1) / (answers + 2): an operator not yet seen counts as p = 0.5 and is always
+    kept. A program's chance is the mean of its operators' 4 p (1 - p), never below `floor`, so nothing is starved
+    and a pass rate that changes is seen again."""
+
+    def __init__(self, floor: float = 0.1, counts: dict | None = None):
+        if not 0.0 < floor <= 1.0:
+            raise ValueError(f"curriculum.select_floor must be in (0, 1], got {floor}")
+        self.floor = floor
+        self.counts: dict[str, list[int]] = {k: list(v) for k, v in (counts or {}).items()}  # op -> [answers, correct]
+
+    def observe(self, ops: list[str], answers: int, correct: int) -> None:
+        for op in ops:
+            seen = self.counts.setdefault(op, [0, 0])
+            seen[0] += answers
+            seen[1] += correct
+
+    def pass_rate(self, op: str) -> float:
+        answers, correct = self.counts.get(op, (0, 0))
+        return (correct + 1) / (answers + 2)
+
+    def keep_chance(self, ops: list[str]) -> float:
+        if not ops:
+            return 1.0
+        value = sum(4 * self.pass_rate(op) * (1 - self.pass_rate(op)) for op in ops) / len(ops)
+        return max(self.floor, min(1.0, value))
+
+    def summary(self) -> dict[str, float]:
+        """For the metrics: how spread the policy's skills are (operators seen; mean keep chance over them)."""
+        if not self.counts:
+            return {"operators_seen": 0, "mean_keep_chance": 1.0}
+        chances = [self.keep_chance([op]) for op in self.counts]
+        return {"operators_seen": len(self.counts), "mean_keep_chance": round(math.fsum(chances) / len(chances), 4)}
+
+    def state_dict(self) -> dict:
+        return {"floor": self.floor, "counts": {k: list(v) for k, v in self.counts.items()}}
+
+    @classmethod
+    def from_state_dict(cls, state: dict) -> "Learnability":
+        return cls(state["floor"], state["counts"])

@@ -1,6 +1,8 @@
 """The generator actor: keeps the rollout engines busy and fills the buffer with scored groups.
 
-Per prompt: a program from the sampler actors (CP-SAT, the training seed stream), G answers from one
+Per prompt: a program from the sampler actors (CP-SAT, the training seed stream; with curriculum.select
+"learnable", passed over by the chance that its group would teach nothing, from the operators' answer counts so
+far), G answers from one
 engine, code extracted, candidates verified on whichever verifier actor is free, rewards scored, and
 the group put into the buffer, waiting while it is full (which bounds how far generation runs ahead
 of training; the buffer's staleness bound drops what is still too old). Each prompt is its own
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 import time
 from collections import Counter, deque
 from typing import Optional
@@ -27,6 +30,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from drtriton_ray.models import load_tokenizer
 from drtriton_ray.prompts import build_messages, extract_code
 from drtriton_ray.rl.config import RLConfig
+from drtriton_ray.rl.curriculum import Learnability
 from drtriton_ray.rl.records import Group, ScoredSample
 from drtriton_ray.rl.reward import REWARD_ERROR, score
 from drtriton_ray.rollout.engine import SamplingConfig
@@ -52,6 +56,8 @@ class Generator:
         self.level: Optional[int] = None
         self.next_index: dict[int, int] = {}
         self.counters: Counter = Counter()
+        c = self.cfg.curriculum
+        self.learnability = Learnability(c.select_floor) if c.select == "learnable" else None
         self._samplers: dict[int, list] = {}
         self._heldout: dict[int, list[ProgramRecord]] = {}
         self._heldout_sources: dict[int, asyncio.Future] = {}   # level -> the guard's sources, drawn once
@@ -79,6 +85,8 @@ class Generator:
         """Begin generating at `level`, continuing a checkpointed prompt stream when `state` is given."""
         if state:
             self.next_index = {int(k): v for k, v in state["next_index"].items()}
+            if self.learnability is not None and state.get("learnability"):
+                self.learnability = Learnability.from_state_dict(state["learnability"])
         self.level = level
         self.next_index.setdefault(level, 0)
         if not self._workers:
@@ -103,11 +111,14 @@ class Generator:
         return await self.sync.receive(buckets, version, keys)
 
     async def state(self) -> dict:
-        """For checkpoints: where each level's prompt stream stands (prompts in flight are regenerated)."""
-        return {"level": self.level, "next_index": dict(self.next_index)}
+        """For checkpoints: where each level's prompt stream stands (prompts in flight are regenerated), and the
+        per-operator counts prompt selection goes by."""
+        return {"level": self.level, "next_index": dict(self.next_index),
+                "learnability": self.learnability.state_dict() if self.learnability is not None else None}
 
-    async def stats(self) -> dict[str, int]:
-        return dict(self.counters)
+    async def stats(self) -> dict[str, float]:
+        learnability = self.learnability.summary() if self.learnability is not None else {}
+        return {**self.counters, **{f"select_{k}": v for k, v in learnability.items()}}
 
     async def stop(self) -> None:
         for t in self._workers + self._verifying:
@@ -160,6 +171,11 @@ class Generator:
                 continue
             if record.source in await self._heldout_guard(level):
                 self.counters["heldout_collisions"] += 1
+                continue
+            if self.learnability is not None and \
+                    random.Random(f"select:{self.cfg.synth.seed}:{level}:{index}").random() \
+                    >= self.learnability.keep_chance(record.ops):
+                self.counters["prompts_passed_over"] += 1
                 continue
             return record
 
@@ -276,6 +292,9 @@ class Generator:
                 outcome, correct, speed, reason = score(ex, verdict, self.cfg.algo.speed_baseline)
             scored.append(ScoredSample(s.token_ids, s.logprobs, s.text, s.finish_reason, s.weight_version,
                                        outcome, correct, speed, reason))
+        if self.learnability is not None:
+            judged = [x for x in scored if x.outcome != REWARD_ERROR]
+            self.learnability.observe(record.ops, len(judged), sum(x.correct for x in judged))
         return Group(prompt_id=record.id, weight_version=min(s.weight_version for s in samples), samples=scored,
                      level=record.level, prompt_ids=ids,
                      timings={"sample_s": t1 - t0, "generate_s": t2 - t1, "verify_s": time.perf_counter() - t2})

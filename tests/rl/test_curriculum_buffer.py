@@ -2,7 +2,7 @@
 import pytest
 
 from drtriton_ray.rl.buffer import Group, GroupBuffer
-from drtriton_ray.rl.curriculum import Curriculum, CurriculumConfig
+from drtriton_ray.rl.curriculum import Curriculum, CurriculumConfig, Learnability
 
 
 def test_promotion_by_score_then_budget_and_resume():
@@ -20,6 +20,25 @@ def test_promotion_by_score_then_budget_and_resume():
     for _ in range(3):
         restored.step()
     assert not restored.observe(0.9) and restored.finished  # the last stage never promotes
+
+
+def test_learnability_keep_chances_by_hand():
+    """p = (correct + 1) / (answers + 2); a program's chance is the mean of its operators' 4 p (1 - p), floored."""
+    sel = Learnability(floor=0.1)
+    sel.observe(["A"], answers=8, correct=4)        # p = 5/10: every answer pair disagrees as often as it can
+    sel.observe(["B"], answers=8, correct=0)        # p = 1/10
+    sel.observe(["C", "C"], answers=500, correct=0)  # counted once per occurrence: 1000 answers, p = 1/1002
+    assert sel.keep_chance(["A"]) == pytest.approx(1.0)
+    assert sel.keep_chance(["B"]) == pytest.approx(4 * 0.1 * 0.9)
+    assert sel.keep_chance(["new"]) == pytest.approx(1.0)          # unseen: p = 1/2
+    assert sel.keep_chance(["A", "B"]) == pytest.approx((1.0 + 0.36) / 2)
+    assert sel.keep_chance(["C"]) == 0.1                            # 4 * 1/1002 * 1001/1002 = 0.004, floored
+    assert sel.summary() == {"operators_seen": 3, "mean_keep_chance": pytest.approx((1.0 + 0.36 + 0.1) / 3, abs=1e-4)}
+    restored = Learnability.from_state_dict(sel.state_dict())
+    assert restored.counts == {"A": [8, 4], "B": [8, 0], "C": [1000, 0]} and restored.floor == 0.1
+    for floor in (0.0, 1.5):
+        with pytest.raises(ValueError, match="select_floor"):
+            Learnability(floor)
 
 
 def test_curriculum_config_errors():

@@ -1,6 +1,7 @@
 """The generator verifies the groups that finish together (one engine batch) in one verifier call, so the pool's
 workers share them, and hands each group its own verdicts in order; verify.batch_tasks caps a call. Its prompt
-loops share one drawing of the held-out guard. Real Ray, a real CPU verifier actor (interpreter), CP-SAT programs
+loops share one drawing of the held-out guard, and with curriculum.select "learnable" pass over programs by their
+operators' answer counts. Real Ray, a real CPU verifier actor (interpreter), CP-SAT programs
 and their reference lowerings."""
 import asyncio
 
@@ -78,3 +79,38 @@ def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
         asyncio.run(gen._heldout_guard(2))
     monkeypatch.setattr(heldout, "heldout_programs", lambda *a: drawn.append(a) or real(*a))
     assert len(asyncio.run(gen._heldout_guard(2))) == 5 and len(drawn) == 3
+
+
+def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
+    """Level 1 cycles every operator. With every operator but one answered wrong 1,000 times, the one unseen is
+    always kept, the others about one time in ten (the floor); the decisions are the same on every run (seeded by
+    the index), and the counts come back from the checkpoint state."""
+    from drtriton_ray.rl import generator as module
+    from drtriton_ray.rl.curriculum import Learnability
+    from drtriton_ray.ops import REGISTRY
+    _, tiny, _, _, _ = setup
+    cfg = RLConfig(model={"path": tiny}, curriculum={"select": "learnable", "select_floor": 0.1})
+    ops = list(REGISTRY)
+    counts = {op: [1000, 0] for op in ops if op != "Softmax"}
+
+    async def draw(gen, n):
+        await gen.start(1, {"next_index": {1: 0}, "learnability": {"floor": 0.1, "counts": counts}})
+        kept = [await gen._next_program() for _ in range(n)]
+        return kept, await gen.stats(), await gen.state()
+
+    runs = []
+    for _ in range(2):
+        gen = module.Generator(cfg.model_dump(mode="json"), [], [], None)
+        gen._workers = [None]   # no prompt loops: this test asks for the programs itself
+        runs.append(asyncio.run(draw(gen, 8)))
+    (kept, stats, state), (again, _, _) = runs
+    assert [r.id for r in kept] == [r.id for r in again]
+    assert "Softmax" in {r.ops[0] for r in kept}
+    passed = stats["prompts_passed_over"]
+    drawn = state["next_index"][1]
+    skipped = stats.get("heldout_collisions", 0) + stats.get("synthesis_errors", 0)
+    assert drawn == len(kept) + passed + skipped and passed >= 3 * len(kept), (drawn, passed, stats)
+    assert Learnability.from_state_dict(state["learnability"]).counts == counts
+    assert stats["select_operators_seen"] == len(ops) - 1
+    uniform = module.Generator(RLConfig(model={"path": tiny}).model_dump(mode="json"), [], [], None)
+    assert uniform.learnability is None and asyncio.run(uniform.state())["learnability"] is None
