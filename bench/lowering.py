@@ -9,7 +9,9 @@ Programs are drawn, lowered and verified a few at a time, with a progress line a
 --budget-s the run starts no batch that would end past the budget (each level gets an equal share of what is
 left when it starts), so it finishes with its table and log inside a fixed wall clock; programs it did not
 reach are counted as such, not as failures, and --first continues from the first of them in another run.
-SIGTERM (a timeout's) also ends it with the table and log."""
+An index synthesis could not draw is counted as not drawn, apart from the lowering's failures (the rate is over
+the programs drawn); raising --level2/--level5 past the acceptance's 200/100 draws more. SIGTERM (a timeout's) also
+ends it with the table and log."""
 from __future__ import annotations
 
 import argparse
@@ -78,28 +80,32 @@ class Levels:
 
 
 def level_row(level: int, requested: int, verdicts: list[Verdict], seconds: float) -> dict:
-    ok = [v for v in verdicts if v.correct]
+    """A level's counts. An index synthesis could not draw (SynthesisError: no valid program in its attempts, or out
+    of device memory in validation) is no program to lower: it counts as not drawn, and the rate is over the drawn."""
+    drawn = [v for v in verdicts if v.status != "synthesis_error"]
+    ok = [v for v in drawn if v.correct]
     row = {"level": level, "requested": requested, "verified": len(verdicts), "not_reached": requested - len(verdicts),
-           "correct": len(ok), "rate": len(ok) / len(verdicts) if verdicts else None,
-           "failures": dict(collections.Counter(v.status for v in verdicts if not v.correct)),
+           "not_drawn": len(verdicts) - len(drawn), "drawn": len(drawn),
+           "correct": len(ok), "rate": len(ok) / len(drawn) if drawn else None,
+           "failures": dict(collections.Counter(v.status for v in drawn if not v.correct)),
            "geomean_vs_eager": geomean([v.speedup_vs_eager for v in ok]),
            "geomean_vs_compile": geomean([v.speedup_vs_compile for v in ok]),
            "fast1_vs_eager": sum((v.speedup_vs_eager or 0) > 1 for v in ok),
            "fast1_vs_compile": sum((v.speedup_vs_compile or 0) > 1 for v in ok),
            "timed": sum(v.speedup_vs_eager is not None for v in ok), "seconds": seconds}
-    row["kernelbench"] = summarize(verdicts) if verdicts else None  # failures count as 1.0x there
+    row["kernelbench"] = summarize(drawn) if drawn else None  # failures count as 1.0x there
     return row
 
 
 def render(args, rows: list[dict], failures: list[tuple]) -> None:
     console = Console(width=170)
     table = Table(title=f"reference lowering, strict verifier ({args.profile} profile, {args.device})")
-    for col in ("level", "programs", "correct", "rate", "failures", "geomean vs eager", "geomean vs compile",
-                "fast_1 eager", "fast_1 compile", "not reached", "seconds"):
+    for col in ("level", "indices", "not drawn", "programs", "correct", "rate", "failures", "geomean vs eager",
+                "geomean vs compile", "fast_1 eager", "fast_1 compile", "not reached", "seconds"):
         table.add_column(col, justify="right")
     for r in rows:
         timed = r["timed"]
-        table.add_row(str(r["level"]), str(r["verified"]), str(r["correct"]),
+        table.add_row(str(r["level"]), str(r["verified"]), str(r["not_drawn"]), str(r["drawn"]), str(r["correct"]),
                       "-" if r["rate"] is None else f"{100 * r['rate']:.1f}%",
                       ", ".join(f"{k} {n}" for k, n in r["failures"].items()) or "-",
                       "n/a" if r["geomean_vs_eager"] is None else f"{r['geomean_vs_eager']:.2f}x",
