@@ -47,8 +47,10 @@ class Decisions(TorchFunctionMode):
     the float32 forward, it records the operands of argmax/argmin and of `> 0`; active over the float64 forward of
     the same program, it pairs each call with its float32 record (same code, same call order) and counts the rows
     (argmax, argmin) whose top two values differ by at most CONDITIONING_MARGIN times the row's largest float32
-    error, and the elements (`> 0`) within CONDITIONING_MARGIN times their own error of zero. Values float32 holds
-    exactly (error 0) never count: exact ties are broken the same way by every correct kernel."""
+    error, and the elements (`> 0`) within CONDITIONING_MARGIN times their own error of zero. A row or element
+    float32 holds exactly (error 0) never counts: exact ties are broken the same way by every correct kernel. The
+    row's largest error is a coarse bound: a row whose extreme is an exact tie among exactly held values (saturated
+    Hardsigmoid zeros under ArgMin) counts as soon as any other value in the row carries an error."""
 
     def __init__(self):
         super().__init__()

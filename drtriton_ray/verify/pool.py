@@ -13,9 +13,9 @@ the times are kept on disk (`reference_cache`), keyed by problem sha256, GPU mod
 the timing method's version.
 
 Memory is not arbitrated: a worker waiting for the section still holds its models and inputs on the GPU. So a task
-whose reference ran out of memory (verdict verifier_limit) while other tasks were in flight is run once more alone,
-after every other job has ended and handed its memory back, before anything else is sent; only a reference that
-runs out of memory then is the verifier's limit on this GPU (`solo_log` keeps both verdicts).
+whose reference ran out of memory (verdict verifier_limit) is run once more alone, after every other job has ended
+and handed its memory back, before anything else is sent; only a reference that runs out of memory then is the
+verifier's limit on this GPU (`solo_log` keeps both verdicts).
 
 A worker that crashes, exceeds a limit, times out, reports a CUDA error or has served `max_tasks_per_worker`
 tasks is replaced (fresh process, fresh scratch directory); the task it was serving gets a verdict saying why,
