@@ -6,11 +6,20 @@
 #   bash bench/gpu_pack.sh lowering   # -> .gpu-low/: only what bench/lowering.py lacks there (synthesis: OR-Tools,
 #                                     # pydantic), ~35 MB, so it travels with the run itself (gpu_pipeline.sh
 #                                     # setup-lowering)
+#   bash bench/gpu_pack.sh sft-data [N]   # -> .gpu-data/: N (800) verified level-1 SFT pairs made here, on CPU (the
+#                                         # interpreter verifies them: ~3 min for 800), for gpu_pipeline.sh setup
 set -euo pipefail
 cd "$(dirname "$0")/.."
 pins() { for n in "$@"; do grep -i "^$n==" constraints-cpu.txt; done; }
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
+if [ "${1:-}" = sft-data ]; then
+  mkdir -p .gpu-data
+  PY=python3 && [ -x .venv/bin/python ] && PY=.venv/bin/python   # the project's environment (make install)
+  TRITON_INTERPRET=1 $PY -m drtriton_ray.cli sft-data --levels 1 --count "${2:-800}" --out .gpu-data/sft.parquet \
+    2>&1 | grep -v -e Warning -e "op(" | tee .gpu-data/log.txt | tail -3
+  exit 0
+fi
 if [ "${1:-}" = lowering ]; then
   rm -rf .gpu-low && mkdir -p .gpu-low
   python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT \
