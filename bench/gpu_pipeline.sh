@@ -13,6 +13,8 @@
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
+#   EVAL_TAG=t05 EVAL_OPTS="--samples 2 --temperature 0.5" bash bench/gpu_pipeline.sh eval-rl   # sampled pass@1,
+#                                             # into eval-rl_t05.json beside the greedy eval-rl.json
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
 #                                             # (bench/gpu_pack.sh lowering) with this call
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
@@ -64,7 +66,8 @@ case "$1" in
   eval-base|eval-sft|eval-rl)
     model=${1#eval-}
     [ "$model" = base ] && model=smollm2
-    $EVAL --model "/tmp/models/$model" --out "$OUT/$1.json" 2>&1 | tail -25 | tee "$OUT/$1.txt" ;;
+    name=$1${EVAL_TAG:+_$EVAL_TAG}   # EVAL_TAG: a second evaluation in the same call keeps its own files
+    $EVAL --model "/tmp/models/$model" --out "$OUT/$name.json" 2>&1 | tail -25 | tee "$OUT/$name.txt" ;;
   sft)
     python3 jobs/sft.py --config configs/sft-gpu-1.yaml --set model=/tmp/models/smollm2 \
       --set "data=[/tmp/data/sft.parquet]" --set storage_path=/tmp/runs ${SFT_SET:-} 2>&1 | tail -3 | tee "$OUT/sft.txt"
