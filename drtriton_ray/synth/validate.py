@@ -70,7 +70,7 @@ class Decisions(TorchFunctionMode):
         if isinstance(x, torch.Tensor) and x.is_floating_point():
             if name in ("argmax", "argmin"):
                 self._see(name, x, kwargs.get("dim", args[1] if len(args) > 1 else None))
-            elif name in ("gt", "__gt__") and len(args) > 1 and not isinstance(args[1], torch.Tensor) \
+            elif name == "gt" and len(args) > 1 and not isinstance(args[1], torch.Tensor) \
                     and args[1] == 0:
                 self._see("where", x, None)
         return func(*args, **kwargs)
@@ -158,7 +158,7 @@ def _validate(source: str, program: Program, seed: int, device: str, conditionin
         if o.numel() < 2 or bool((o == o.reshape(-1)[0]).all()):
             raise InvalidProgram(f"output tensor_{tid} is constant")
     if conditioning_trials:
-        half = any(program.tensors[t].dtype in ("float16", "bfloat16") for t in program.tensors)
+        half = any(t.dtype in ("float16", "bfloat16") for t in program.tensors.values())
         check_verifiable(mod, seed, device, conditioning_trials, exact=not half)
 
 
@@ -175,8 +175,8 @@ def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int,
     for dist in DISTRIBUTIONS:
         for _ in range(trials):
             inputs = make_inputs(mod.get_inputs, dist, rng.randrange(2**31), device)
-            decisions = Decisions()
-            with torch.no_grad(), decisions if wide_model is not None else contextlib.nullcontext():
+            decisions = Decisions() if wide_model is not None else None
+            with torch.no_grad(), decisions or contextlib.nullcontext():
                 got = as_list(model(*inputs))
             nulls.observe(got)
             if wide_model is None:

@@ -223,7 +223,8 @@ class _Run:
                     raise
                 free_cache(self.device)
                 self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory with no other "
-                            f"worker's kernels running, so no candidate can be judged here: {_describe(e)}{_memory_note(self.device)}")
+                            f"worker's kernels running, so no candidate can be judged here: {_describe(e)}"
+                            f"{_memory_note(self.device)}")
         reason, self.out_nbytes, peak = self.ctx.problems[key]
         if reason is not None:
             self.reject("problem", Status.BAD_PROBLEM, reason)

@@ -254,7 +254,7 @@ class WorkerPool:
         gate = Gate()
         measuring: set[tuple] = set()   # reference jobs in flight
         failed: set[tuple] = set()      # reference jobs that gave no times (not retried in this call)
-        solo: deque = deque()           # tasks to run again alone (verifier_limit next to other jobs)
+        solo: deque = deque()           # tasks to run again alone (a first verifier_limit)
         alone: set[int] = set()         # tasks that ran alone, or are running alone
         while queue or busy or solo:
             if solo and not busy:   # everything else has ended: the GPU's memory is this task's
@@ -303,16 +303,17 @@ class WorkerPool:
         """Task i's verdict came back: a first verifier_limit on a shared GPU queues it to run alone; the verdict of
         its run alone is recorded."""
         v = results[i]
-        if not self.gated or v.status != Status.VERIFIER_LIMIT.value and i not in alone:
+        if not self.gated:
             return
         if i in alone:
             self.solo_log[-1]["alone"] = v.status
             if v.status == Status.VERIFIER_LIMIT.value:
                 v.reason = f"{v.reason} (so again when run alone, no other task in flight)"
             return
-        self.solo_log.append({"name": tasks[i].name, "first": v.reason})
-        results[i] = None
-        solo.append(i)
+        if v.status == Status.VERIFIER_LIMIT.value:
+            self.solo_log.append({"name": tasks[i].name, "first": v.reason})
+            results[i] = None
+            solo.append(i)
 
     def _serve(self, slot, busy, gate, tasks, results, measuring, failed) -> Optional[int]:
         """Every message the worker has sent: section requests and releases, then its answer (returns the index of
