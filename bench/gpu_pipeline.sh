@@ -6,6 +6,8 @@
 #   bash bench/gpu_pipeline.sh setup          # unpack, install to /tmp/site, SmolLM2 -> /tmp/models/smollm2
 #   bash bench/gpu_pipeline.sh checks         # GPU test of the verifier as the RL job runs it (CHECKS: more tests)
 #   bash bench/gpu_pipeline.sh bench-gen      # HF engine decoding speed: dynamic vs static cache (CUDA graphs)
+#   bash bench/gpu_pipeline.sh noise          # r_s timing noise, quiet GPU vs shared with a decoding engine
+#                                             # (bench/speed_noise.py; NOISE_OPTS: more options)
 #   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1), unless carried (below)
 #   bash bench/gpu_pipeline.sh eval-base      # held-out pass@1 of the base model (EVAL_OPTS: more eval-model options)
 #   bash bench/gpu_pipeline.sh sft            # SFT on Ray Train (SFT_SET: more --set overrides)
@@ -60,6 +62,10 @@ case "$1" in
   bench-gen)
     python3 bench/hf_generate.py --model /tmp/models/smollm2 --device cuda --dtype bf16 \
       --batches "${GEN_BATCHES:-128}" --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
+  noise)
+    python3 bench/speed_noise.py --model /tmp/models/smollm2 --device cuda --out "$OUT/speed_noise.json" \
+      ${NOISE_OPTS:-} 2>&1 | tail -20 \
+      | tee "$OUT/speed_noise.txt" ;;
   data)
     $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out /tmp/data/sft.parquet --workers 12 --device cuda \
       2>&1 | tail -5 | tee "$OUT/sft_data.txt" ;;
@@ -88,6 +94,6 @@ case "$1" in
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | setup | setup-lowering | checks | bench-gen | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | setup | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
     exit 2 ;;
 esac

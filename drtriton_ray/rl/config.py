@@ -90,6 +90,9 @@ class AlgoSection(_Section):
     tau: float = Field(5.0, gt=0)
     lam: float = Field(0.1, gt=0)
     delta: float = Field(0.001, ge=0)
+    speed_margin: float = Field(0.1, ge=0, description="DRPO, all-correct groups: an answer is a negative when its "
+                                "r_s is below the group's median by more than this (log units); smaller differences "
+                                "are timing noise on a shared GPU (bench/speed_noise.py)")
     clip: float = Field(0.2, gt=0, description="GRPO's PPO clip range")
     speed_baseline: Literal["eager", "compile"] = "eager"
     lr: float = Field(1e-6, gt=0)

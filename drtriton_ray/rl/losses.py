@@ -14,14 +14,18 @@ with s the length-normalised log-likelihood; KL(pi_old || pi) <= delta as the pe
 [beta (KL - delta)]_+ (detached) * KL. Groups without a correct answer carry no positive signal and
 are dropped (as DRPO's code does). Groups where every answer is correct would give no gradient
 (S- empty), so speed could only be learned on mixed groups, which grow rare as accuracy rises: here
-the answers strictly slower than the group's median speed act as S- in such groups. Without speed
-(CPU) all-correct groups are dropped. Every returned dict reports the dropped fractions.
+the answers slower than the group's median speed by more than `speed_margin` (in r_s, log units) act
+as S- in such groups. The margin keeps timing noise from making negatives of answers as fast as the
+rest: copies of one kernel timed on a GPU that a decoding engine shares differ in r_s by noise alone
+(bench/speed_noise.py). Without speed (CPU), or with no answer beyond the margin, all-correct groups
+are dropped. Every returned dict reports the dropped fractions.
 
 GRPO (the baseline): reward 1 + r_s when correct (1 without speed), 0 otherwise; advantages
 normalised within each group; zero-variance groups skipped; PPO-clipped ratio, token mean.
 """
 from __future__ import annotations
 
+import statistics
 from dataclasses import dataclass
 
 import torch
@@ -33,6 +37,7 @@ class DRPOConfig:
     tau: float = 5.0
     lam: float = 0.1
     delta: float = 0.001
+    speed_margin: float = 0.1
 
 
 @dataclass(frozen=True)
@@ -50,6 +55,13 @@ def kl_old_new(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -
     log_ratio = (logp - logp_old) * mask
     k3 = torch.exp(log_ratio) - 1.0 - log_ratio
     return (k3 * mask).sum() / mask.sum().clamp_min(1)
+
+
+def slower_than_group(speeds: list[float], margin: float) -> list[bool]:
+    """For an all-correct group: which answers act as S-, those with r_s below the group's median (interpolated)
+    by more than `margin`."""
+    median = statistics.median(speeds)
+    return [s < median - margin for s in speeds]
 
 
 def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRPOConfig()):
@@ -70,9 +82,9 @@ def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRP
             if not has_speed[pos].all():
                 dropped_all_correct += 1
                 continue
-            median = r[pos].quantile(0.5)  # interpolated: ties at the bottom still count as slow
-            slow = pos & (r < median)
-            if not slow.any():  # every answer equally fast: nothing to prefer
+            slow = torch.zeros_like(pos)
+            slow[pos] = torch.tensor(slower_than_group(r[pos].tolist(), cfg.speed_margin), device=slow.device)
+            if not slow.any():  # every answer as fast as the rest, within the margin: nothing to prefer
                 dropped_all_correct += 1
                 continue
             pos, neg = pos & ~slow, slow

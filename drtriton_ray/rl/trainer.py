@@ -36,7 +36,8 @@ def _loss_fn(cfg: RLConfig):
     from drtriton_ray.rl.losses import DRPOConfig, GRPOConfig, drpo_loss, grpo_loss
     a = cfg.algo
     if a.name == "drpo":
-        return partial(drpo_loss, cfg=DRPOConfig(beta=a.beta, tau=a.tau, lam=a.lam, delta=a.delta))
+        return partial(drpo_loss, cfg=DRPOConfig(beta=a.beta, tau=a.tau, lam=a.lam, delta=a.delta,
+                                                      speed_margin=a.speed_margin))
     return partial(grpo_loss, cfg=GRPOConfig(clip=a.clip))
 
 
@@ -74,18 +75,21 @@ def _all_max(value: int, device) -> int:
     return int(t.item())
 
 
-def has_signal(groups: list[Group], algo: str) -> bool:
+def has_signal(groups: list[Group], algo: str, speed_margin: float = 0.0) -> bool:
     """Whether the loss can have a gradient: both losses learn only from groups whose answers differ in
-    correctness or (where timed) in speed. Before the first update the KL term is zero too, so a batch without
+    correctness or (where timed) in speed; DRPO's all-correct groups only where some answer is slower than the
+    rest by more than `speed_margin`. Before the first update the KL term is zero too, so a batch without
     such a group changes nothing: skipping its passes saves the step's whole compute (an untrained model
     on CPU mostly writes no code)."""
+    from drtriton_ray.rl.losses import slower_than_group
     for g in groups:
         correct = [s.correct for s in g.samples]
-        speeds = {s.speed for s in g.samples if s.correct and not math.isnan(s.speed)}
+        speeds = [s.speed for s in g.samples if s.correct and not math.isnan(s.speed)]
         mixed = len(set(correct)) > 1
-        if algo == "drpo" and any(correct) and (mixed or len(speeds) > 1):   # all-correct: slow ones are negatives
+        if algo == "drpo" and (mixed or (all(correct) and len(speeds) == len(correct)
+                                         and any(slower_than_group(speeds, speed_margin)))):
             return True
-        if algo == "grpo" and (mixed or len(speeds) > 1):
+        if algo == "grpo" and (mixed or len(set(speeds)) > 1):
             return True
     return False
 
@@ -96,7 +100,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     import torch
     samples = [s for g in groups for s in g.samples]
     stats: dict = {"train_tokens": sum(len(s.token_ids) for s in samples)}
-    if not _all_max(int(has_signal(groups, cfg.algo.name)), device):   # the schedule counts updates taken
+    if not _all_max(int(has_signal(groups, cfg.algo.name, cfg.algo.speed_margin)), device):   # the schedule counts updates taken
         stats["skipped_no_signal"] = 1
         return stats
     bf16 = cfg.trainer.use_gpu and cfg.trainer.bf16 and device.type == "cuda"

@@ -58,6 +58,28 @@ def test_drpo_all_correct_group_teaches_speed():
     assert info["dropped_all_correct"] == 0
 
 
+def test_drpo_speed_margin_keeps_timing_noise_out_of_the_negatives():
+    # one all-correct group, speeds 0.30, 0.28, 0.25, 0.02: median 0.265. Margin 0.1: only 0.02 is slower by more
+    # (0.25 is 0.015 below the median: noise); softmax weights over the three others, s = -0.1 -0.2 -0.3 vs -2.
+    logp, mask = batch([[-0.1], [-0.2], [-0.3], [-2.0]])
+    speed = torch.tensor([0.30, 0.28, 0.25, 0.02], dtype=torch.float64)
+    group, correct = torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=torch.bool)
+    loss, info = drpo_loss(logp, logp.detach(), mask, group, correct, speed, DRPOConfig(speed_margin=0.1))
+    w = torch.softmax(torch.tensor([0.30, 0.28, 0.25], dtype=torch.float64) / 0.1, 0)
+    j = (w * torch.tensor([-0.1, -0.2, -0.3], dtype=torch.float64)).sum().item() - (-2.0)
+    assert loss.item() == pytest.approx(-j, rel=1e-10) and info["groups_used"] == 1
+    # the same group within the margin (spread 0.05 < 0.1): every answer as fast as the rest, dropped
+    close = torch.tensor([0.30, 0.28, 0.27, 0.25], dtype=torch.float64)
+    loss, info = drpo_loss(logp, logp.detach(), mask, group, correct, close, DRPOConfig(speed_margin=0.1))
+    assert info["groups_used"] == 0 and info["dropped_all_correct"] == 1 and loss.item() == 0.0
+    # margin 0 is the plain median split: 0.27 and 0.25 are the negatives
+    loss, _ = drpo_loss(logp, logp.detach(), mask, group, correct, close, DRPOConfig(speed_margin=0.0))
+    w = torch.softmax(torch.tensor([0.30, 0.28], dtype=torch.float64) / 0.1, 0)
+    j = (w * torch.tensor([-0.1, -0.2], dtype=torch.float64)).sum().item() - 5 * math.log(
+        math.exp(-0.3 / 5) + math.exp(-2.0 / 5))
+    assert loss.item() == pytest.approx(-j, rel=1e-10)
+
+
 def test_drpo_drops_groups_without_signal():
     logp, mask = batch([[-1.0], [-1.0], [-2.0], [-3.0]])
     # group 0: all correct, speed not measured (CPU) -> dropped; group 1: all wrong -> dropped

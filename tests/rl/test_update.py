@@ -67,6 +67,8 @@ def test_batches_without_signal_are_skipped(tiny):
     assert not has_signal(all_correct, "drpo") and not has_signal(all_correct, "grpo")
     all_correct[0].samples[0].speed, all_correct[0].samples[1].speed = 0.1, 0.3
     assert has_signal(all_correct, "drpo") and has_signal(all_correct, "grpo")
+    # the median is 0.2: 0.1 is slower by 0.1, a negative only for a smaller margin (the loss's own rule)
+    assert has_signal(all_correct, "drpo", speed_margin=0.05) and not has_signal(all_correct, "drpo", speed_margin=0.1)
 
 
 def test_trainer_logprobs_are_the_engines_at_the_rollout_temperature(tiny):
