@@ -5,14 +5,16 @@ of held-out level-1 programs, side by side in one run.
     python bench/hf_generate.py --model models/smollm2                                  # CPU: a smoke run
     python bench/hf_generate.py --model /tmp/models/sft --device cuda --dtype bf16 --batches 64,128 --max-tokens 256
 
-Each (mode, batch) gets a fresh engine: a short call first (CUDA start-up), then a timed call (for the static cache
+Each (mode, batch) gets a fresh engine in a process of its own: a short call first (CUDA start-up), then a timed call (for the static cache
 it compiles: reported as `first call`), then the same call again (steady state). Greedy decoding; `steps` is the
 longest answer of the batch (generate runs until every sequence has stopped)."""
 from __future__ import annotations
 
 import argparse
 import asyncio
+import multiprocessing as mp
 import time
+from concurrent.futures import ProcessPoolExecutor
 
 from rich.console import Console
 from rich.table import Table
@@ -36,6 +38,20 @@ def timed(engine: HFEngine, prompts: list[list[int]], max_tokens: int) -> tuple[
     return time.perf_counter() - t0, [g[0].token_ids for g in groups]
 
 
+def measure(model: str, dtype: str, device: str, prompts: list[list[int]], static: bool,
+            max_tokens: int) -> tuple[dict, list[list[int]]]:
+    """A fresh engine: a short call (CUDA start-up), a timed call (the static cache compiles), the same call again."""
+    engine = HFEngine(model, dtype, device, max_batch=len(prompts), static_cache=static,
+                      max_model_len=max(map(len, prompts)) + max_tokens)
+    timed(engine, prompts[:1], 4)
+    first, _ = timed(engine, prompts, max_tokens)
+    steady, out = timed(engine, prompts, max_tokens)
+    steps = max(len(a) for a in out)
+    tokens = sum(len(a) for a in out)
+    asyncio.run(engine.shutdown())
+    return dict(first=first, steady=steady, steps=steps, ms_step=1e3 * steady / steps, tok_s=tokens / steady), out
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="Hugging Face model folder")
@@ -57,17 +73,13 @@ def main() -> None:
     for batch in batches:
         prompts = [prompt_ids(tokenizer, problems[i % len(problems)].source) for i in range(batch)]
         for mode in modes:
-            engine = HFEngine(args.model, args.dtype, args.device, max_batch=batch, static_cache=mode == "static",
-                              max_model_len=max(map(len, prompts)) + args.max_tokens)
-            timed(engine, prompts[:1], 4)
-            first, _ = timed(engine, prompts, args.max_tokens)
-            steady, out = timed(engine, prompts, args.max_tokens)
-            steps = max(len(a) for a in out)
-            tokens = sum(len(a) for a in out)
+            # a process each: compiled CUDA graphs live in the thread-local state of the thread that recorded them,
+            # and a second static-cache engine in one process fails in torch's cudagraph trees (seen on the H100)
+            with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as one:
+                row, out = one.submit(measure, args.model, args.dtype, args.device, prompts, mode == "static",
+                                      args.max_tokens).result()
             answers[(batch, mode)] = out
-            rows.append(dict(batch=batch, mode=mode, first=first, steady=steady, steps=steps,
-                             ms_step=1e3 * steady / steps, tok_s=tokens / steady))
-            asyncio.run(engine.shutdown())
+            rows.append(dict(batch=batch, mode=mode, **row))
 
     table = Table(title=f"HF engine decoding: {args.model} on {args.device} ({args.dtype}), greedy, "
                         f"up to {args.max_tokens} tokens")
