@@ -10,7 +10,9 @@ an RL group, whose answers all share their problem's reference.
 
 Printed per phase: the spread of each candidate's r_s across its repeats, and what DRPO's all-correct rule
 (drtriton_ray/rl/losses.py) makes of a group of `--repeats` copies of one answer: the share of them that count as
-slower than the group by more than each margin, i.e. the negatives that timing noise alone would make.
+slower than the group by more than each margin, i.e. the negatives that timing noise alone would make. And the
+engine's side of the sharing: its decode calls alone on the GPU (`--alone-calls`, after the compiling one) against
+the calls that ran wholly while the pool verified.
 
     python bench/speed_noise.py --model models/smollm2 -n 2 --repeats 2 --load-tokens 16   # CPU: a smoke run, no timings
     python bench/speed_noise.py --model /tmp/models/smollm2 --device cuda                  # GPU (gpu_pipeline.sh noise)
@@ -23,6 +25,7 @@ import json
 import itertools
 import math
 import multiprocessing as mp
+import queue
 import statistics
 import time
 from pathlib import Path
@@ -33,8 +36,9 @@ from rich.table import Table
 MARGINS = (0.0, 0.05, 0.1, 0.2, 0.3)
 
 
-def decode_load(model: str, device: str, batch: int, tokens: int, ready, stop) -> None:
-    """Decode sampled batches of held-out prompts until `stop` is set (a spawned process, as the engine actor is)."""
+def decode_load(model: str, device: str, batch: int, tokens: int, calls_done, stop) -> None:
+    """Decode sampled batches of held-out prompts until `stop` is set (a spawned process, as the engine actor is);
+    every call's (start, end) wall-clock times go to `calls_done`, the first one (it compiles) included."""
     from drtriton_ray.eval.heldout import heldout_programs
     from drtriton_ray.eval.policy import prompt_ids
     from drtriton_ray.models import load_tokenizer
@@ -47,12 +51,24 @@ def decode_load(model: str, device: str, batch: int, tokens: int, ready, stop) -
     engine = HFEngine(model, "bf16" if device.startswith("cuda") else "fp32", device, max_batch=batch,
                       static_cache=device.startswith("cuda"), max_model_len=max(map(len, prompts)) + tokens)
     cfg = SamplingConfig(n=1, temperature=0.5, max_tokens=tokens)
-    calls = 0
     while not stop.is_set():
+        start = time.time()
         asyncio.run(engine.generate(prompts, cfg))
-        calls += 1
-        ready.set()   # after the first call, which compiles the decoding step
-    print(f"decode load: {calls} calls of {batch} x {tokens} tokens", flush=True)
+        calls_done.put((start, time.time()))
+
+
+def wait_call(calls_done, load) -> tuple[float, float]:
+    """The next decode call's (start, end); a clear stop if the load process died."""
+    while True:
+        try:
+            return calls_done.get(timeout=5)
+        except queue.Empty:
+            if not load.is_alive():
+                raise SystemExit(f"the decode load died (exit code {load.exitcode})") from None
+
+
+def median_or_dash(xs: list[float]) -> str:
+    return f"{statistics.median(xs):.2f}" if xs else "-"
 
 
 def candidates(n: int, seed: int) -> list[tuple[str, str, str]]:
@@ -117,6 +133,7 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=8, help="pool workers (gpu-1.yaml: 8)")
     ap.add_argument("--load-batch", type=int, default=128, help="sequences per decode call of the load")
     ap.add_argument("--load-tokens", type=int, default=512, help="tokens per decode call of the load")
+    ap.add_argument("--alone-calls", type=int, default=2, help="decode calls timed alone before the shared phase")
     ap.add_argument("--seed", type=int, default=0, help="synthesis seed of the candidates")
     ap.add_argument("--out", help="also write the table's rows and every r_s measured to this JSON file")
     args = ap.parse_args()
@@ -133,21 +150,25 @@ def main() -> None:
         rows.append(summary("quiet GPU", measured["quiet"]))
         rows[-1]["wall s"] = time.perf_counter() - t0
         ctx = mp.get_context("spawn")
-        ready, stop = ctx.Event(), ctx.Event()
+        calls_done, stop = ctx.Queue(), ctx.Event()
         load = ctx.Process(target=decode_load, args=(args.model, args.device, args.load_batch, args.load_tokens,
-                                                     ready, stop))
+                                                     calls_done, stop))
         load.start()
-        t0 = time.perf_counter()
-        while not ready.wait(5):
-            if not load.is_alive():
-                raise SystemExit(f"the decode load died (exit code {load.exitcode}) before its first call")
-        print(f"decode load running after {time.perf_counter() - t0:.0f} s", flush=True)
-        t0 = time.perf_counter()
+        # the first call compiles; the next ones, alone on the GPU, are the engine's own speed
+        calls = [wait_call(calls_done, load) for _ in range(1 + args.alone_calls)]
+        print(f"decode load running after {calls[0][1] - calls[0][0]:.0f} s", flush=True)
+        t0, wall0 = time.perf_counter(), time.time()
         measured["decoding"] = verify_repeats(pool, cands, args.repeats, args.trials)
         rows.append(summary(f"decoding {args.load_batch} x {args.load_tokens}", measured["decoding"]))
-        rows[-1]["wall s"] = time.perf_counter() - t0
+        rows[-1]["wall s"], wall1 = time.perf_counter() - t0, time.time()
         stop.set()
         load.join(120)
+        while not calls_done.empty():
+            calls.append(calls_done.get())
+    # the engine's side of the sharing: decode calls alone against calls that ran wholly during verification
+    alone = [e - s for s, e in calls[1:1 + args.alone_calls]]
+    shared = [e - s for s, e in calls[1 + args.alone_calls:] if s >= wall0 and e <= wall1]
+    decode = {"alone_s": alone, "during_verification_s": shared}
 
     table = Table(title=f"r_s noise: {args.n} correct candidates x {args.repeats} repeats, {args.trials} timing trials, "
                         f"{args.workers} workers, {args.device}; neg@m: share of a group of identical answers slower "
@@ -160,8 +181,11 @@ def main() -> None:
         table.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in cols])
     Console(width=200).print(table)
     print("candidates:", ", ".join(name for name, _, _ in cands))
+    print(f"decode call of {args.load_batch} x {args.load_tokens}: alone {median_or_dash(alone)} s "
+          f"({len(alone)} calls), during verification {median_or_dash(shared)} s ({len(shared)} calls)")
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "r_s": measured}, indent=1))
+        Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "r_s": measured, "decode": decode},
+                                             indent=1))
 
 
 if __name__ == "__main__":
