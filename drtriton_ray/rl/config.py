@@ -93,6 +93,9 @@ class AlgoSection(_Section):
     speed_margin: float = Field(0.1, ge=0, description="DRPO, all-correct groups: an answer is a negative when its "
                                 "r_s is below the group's median by more than this (log units); smaller differences "
                                 "are timing noise on a shared GPU (bench/speed_noise.py)")
+    ref_kl: float = Field(0.0, ge=0, description="coefficient of KL(policy || starting model) over every answer of "
+                          "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). The trainer holds "
+                          "a frozen copy of model.path on each rank")
     clip: float = Field(0.2, gt=0, description="GRPO's PPO clip range")
     speed_baseline: Literal["eager", "compile"] = "eager"
     lr: float = Field(1e-6, gt=0)

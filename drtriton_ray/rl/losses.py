@@ -20,6 +20,9 @@ rest: copies of one kernel timed on a GPU that a decoding engine shares differ i
 (bench/speed_noise.py). Without speed (CPU), or with no answer beyond the margin, all-correct groups
 are dropped. Every returned dict reports the dropped fractions.
 
+Either loss can carry an anchor to the starting policy (`algo.ref_kl`, off by default as in DRTriton):
+ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped groups included (`kl_to_ref`).
+
 GRPO (the baseline): reward 1 + r_s when correct (1 without speed), 0 otherwise; advantages
 normalised within each group; zero-variance groups skipped; PPO-clipped ratio, token mean.
 """
@@ -62,6 +65,12 @@ def slower_than_group(speeds: list[float], margin: float) -> list[bool]:
     by more than `margin`."""
     median = statistics.median(speeds)
     return [s < median - margin for s in speeds]
+
+
+def kl_to_ref(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """KL(pi || pi_ref) from tokens sampled by (nearly) pi: the same k3 estimator, E[r - 1 - log r] with
+    r = pi_ref / pi (veRL's low_var_kl). Its gradient is zero where pi = pi_ref and grows as pi drifts."""
+    return kl_old_new(logp_ref, logp, mask)
 
 
 def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRPOConfig()):

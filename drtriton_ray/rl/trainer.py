@@ -94,10 +94,14 @@ def has_signal(groups: list[Group], algo: str, speed_margin: float = 0.0) -> boo
     return False
 
 
-def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLConfig, device, pad_id: int) -> dict:
+def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLConfig, device, pad_id: int,
+           ref_model=None) -> dict:
     """`updates_per_batch` optimizer steps on this rank's groups; every rank runs the same number of
-    forward/backward passes (DDP and FSDP synchronise inside them)."""
+    forward/backward passes (DDP and FSDP synchronise inside them). With `ref_model` (algo.ref_kl > 0) the loss
+    adds ref_kl * KL(policy || ref_model) over the batch."""
     import torch
+
+    from drtriton_ray.rl.losses import kl_to_ref
     samples = [s for g in groups for s in g.samples]
     stats: dict = {"train_tokens": sum(len(s.token_ids) for s in samples)}
     if not _all_max(int(has_signal(groups, cfg.algo.name, cfg.algo.speed_margin)), device):   # the schedule counts updates taken
@@ -112,20 +116,32 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     micro = cfg.algo.micro_batch
     batches = [list(range(i, min(i + micro, len(seqs)))) for i in range(0, len(seqs), micro)]
     n_passes = _all_max(len(batches), device)
-    logp_old = None
-    for _ in range(cfg.algo.updates_per_batch):
-        with torch.no_grad():   # pass 1: log-probs of the whole batch, no graph
+
+    def batch_logprobs(policy):
+        """Log-probs of the whole batch, no graph (pass 1)."""
+        with torch.no_grad():
             width = max(len(s) for s, _ in seqs) - 1
             logp = torch.zeros(len(seqs), width, device=device)
             mask = torch.zeros_like(logp)
             for b in batches:
-                lp, m = _token_logprobs(model, [seqs[i] for i in b], pad_id, device, bf16, temperature)
+                lp, m = _token_logprobs(policy, [seqs[i] for i in b], pad_id, device, bf16, temperature)
                 logp[b, :lp.shape[1]], mask[b, :m.shape[1]] = lp, m
+        return logp, mask
+
+    logp_old = logp_ref = None
+    for _ in range(cfg.algo.updates_per_batch):
+        logp, mask = batch_logprobs(model)
         if logp_old is None:
             logp_old = logp
             stats["logprob_gap"] = _engine_gap(samples, logp_old, mask)
+            if ref_model is not None:
+                logp_ref = batch_logprobs(ref_model)[0]
         leaf = logp.clone().requires_grad_(True)
         loss, stats_k = loss_fn(leaf, logp_old, mask, group, correct, speed)
+        if logp_ref is not None:
+            kl_ref = kl_to_ref(leaf, logp_ref, mask)
+            loss = loss + cfg.algo.ref_kl * kl_ref
+            stats_k["kl_ref"] = kl_ref.item()
         grad = torch.autograd.grad(loss, leaf)[0] if loss.requires_grad else torch.zeros_like(leaf)
         stats.update(stats_k, loss=float(loss.detach()))
         for k in range(n_passes):   # pass 2: push d loss / d logp through the policy, micro-batch by micro-batch
@@ -259,6 +275,10 @@ def rl_train_loop(config: dict) -> None:
         torch.set_rng_state(state["torch_rng"])
         curriculum = Curriculum.from_state_dict(rl_state["curriculum"])
     loss_fn = _loss_fn(cfg)
+    ref_model = None
+    if cfg.algo.ref_kl > 0:   # the starting model, frozen, also after a resume
+        ref_model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32).to(device).eval()
+        ref_model.requires_grad_(False)
 
     in_flight: list = []   # the sync under way (at most one)
     pusher = _pusher(cfg, generator, device) if rank == 0 else None
@@ -328,7 +348,7 @@ def rl_train_loop(config: dict) -> None:
         if groups is None:
             break
         t1 = time.perf_counter()
-        stats = update(model, optimizer, scheduler, groups[rank::world], loss_fn, cfg, device, pad_id)
+        stats = update(model, optimizer, scheduler, groups[rank::world], loss_fn, cfg, device, pad_id, ref_model)
         t2 = time.perf_counter()
         step += 1
         curriculum.step()

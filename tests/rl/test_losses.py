@@ -4,7 +4,8 @@ import math
 import pytest
 import torch
 
-from drtriton_ray.rl.losses import DRPOConfig, drpo_loss, grpo_advantages, grpo_loss, grpo_rewards, kl_old_new
+from drtriton_ray.rl.losses import (DRPOConfig, drpo_loss, grpo_advantages, grpo_loss, grpo_rewards, kl_old_new,
+                                   kl_to_ref)
 
 NAN = float("nan")
 
@@ -124,3 +125,14 @@ def test_kl_is_zero_on_policy_and_positive_off_policy():
     assert kl_old_new(logp, logp, mask).item() == 0.0
     assert kl_old_new(logp + 0.3, logp, mask).item() > 0 and kl_old_new(logp - 0.3, logp, mask).item() > 0
     assert DRPOConfig() == DRPOConfig(beta=100.0, tau=5.0, lam=0.1, delta=0.001)
+
+
+def test_kl_to_ref_by_hand():
+    # two tokens: log pi = -1, -2; log pi_ref = -1.5, -2. k3 with r = pi_ref / pi: (e^-0.5 - 1 + 0.5 + 0) / 2
+    logp = torch.tensor([[-1.0, -2.0]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.5, -2.0]], dtype=torch.float64)
+    kl = kl_to_ref(logp, ref, torch.ones_like(ref))
+    assert kl.item() == pytest.approx((math.exp(-0.5) - 0.5) / 2, rel=1e-12)
+    kl.backward()
+    # d/d logp of (e^(ref - logp) - 1 - (ref - logp)) / 2 = (1 - e^(ref - logp)) / 2: zero where pi = pi_ref
+    assert logp.grad[0].tolist() == pytest.approx([(1 - math.exp(-0.5)) / 2, 0.0], rel=1e-12)

@@ -54,8 +54,9 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     # Ctrl-C: no new step started, the one in progress finished with its checkpoint
     assert first.returncode == 130 and "interrupted: no new step starts" in out_first, out_first[-3000:]
 
-    second = subprocess.run(job(tiny, runs, "--set", "sync.method=collective"), cwd=ROOT, env=env,
-                            capture_output=True, text=True, timeout=900)
+    # the resumed run also holds the anchor's frozen copy of model.path (not of the checkpoint it resumes from)
+    second = subprocess.run(job(tiny, runs, "--set", "sync.method=collective", "--set", "algo.ref_kl=0.1"),
+                            cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     # each step once: a step the interrupt caught between its row and Ray Train registering its checkpoint is
