@@ -276,8 +276,9 @@ def rl_train_loop(config: dict) -> None:
         curriculum = Curriculum.from_state_dict(rl_state["curriculum"])
     loss_fn = _loss_fn(cfg)
     ref_model = None
-    if cfg.algo.ref_kl > 0:   # the starting model, frozen, also after a resume
-        ref_model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32).to(device).eval()
+    if cfg.algo.ref_kl > 0:   # the starting model, frozen, also after a resume; bf16 where the passes run in bf16
+        dtype = torch.bfloat16 if cfg.trainer.use_gpu and cfg.trainer.bf16 else torch.float32
+        ref_model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(device).eval()
         ref_model.requires_grad_(False)
 
     in_flight: list = []   # the sync under way (at most one)
