@@ -14,7 +14,7 @@ slower than the group by more than each margin, i.e. the negatives that timing n
 engine's side of the sharing: its decode calls alone on the GPU (`--alone-calls`, after the compiling one) against
 the calls that ran wholly while the pool verified.
 
-    python bench/speed_noise.py --model models/smollm2 -n 2 --repeats 2 --load-tokens 16   # CPU: a smoke run, no timings
+    python bench/speed_noise.py --model models/smollm2 -n 2 --repeats 2 --load-tokens 16   # CPU smoke run: no timings
     python bench/speed_noise.py --model /tmp/models/smollm2 --device cuda                  # GPU (gpu_pipeline.sh noise)
 """
 from __future__ import annotations
@@ -82,7 +82,8 @@ def candidates(n: int, seed: int) -> list[tuple[str, str, str]]:
         if tuple(rec.ops) in seen and i < 20 * n:
             continue
         seen.add(tuple(rec.ops))
-        out.append((f"{len(out)}:{'+'.join(rec.ops)}", rec.source, lower_program(Program.from_json(rec.dag), rec.source)))
+        lowering = lower_program(Program.from_json(rec.dag), rec.source)
+        out.append((f"{len(out)}:{'+'.join(rec.ops)}", rec.source, lowering))
         if len(out) == n:
             return out
 
@@ -170,7 +171,7 @@ def main() -> None:
     shared = [e - s for s, e in calls[1 + args.alone_calls:] if s >= wall0 and e <= wall1]
     decode = {"alone_s": alone, "during_verification_s": shared}
 
-    table = Table(title=f"r_s noise: {args.n} correct candidates x {args.repeats} repeats, {args.trials} timing trials, "
+    table = Table(title=f"r_s noise: {args.n} correct candidates x {args.repeats} repeats, {args.trials} trials, "
                         f"{args.workers} workers, {args.device}; neg@m: share of a group of identical answers slower "
                         "than its median by more than m")
     cols = ["phase", "candidates", "wall s", "mean r_s", "median spread", "max spread", "median std", "pair gap p50",

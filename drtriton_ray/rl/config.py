@@ -94,8 +94,8 @@ class AlgoSection(_Section):
                                 "r_s is below the group's median by more than this (log units); smaller differences "
                                 "are timing noise on a shared GPU (bench/speed_noise.py)")
     ref_kl: float = Field(0.0, ge=0, description="coefficient of KL(policy || starting model) over every answer of "
-                          "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer rank "
-                          "holds a frozen, unsharded copy of model.path (bf16 with trainer.bf16 on GPU)")
+                          "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer "
+                          "rank holds a frozen, unsharded copy of model.path (bf16 with trainer.bf16 on GPU)")
     clip: float = Field(0.2, gt=0, description="GRPO's PPO clip range")
     speed_baseline: Literal["eager", "compile"] = "eager"
     lr: float = Field(1e-6, gt=0)

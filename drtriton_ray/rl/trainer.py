@@ -37,7 +37,7 @@ def _loss_fn(cfg: RLConfig):
     a = cfg.algo
     if a.name == "drpo":
         return partial(drpo_loss, cfg=DRPOConfig(beta=a.beta, tau=a.tau, lam=a.lam, delta=a.delta,
-                                                      speed_margin=a.speed_margin))
+                                                 speed_margin=a.speed_margin))
     return partial(grpo_loss, cfg=GRPOConfig(clip=a.clip))
 
 
@@ -80,7 +80,8 @@ def has_signal(groups: list[Group], algo: str, speed_margin: float = 0.0) -> boo
     correctness or (where timed) in speed; DRPO's all-correct groups only where some answer is slower than the
     rest by more than `speed_margin`. Before the first update the KL term is zero too, so a batch without
     such a group changes nothing: skipping its passes saves the step's whole compute (an untrained model
-    on CPU mostly writes no code)."""
+    on CPU mostly writes no code). The anchor to the starting model (algo.ref_kl) alone does not make a batch
+    worth its passes: it only restrains what the rewards move."""
     from drtriton_ray.rl.losses import slower_than_group
     for g in groups:
         correct = [s.correct for s in g.samples]
@@ -104,7 +105,8 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     from drtriton_ray.rl.losses import kl_to_ref
     samples = [s for g in groups for s in g.samples]
     stats: dict = {"train_tokens": sum(len(s.token_ids) for s in samples)}
-    if not _all_max(int(has_signal(groups, cfg.algo.name, cfg.algo.speed_margin)), device):   # the schedule counts updates taken
+    signal = has_signal(groups, cfg.algo.name, cfg.algo.speed_margin)
+    if not _all_max(int(signal), device):   # the schedule counts updates taken
         stats["skipped_no_signal"] = 1
         return stats
     bf16 = cfg.trainer.use_gpu and cfg.trainer.bf16 and device.type == "cuda"
