@@ -15,6 +15,9 @@
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
+#   bash bench/gpu_pipeline.sh replay "" "algo.lr=1e-6"   # bench/rl_replay.py from the SFT model: an RL run's first
+#                                             # steps (rollouts copied into .gpu-replay, carried) replayed under each
+#                                             # setting; REPLAY_STEPS (1,2), REPLAY_PROBE (201 held-out references)
 #   EVAL_TAG=t05 EVAL_OPTS="--samples 2 --temperature 0.5" bash bench/gpu_pipeline.sh eval-rl   # sampled pass@1,
 #                                             # into eval-rl_t05.json beside the greedy eval-rl.json
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
@@ -88,12 +91,19 @@ case "$1" in
     logs=/tmp/ray/session_latest/logs
     tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
     tar -czf "$OUT/rl_rollouts.tgz" -C /tmp/runs/gpu-1 rollouts ;;
+  replay)
+    shift
+    settings=()
+    for s in "$@"; do settings+=(--setting "$s"); done
+    python3 bench/rl_replay.py --model /tmp/models/sft --rollouts .gpu-replay --steps "${REPLAY_STEPS:-1,2}" \
+      --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" "${settings[@]}" 2>&1 \
+      | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;
   lowering)
     levels=${2:-1}
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 "${L2:-200}" \
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | setup | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | setup | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | replay [SETTING...] | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
     exit 2 ;;
 esac

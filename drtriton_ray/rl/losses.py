@@ -52,11 +52,18 @@ def _seq_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     return (x * mask).sum(-1) / mask.sum(-1).clamp_min(1)
 
 
+# k3 is exp(log ratio) - 1 - log ratio: one token whose probability moved by 20 nats between the two policies adds
+# e^20 to a mean over thousands of tokens, and its gradient with it. Bounded as veRL's low_var_kl bounds it (log
+# ratio to +-20, each token's term to 10), so a few such tokens cannot take over a batch's update.
+LOG_RATIO_BOUND = 20.0
+K3_BOUND = 10.0
+
+
 def kl_old_new(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """KL(pi_old || pi) from tokens sampled by pi_old: the non-negative k3 estimator,
-    E_old[ratio - 1 - log ratio] with ratio = pi / pi_old, averaged over answer tokens."""
-    log_ratio = (logp - logp_old) * mask
-    k3 = torch.exp(log_ratio) - 1.0 - log_ratio
+    E_old[ratio - 1 - log ratio] with ratio = pi / pi_old, averaged over answer tokens (each token's term bounded)."""
+    log_ratio = ((logp - logp_old) * mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    k3 = (torch.exp(log_ratio) - 1.0 - log_ratio).clamp(max=K3_BOUND)
     return (k3 * mask).sum() / mask.sum().clamp_min(1)
 
 

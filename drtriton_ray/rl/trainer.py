@@ -95,6 +95,16 @@ def has_signal(groups: list[Group], algo: str, speed_margin: float = 0.0) -> boo
     return False
 
 
+def reference_model(cfg: RLConfig, device):
+    """The starting model (`model.path`), frozen, for the anchor algo.ref_kl; bf16 where the passes run in bf16."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    dtype = torch.bfloat16 if cfg.trainer.use_gpu and cfg.trainer.bf16 else torch.float32
+    ref = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(device).eval()
+    ref.requires_grad_(False)
+    return ref
+
+
 def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLConfig, device, pad_id: int,
            ref_model=None) -> dict:
     """`updates_per_batch` optimizer steps on this rank's groups; every rank runs the same number of
@@ -277,11 +287,7 @@ def rl_train_loop(config: dict) -> None:
         torch.set_rng_state(state["torch_rng"])
         curriculum = Curriculum.from_state_dict(rl_state["curriculum"])
     loss_fn = _loss_fn(cfg)
-    ref_model = None
-    if cfg.algo.ref_kl > 0:   # the starting model, frozen, also after a resume; bf16 where the passes run in bf16
-        dtype = torch.bfloat16 if cfg.trainer.use_gpu and cfg.trainer.bf16 else torch.float32
-        ref_model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(device).eval()
-        ref_model.requires_grad_(False)
+    ref_model = reference_model(cfg, device) if cfg.algo.ref_kl > 0 else None   # also after a resume
 
     in_flight: list = []   # the sync under way (at most one)
     pusher = _pusher(cfg, generator, device) if rank == 0 else None

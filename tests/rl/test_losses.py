@@ -136,3 +136,18 @@ def test_kl_to_ref_by_hand():
     kl.backward()
     # d/d logp of (e^(ref - logp) - 1 - (ref - logp)) / 2 = (1 - e^(ref - logp)) / 2: zero where pi = pi_ref
     assert logp.grad[0].tolist() == pytest.approx([(1 - math.exp(-0.5)) / 2, 0.0], rel=1e-12)
+
+
+def test_kl_terms_are_bounded_per_token():
+    # one token 30 nats less likely under pi than under pi_ref (or pi_old) must not swamp the mean: each token's k3
+    # term stops at 10, and a bounded term has no gradient (veRL's low_var_kl)
+    logp = torch.tensor([[-31.0, -1.0]], dtype=torch.float64, requires_grad=True)
+    ref = torch.tensor([[-1.0, -1.0]], dtype=torch.float64)
+    mask = torch.ones_like(ref)
+    kl = kl_to_ref(logp, ref, mask)
+    assert kl.item() == pytest.approx(10.0 / 2)
+    kl.backward()
+    assert logp.grad.tolist() == [[0.0, 0.0]]
+    assert kl_old_new(ref, logp.detach(), mask).item() == pytest.approx(10.0 / 2)
+    # a small gap is untouched: the hand value of test_kl_to_ref_by_hand
+    assert kl_to_ref(ref - 0.5, ref, mask).item() == pytest.approx(math.exp(0.5) - 1.5, rel=1e-12)
