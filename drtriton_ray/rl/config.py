@@ -95,7 +95,7 @@ class AlgoSection(_Section):
                                 "are timing noise on a shared GPU (bench/speed_noise.py)")
     ref_kl: float = Field(0.0, ge=0, description="coefficient of KL(policy || starting model) over every answer of "
                           "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer "
-                          "rank holds a frozen, unsharded copy of model.path (bf16 with trainer.bf16 on GPU)")
+                          "rank holds a frozen, unsharded fp32 copy of model.path, run as the policy is")
     clip: float = Field(0.2, gt=0, description="GRPO's PPO clip range")
     speed_baseline: Literal["eager", "compile"] = "eager"
     lr: float = Field(1e-6, gt=0)

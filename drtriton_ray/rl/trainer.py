@@ -96,11 +96,14 @@ def has_signal(groups: list[Group], algo: str, speed_margin: float = 0.0) -> boo
 
 
 def reference_model(cfg: RLConfig, device):
-    """The starting model (`model.path`), frozen, for the anchor algo.ref_kl; bf16 where the passes run in bf16."""
+    """The starting model (`model.path`), frozen, for the anchor algo.ref_kl. Its weights are fp32 like the policy's and
+    its passes the policy's (the same autocast), so before the first update the anchor is exactly zero. With bf16
+    weights (a bf16 residual stream) its log-probs differed from the policy's own, by more on tokens the policy
+    finds unlikely and by 1/temperature more again, and a GPU replay with the anchor had an infinite gradient norm
+    (docs/rl.md; that this difference caused it is likely, not shown)."""
     import torch
     from transformers import AutoModelForCausalLM
-    dtype = torch.bfloat16 if cfg.trainer.use_gpu and cfg.trainer.bf16 else torch.float32
-    ref = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=dtype).to(device).eval()
+    ref = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32).to(device).eval()
     ref.requires_grad_(False)
     return ref
 
