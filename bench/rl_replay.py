@@ -136,6 +136,11 @@ def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> fl
     return total / max(count, 1.0)
 
 
+def passes_bf16(cfg: RLConfig, device) -> bool:
+    """Whether the trainer's passes run under bf16 autocast (trainer.update's rule): the probes run as they do."""
+    return device.type == "cuda" and cfg.trainer.use_gpu and cfg.trainer.bf16
+
+
 def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
@@ -144,7 +149,7 @@ def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id:
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.algo.lr, weight_decay=0.0)
     scheduler = get_constant_schedule_with_warmup(optimizer, cfg.algo.warmup_steps)
     ref = reference_model(cfg, device) if cfg.algo.ref_kl > 0 else None
-    bf16 = device.type == "cuda" and cfg.trainer.use_gpu and cfg.trainer.bf16   # as the trainer's passes
+    bf16 = passes_bf16(cfg, device)
     trained = [g for step in steps for g in step]
     before = train_positives_logp(model, trained, pad_id, device, bf16, cfg.rollout.temperature)
     loss_fn, started, updates = _loss_fn(cfg), time.perf_counter(), []
@@ -179,15 +184,17 @@ def main() -> None:
     settings = {setting or "(config)": rl_config(args.config, args.model, setting) for setting in args.setting or [""]}
     tokenizer = load_tokenizer(args.model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-    steps = [recorded_groups(Path(args.rollouts) / f"step_{int(s):06d}.parquet", tokenizer, base.synth.profile)
-             for s in args.steps.split(",")]
+    files = [Path(args.rollouts) / f"step_{int(s):06d}.parquet" for s in args.steps.split(",")]
+    if missing := [str(f) for f in files if not f.is_file()]:
+        raise SystemExit(f"no recorded step: {', '.join(missing)} (RUN/rollouts holds step_NNNNNN.parquet)")
+    steps = [recorded_groups(f, tokenizer, base.synth.profile) for f in files]
     probes = probe_set(tokenizer, args.probe, base.synth.profile)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device).eval()
     print(f"replaying steps {args.steps} of {args.rollouts} ({sum(len(g.samples) for s in steps for g in s)} answers); "
           f"{args.probe} held-out references", flush=True)
     print(f"{'setting':46} {'exact el':>8} {'exact oth':>9} {'mism el':>8} {'mism oth':>8} {'logp el':>8} "
           f"{'logp oth':>8} {'pos logp':>15} {'train s':>7}  kl per step", flush=True)
-    results = {"start": {"probe": probe(model, probes, pad_id, device, device.type == "cuda")}}
+    results = {"start": {"probe": probe(model, probes, pad_id, device, passes_bf16(base, device))}}
     print_row("start", results["start"])
     del model
     for name, cfg in settings.items():

@@ -69,6 +69,9 @@ def test_replay_refuses_bad_settings_and_ids(tiny, tmp_path):
     done = replay("--model", tiny, "--rollouts", str(tmp_path / "rollouts"), "--config", "configs/cpu-demo.yaml",
                   "--device", "cpu", "--setting", "algo.lr=-1")
     assert done.returncode != 0 and "--setting 'algo.lr=-1'" in done.stderr and "Traceback" not in done.stderr
+    done = replay("--model", tiny, "--rollouts", str(tmp_path / "rollouts"), "--config", "configs/cpu-demo.yaml",
+                  "--device", "cpu", "--steps", "1,2")
+    assert done.returncode != 0 and "no recorded step" in done.stderr and "step_000002.parquet" in done.stderr
     table = pq.read_table(tmp_path / "rollouts" / "step_000001.parquet").to_pylist()
     for row in table:
         row["prompt_id"] = "program-7"
