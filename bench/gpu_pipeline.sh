@@ -25,9 +25,9 @@
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
 #   bash bench/gpu_pipeline.sh lowering 2 480 90  # ... from program 90 on (a run its budget cut); L2, L5: counts;
 #                                                 # LOWER_OPTS: more bench/lowering.py options (--timing-trials 10)
-# Every stage fits one 10-minute device call; `sft && eval-sft` together may not (2026-11-25: 5.0 + 4.6 min, cut at 600 s). SFT pairs made on CPU (`bash bench/gpu_pack.sh sft-data`: 800 pairs
-# verified by the interpreter in ~3 min, into .gpu-data/) come along with `setup`'s call when .gpu-data is carried,
-# and `data` can be skipped.
+# Every stage fits one 10-minute device call; `sft && eval-sft` together may not (2026-11-25: 5.0 + 4.6 min, cut at
+# 600 s). SFT pairs made on CPU (`bash bench/gpu_pack.sh sft-data`: 800 pairs verified by the interpreter in ~3 min,
+# into .gpu-data/) come along with `setup`'s call when .gpu-data is carried, and `data` can be skipped.
 # Held-out evaluation: the first 201 level-1 programs of the held-out stream (three per operator; EVAL_COUNT=67 for
 # one each), greedy, decoded with the static cache as the RL job's engine does (configs/gpu-1.yaml). One program is
 # 0.005 of pass@1 at 201: at 67, one RL step reshuffled 22 outcomes (docs/rl.md).
