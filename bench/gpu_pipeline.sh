@@ -16,8 +16,8 @@
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
 #   bash bench/gpu_pipeline.sh replay "" "algo.lr=1e-6"   # bench/rl_replay.py from the SFT model: an RL run's first
-#                                             # steps (rollouts copied into .gpu-replay, carried) replayed under each
-#                                             # setting; REPLAY_STEPS (1,2), REPLAY_PROBE (201 held-out references)
+#                                             # steps replayed under each setting: those carried in .gpu-replay, else
+#                                             # those of this machine's `rl`; REPLAY_STEPS (1,2), REPLAY_PROBE (201)
 #   EVAL_TAG=t05 EVAL_OPTS="--samples 2 --temperature 0.5" bash bench/gpu_pipeline.sh eval-rl   # sampled pass@1,
 #                                             # into eval-rl_t05.json beside the greedy eval-rl.json
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
@@ -95,7 +95,8 @@ case "$1" in
     shift
     settings=()
     for s in "$@"; do settings+=(--setting "$s"); done
-    python3 bench/rl_replay.py --model /tmp/models/sft --rollouts .gpu-replay --steps "${REPLAY_STEPS:-1,2}" \
+    rollouts=.gpu-replay && [ -d .gpu-replay ] || rollouts=/tmp/runs/gpu-1/rollouts
+    python3 bench/rl_replay.py --model /tmp/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
       --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" "${settings[@]}" 2>&1 \
       | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;
   lowering)
