@@ -5,10 +5,9 @@ Why: the GPU attempts (docs/rl.md) lost held-out pass@1 by a collapse onto the f
 after one or two steps, and a whole RL run plus two evaluations costs ~17 minutes of a GPU machine. Replaying the
 first steps' recorded answers (made by the starting weights) costs seconds per setting, so settings (learning rate,
 updates per batch, the anchor to the starting model) are compared side by side from the same model and the same
-answers. The measure is teacher-forced on the reference lowering of held-out level-1 programs, the answers the SFT
-model was trained to write: per answer, how many tokens are not the model's greedy choice (0 means greedy decoding
-writes the reference, which the verifier accepts) and the mean token log-prob; split into programs whose operators are
-elementwise (the template that RL favoured) and the others (what it lost). A proxy for greedy pass@1, not pass@1.
+answers. The measure is the reference probe (drtriton_ray/eval/probe.py, also logged by the RL job with
+curriculum.probe_count): how many held-out level-1 reference lowerings the model writes greedily, token for token,
+for elementwise programs (the template that RL favoured) and the others (what it lost).
 
     python bench/rl_replay.py --model runs/sft/checkpoint --rollouts runs/gpu-1/rollouts --steps 1,2 \\
         --setting "algo.lr=5e-6" --setting "algo.lr=5e-6 algo.ref_kl=20" --device cuda
@@ -30,15 +29,13 @@ from pydantic import ValidationError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from drtriton_ray.eval.heldout import heldout_programs  # noqa: E402
-from drtriton_ray.lower.elementwise import is_elementwise  # noqa: E402
-from drtriton_ray.lower.emit import lower_program  # noqa: E402
+from drtriton_ray.eval.policy import prompt_ids  # noqa: E402
+from drtriton_ray.eval.probe import probe_model, reference_probes  # noqa: E402
 from drtriton_ray.models import load_tokenizer  # noqa: E402
-from drtriton_ray.prompts import build_messages, format_answer  # noqa: E402
 from drtriton_ray.rl.config import RLConfig, set_dotted  # noqa: E402
 from drtriton_ray.rl.records import Group, ScoredSample  # noqa: E402
-from drtriton_ray.rl.trainer import _loss_fn, _token_logprobs, reference_model, update  # noqa: E402
-from drtriton_ray.synth import Program, Sampler, SynthConfig  # noqa: E402
+from drtriton_ray.rl.trainer import _loss_fn, _token_logprobs, passes_bf16, reference_model, update  # noqa: E402
+from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
 
 PROMPT_ID = re.compile(r"l(\d+)-s(\d+)-(\d+)$")
 
@@ -55,11 +52,6 @@ def rl_config(config: str, model: str, setting: str) -> RLConfig:
         return RLConfig(**raw)
     except ValidationError as e:
         raise SystemExit(f"--setting {setting!r} on {config}: {e}") from None
-
-
-def prompt_ids(tokenizer, source: str) -> list[int]:
-    return tokenizer.apply_chat_template(build_messages(source), add_generation_prompt=True, tokenize=True,
-                                         return_dict=False)
 
 
 def recorded_groups(path: Path, tokenizer, profile: str) -> list[Group]:
@@ -87,42 +79,6 @@ def recorded_groups(path: Path, tokenizer, profile: str) -> list[Group]:
     return list(groups.values())
 
 
-def probe_set(tokenizer, count: int, profile: str) -> list[tuple[list[int], int, bool]]:
-    """(prompt + reference answer ids, prompt length, all operators elementwise) per held-out level-1 program."""
-    out = []
-    for rec in heldout_programs(1, count, profile=profile):
-        answer = format_answer(lower_program(Program.from_json(rec.dag), rec.source))
-        ids = prompt_ids(tokenizer, rec.source)
-        full = ids + tokenizer(answer, add_special_tokens=False).input_ids + [tokenizer.eos_token_id]
-        out.append((full, len(ids), all(is_elementwise(op) for op in rec.ops)))
-    return out
-
-
-def probe(model, probes, pad_id: int, device, bf16: bool) -> dict:
-    """Teacher-forced on the references: greedy mismatches and mean token log-prob, per probe (temperature 1)."""
-    import torch
-    rows = []
-    with torch.no_grad():
-        for seq, start, elementwise in probes:
-            ids = torch.tensor([seq], device=device)
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = model(input_ids=ids).logits[0, start - 1:-1].float()
-            target = ids[0, start:]
-            logp = logits.log_softmax(-1).gather(-1, target[:, None]).squeeze(-1)
-            rows.append((int((logits.argmax(-1) != target).sum()), float(logp.mean()), elementwise))
-    return summarise(rows)
-
-
-def summarise(rows) -> dict:
-    out = {}
-    for name, keep in (("elementwise", True), ("other", False)):
-        part = [r for r in rows if r[2] == keep]
-        out[name] = {"n": len(part), "greedy_exact": sum(r[0] == 0 for r in part),
-                     "mismatches": sum(r[0] for r in part) / max(len(part), 1),
-                     "logp": sum(r[1] for r in part) / max(len(part), 1)}
-    return out
-
-
 def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> float:
     """Mean token log-prob of the recorded correct answers (what the update should make likelier)."""
     import torch
@@ -134,11 +90,6 @@ def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> fl
             total += float(lp.sum())
             count += float(mask.sum())
     return total / max(count, 1.0)
-
-
-def passes_bf16(cfg: RLConfig, device) -> bool:
-    """Whether the trainer's passes run under bf16 autocast (trainer.update's rule): the probes run as they do."""
-    return device.type == "cuda" and cfg.trainer.use_gpu and cfg.trainer.bf16
 
 
 def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int) -> dict:
@@ -161,7 +112,7 @@ def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id:
     return {"train_s": time.perf_counter() - started, "updates": updates,
             "train_positive_logp": [before, train_positives_logp(model, trained, pad_id, device, bf16,
                                                                  cfg.rollout.temperature)],
-            "probe": probe(model, probes, pad_id, device, bf16)}
+            "probe": probe_model(model, probes, device, bf16)}
 
 
 def main() -> None:
@@ -188,13 +139,13 @@ def main() -> None:
     if missing := [str(f) for f in files if not f.is_file()]:
         raise SystemExit(f"no recorded step: {', '.join(missing)} (RUN/rollouts holds step_NNNNNN.parquet)")
     steps = [recorded_groups(f, tokenizer, base.synth.profile) for f in files]
-    probes = probe_set(tokenizer, args.probe, base.synth.profile)
+    probes = reference_probes(tokenizer, 1, args.probe, base.synth.profile)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device).eval()
     print(f"replaying steps {args.steps} of {args.rollouts} ({sum(len(g.samples) for s in steps for g in s)} answers); "
           f"{args.probe} held-out references", flush=True)
     print(f"{'setting':46} {'exact el':>8} {'exact oth':>9} {'mism el':>8} {'mism oth':>8} {'logp el':>8} "
           f"{'logp oth':>8} {'pos logp':>15} {'train s':>7}  kl per step", flush=True)
-    results = {"start": {"probe": probe(model, probes, pad_id, device, passes_bf16(base, device))}}
+    results = {"start": {"probe": probe_model(model, probes, device, passes_bf16(base, device))}}
     print_row("start", results["start"])
     del model
     for name, cfg in settings.items():

@@ -152,6 +152,9 @@ class CurriculumSection(_Section):
         "nothing (all answers right or all wrong; rl/curriculum.py Learnability)")
     select_floor: float = Field(0.1, gt=0, le=1, description="with select learnable: the least chance of keeping a "
                                 "program")
+    probe_count: int = Field(0, ge=0, description="after every step, the reference probe (eval/probe.py) on this "
+                             "many held-out programs of the current level: how many reference lowerings the policy "
+                             "writes greedily, elementwise programs apart; one forward pass each (0: off)")
 
 
 class RLConfig(_Section):

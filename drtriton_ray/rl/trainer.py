@@ -108,6 +108,11 @@ def reference_model(cfg: RLConfig, device):
     return ref
 
 
+def passes_bf16(cfg: RLConfig, device) -> bool:
+    """Whether the trainer's forward passes run under bf16 autocast (weights and optimizer stay fp32)."""
+    return cfg.trainer.use_gpu and cfg.trainer.bf16 and device.type == "cuda"
+
+
 def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLConfig, device, pad_id: int,
            ref_model=None) -> dict:
     """`updates_per_batch` optimizer steps on this rank's groups; every rank runs the same number of
@@ -122,7 +127,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     if not _all_max(int(signal), device):   # the schedule counts updates taken
         stats["skipped_no_signal"] = 1
         return stats
-    bf16 = cfg.trainer.use_gpu and cfg.trainer.bf16 and device.type == "cuda"
+    bf16 = passes_bf16(cfg, device)
     temperature = cfg.rollout.temperature
     seqs = _sequences(groups)
     group = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.samples], device=device)
@@ -292,6 +297,15 @@ def rl_train_loop(config: dict) -> None:
     loss_fn = _loss_fn(cfg)
     ref_model = reference_model(cfg, device) if cfg.algo.ref_kl > 0 else None   # also after a resume
 
+    probes: dict[int, list] = {}   # level -> reference probes (curriculum.probe_count), drawn when first needed
+
+    def probe(level: int) -> dict:
+        """Every rank runs it (an FSDP forward needs them all); rank 0 logs it."""
+        from drtriton_ray.eval.probe import probe_metrics, probe_model, reference_probes
+        if level not in probes:
+            probes[level] = reference_probes(tokenizer, level, cfg.curriculum.probe_count, cfg.synth.profile)
+        return probe_metrics(probe_model(model, probes[level], device, passes_bf16(cfg, device)))
+
     in_flight: list = []   # the sync under way (at most one)
     pusher = _pusher(cfg, generator, device) if rank == 0 else None
 
@@ -332,6 +346,9 @@ def rl_train_loop(config: dict) -> None:
         log.info("starting at step %d, level %d", step, curriculum.level)
         ray.get(generator.start.remote(curriculum.level, rl_state["generator"] if rl_state else None))
 
+    # the starting model's probe, in the first step's row: what the steps' probes compare with
+    first_probe = {f"probe_start/{k.split('/', 1)[1]}": v for k, v in probe(curriculum.level).items()} \
+        if cfg.curriculum.probe_count and not checkpoint else {}
     model.train()
     started = time.monotonic()
     out_of_time = False
@@ -362,12 +379,18 @@ def rl_train_loop(config: dict) -> None:
         t1 = time.perf_counter()
         stats = update(model, optimizer, scheduler, groups[rank::world], loss_fn, cfg, device, pad_id, ref_model)
         t2 = time.perf_counter()
+        probed = probe(curriculum.level) if cfg.curriculum.probe_count else {}
+        t_probe = time.perf_counter()
         step += 1
         curriculum.step()
         full = _full_state_dict(model)   # every rank gathers (FSDP); the sync and the checkpoint share it
         sync = push_weights(full, step, wait=False)
         metrics = {"step": step, "version": step, "time/wait_s": t1 - t0, "time/train_s": t2 - t1,
-                   "train_tokens_per_s": stats["train_tokens"] * world / max(t2 - t1, 1e-9), **sync}
+                   "train_tokens_per_s": stats["train_tokens"] * world / max(t2 - t1, 1e-9), **sync, **probed}
+        if probed:
+            metrics["time/probe_s"] = t_probe - t2
+            metrics.update(first_probe)
+            first_probe = {}
         if rank == 0:
             metrics.update(step_metrics(groups, stats, curriculum.level))
             metrics.update({f"generator/{k}": v for k, v in ray.get(generator.stats.remote()).items()})
