@@ -40,7 +40,7 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     runs = tmp_path / "runs"
     run_dir = runs / "resume"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}  # the job starts its own local Ray
-    first = subprocess.Popen(job(tiny, runs, "--set", "curriculum.probe_count=2"), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    first = subprocess.Popen(job(tiny, runs), cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                              text=True)
     deadline = time.monotonic() + 600
     while max(checkpoint_steps(run_dir), default=0) < 2 and first.poll() is None and time.monotonic() < deadline:
@@ -76,10 +76,6 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
         assert answers == 2 * 4  # prompts_per_step x group_size
         assert r["version"] == r["step"] and r["time/sync_s"] > 0 and r["time/generate_s"] > 0
         assert r["speed_terms"] == 0  # CPU: the interpreter times nothing
-    # the first job probed 2 held-out references after each step, and the starting model before the first
-    assert {"probe_start/exact_other", "probe_start/exact_elementwise", "probe/exact_other"} <= rows[0].keys()
-    assert all("probe/mismatches_other" in r and r["time/probe_s"] > 0 for r in rows[:2])
-    assert "probe_start/logp_other" not in rows[1] and "probe/exact_other" not in rows[-1]
     assert len(list((run_dir / "rollouts").glob("step_*.parquet"))) >= 4
     assert list((run_dir / "tensorboard").iterdir())
     assert "RL run resume" in second.stdout  # the summary table
