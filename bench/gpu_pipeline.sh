@@ -95,7 +95,8 @@ case "$1" in
     shift
     settings=()
     for s in "$@"; do settings+=(--setting "$s"); done
-    rollouts=.gpu-replay && [ -d .gpu-replay ] || rollouts=/tmp/runs/gpu-1/rollouts
+    rollouts=/tmp/runs/gpu-1/rollouts
+    if [ -d .gpu-replay ]; then rollouts=.gpu-replay; fi
     python3 bench/rl_replay.py --model /tmp/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
       --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" "${settings[@]}" 2>&1 \
       | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;

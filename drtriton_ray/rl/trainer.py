@@ -379,17 +379,16 @@ def rl_train_loop(config: dict) -> None:
         t1 = time.perf_counter()
         stats = update(model, optimizer, scheduler, groups[rank::world], loss_fn, cfg, device, pad_id, ref_model)
         t2 = time.perf_counter()
-        probed = probe(curriculum.level) if cfg.curriculum.probe_count else {}
-        t_probe = time.perf_counter()
         step += 1
         curriculum.step()
         full = _full_state_dict(model)   # every rank gathers (FSDP); the sync and the checkpoint share it
         sync = push_weights(full, step, wait=False)
         metrics = {"step": step, "version": step, "time/wait_s": t1 - t0, "time/train_s": t2 - t1,
-                   "train_tokens_per_s": stats["train_tokens"] * world / max(t2 - t1, 1e-9), **sync, **probed}
-        if probed:
-            metrics["time/probe_s"] = t_probe - t2
-            metrics.update(first_probe)
+                   "train_tokens_per_s": stats["train_tokens"] * world / max(t2 - t1, 1e-9), **sync}
+        if cfg.curriculum.probe_count:   # after the push: the engines take the new weights while the probe runs
+            t_probe = time.perf_counter()
+            metrics.update(probe(curriculum.level), **first_probe)
+            metrics["time/probe_s"] = time.perf_counter() - t_probe
             first_probe = {}
         if rank == 0:
             metrics.update(step_metrics(groups, stats, curriculum.level))

@@ -81,6 +81,21 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     assert "RL run resume" in second.stdout  # the summary table
 
 
+def test_train_logs_the_reference_probe(tiny, tmp_path):
+    runs = tmp_path / "runs"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    done = subprocess.run(job(tiny, runs, "--set", "run.name=probe", "--set", "run.total_steps=1",
+                              "--set", "curriculum.probe_count=2"), cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    [row] = [json.loads(line) for line in (runs / "probe" / "metrics.jsonl").read_text().splitlines()]
+    # 2 held-out references probed after the step, and the starting model's probe beside it (a fresh run)
+    for prefix in ("probe", "probe_start"):
+        assert row[f"{prefix}/exact_elementwise"] + row[f"{prefix}/exact_other"] <= 2
+        assert row[f"{prefix}/mismatches_other"] > 0 and row[f"{prefix}/logp_other"] < 0
+    assert row["time/probe_s"] > 0
+
+
 def test_bad_config_fails_fast(tiny, tmp_path):
     """Exit 2 with one line naming the problem, before Ray starts (the rules themselves: test_config.py)."""
     for setting, message in {"rollout.nonsense=3": "nonsense", "model.path=/nonexistent": "prepare-model"}.items():
