@@ -23,6 +23,19 @@ def register(app: typer.Typer) -> None:
     app.command("eval-model")(eval_model_cmd)
 
 
+def _deterministic_compile() -> None:
+    """The same SFT model evaluated twice on an H100 (static cache) gave 40 of 201 answers of other lengths
+    (docs/eval.md). The likely cause: Inductor compiles the decoding step and picks some kernels by timing candidates
+    on the device; another pick sums in another order, and bf16 greedy decoding follows the rounding. Inductor's
+    deterministic mode skips the timing wherever it changes numerics (not yet measured on the H100)."""
+    import torch._inductor.config as inductor
+    from drtriton_ray.cli import err
+    if hasattr(inductor, "deterministic"):
+        inductor.deterministic = True
+    else:
+        err.print("warning: this torch's Inductor has no deterministic mode: greedy answers may differ between runs")
+
+
 class _LazyPool:
     """The verifier pool, started on the first batch with something to verify: a model that writes no code (a
     fresh tiny model) never pays for worker start-up."""
@@ -116,7 +129,8 @@ def eval_model_cmd(
     workers: Optional[int] = typer.Option(None, "--workers", help="verifier processes (default: 2 on cpu, 1 on "
                                                                   "cuda, where candidates are timed one at a time)"),
     timeout: float = typer.Option(300.0, "--timeout", help="seconds per verification before the candidate is killed"),
-    seed: int = typer.Option(0, "--seed", help="sampling seed"),
+    seed: int = typer.Option(0, "--seed", help="sampling seed; also fixes each answer's verifier trial inputs, so "
+                                               "an answer gets the same verdict in every evaluation"),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="JSON report to write"),
 ):
     """Pass@1, pass@K, answer outcomes and speedups of a model on held-out synthesized programs."""
@@ -196,6 +210,8 @@ def eval_model_cmd(
                                     kv_cache_bytes=256 << 20 if device == "cpu" else None, seed=seed)
             else:
                 from drtriton_ray.rollout.hf_engine import HFEngine
+                if static_cache and device == "cuda":
+                    _deterministic_compile()
                 engine = HFEngine(str(model), dtype, device, static_cache=static_cache,
                                   max_model_len=longest + max_tokens)
         except OSError as e:  # e.g. a folder with config and tokenizer but no weights

@@ -6,6 +6,7 @@ RL driver its own engine and verification service, so both measure held-out pass
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import math
 import time
@@ -20,7 +21,7 @@ from drtriton_ray.verify.task import Task
 from drtriton_ray.verify.verdict import Status, Verdict
 
 Verify = Callable[[list[Task]], list[Verdict]]
-REASON_CHARS = 300  # enough for the verifier's one-line reasons; answers themselves are not kept
+REASON_CHARS = 300  # enough for the verifier's one-line reasons; answers themselves are not kept, only their hash
 
 
 class Engine(Protocol):
@@ -47,6 +48,22 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.prod(1.0 - k / i for i in range(n - c + 1, n + 1))
 
 
+def verify_seed(seed: int, problem_id: str, sample: int) -> int:
+    """The verifier's seed for an answer: fixed by the evaluation's seed, the problem and the sample index, so the
+    same answer gets the same trial inputs in every evaluation. With a fresh seed per run (the RL verifier's way), an
+    answer that is right on some inputs only (a variance off by rounding on wide values) passed in one evaluation of
+    a model and failed in the next, and pass@1 moved by noise alone (docs/eval.md). The inputs stay unknown to the
+    model: they are still drawn, only reproducibly."""
+    digest = hashlib.sha256(f"{seed}/{problem_id}/{sample}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def answer_sha(text: str) -> str:
+    """A short hash of an answer's text: two reports tell a changed answer from a changed verdict without keeping
+    the answers (bench/eval_diff.py)."""
+    return hashlib.sha256(text.encode()).hexdigest()[:12]
+
+
 def prompt_ids(tokenizer, source: str) -> list[int]:
     """The token ids a policy is prompted with for a problem (the same as SFT's prompts)."""
     return tokenizer.apply_chat_template(build_messages(source), add_generation_prompt=True, tokenize=True,
@@ -64,6 +81,8 @@ class AnswerResult:
     reason: str                   # the extraction detail or the verdict reason, cut to REASON_CHARS
     tokens: int
     finish_reason: str            # "stop" or "length" (hit max_tokens)
+    answer_sha: str = ""          # answer_sha() of the generated text
+    verify_seed: Optional[int] = None  # the verifier's seed (verify_seed()); None when no code was verified
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
     speedup_flagged: bool = False  # above the verifier's 10x plausibility flag: review before trusting
@@ -206,7 +225,8 @@ async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verif
     for i, (problem, group) in enumerate(zip(problems, extractions)):
         for j, ex in enumerate(group):
             if ex.ok:
-                tasks.append(Task(problem.source, ex.code, policy=policy, name=f"{problem.id}#{j}"))
+                tasks.append(Task(problem.source, ex.code, policy=policy, name=f"{problem.id}#{j}",
+                                  seed=verify_seed(seed, problem.id, j)))
                 slots.append((i, j))
     t0 = time.perf_counter()
     verdicts = await asyncio.to_thread(verify, tasks) if tasks else []
@@ -230,7 +250,8 @@ async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verif
             answers.append(AnswerResult(
                 outcome=outcome.value, detail=detail(ex, verdict),
                 reason=(ex.detail if verdict is None else verdict.reason)[:REASON_CHARS],
-                tokens=len(sample.token_ids), finish_reason=sample.finish_reason,
+                tokens=len(sample.token_ids), finish_reason=sample.finish_reason, answer_sha=answer_sha(sample.text),
+                verify_seed=None if verdict is None else verdict.seed,
                 speedup_vs_eager=verdict.speedup_vs_eager if timed else None,
                 speedup_vs_compile=verdict.speedup_vs_compile if timed else None,
                 speedup_flagged=timed and verdict.speedup_flagged))

@@ -30,6 +30,7 @@ from drtriton_ray.train.sft import _full_state_dict
 
 log = logging.getLogger("drtriton.trainer")
 WAIT_LOG_S = 60.0  # how often a trainer starved of groups says so
+REGISTER_WAIT_S = 300.0  # how long the last step waits for Ray Train to register its checkpoint
 
 
 def _loss_fn(cfg: RLConfig):
@@ -443,6 +444,11 @@ def rl_train_loop(config: dict) -> None:
                 jsonl.write(json.dumps(metrics) + "\n")
                 jsonl.flush()
             ray.train.report(metrics, checkpoint=ckpt)
+    # A report is only queued for Ray Train's controller; returning at once (a Ctrl-C right after a checkpoint) let
+    # the job end before the controller registered it, and the rerun resumed a step earlier (2 of 6 runs of the
+    # resume test). This returns once every report of this worker is registered.
+    ray.train.get_all_reported_checkpoints(consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED,
+                                           timeout_s=REGISTER_WAIT_S)
     if rank == 0:
         finish_sync()
         pusher.close()

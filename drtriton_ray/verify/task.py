@@ -15,7 +15,8 @@ class Task:
     candidate_source: str
     policy: str = "strict"
     name: str = ""
-    # None: the worker draws a fresh seed from the OS (the normal case); fixed only to reproduce a verdict.
+    # None: the worker draws a fresh seed from the OS (RL, `drtriton verify`); fixed to reproduce a verdict, and per
+    # answer in evaluations (eval/policy.verify_seed), so a model's pass@1 does not move with the trial inputs.
     seed: Optional[int] = None
     trials_per_distribution: int = 1
     distributions: tuple = DISTRIBUTIONS

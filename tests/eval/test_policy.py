@@ -7,7 +7,8 @@ import math
 import pytest
 
 from drtriton_ray.eval.heldout import heldout_programs
-from drtriton_ray.eval.policy import EvalReport, NothingJudged, evaluate, pass_at_k, prompt_ids
+from drtriton_ray.eval.policy import (EvalReport, NothingJudged, answer_sha, evaluate, pass_at_k, prompt_ids,
+                                     verify_seed)
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.models import load_tokenizer
 from drtriton_ray.prompts import format_answer
@@ -63,6 +64,9 @@ def test_report_arithmetic(tok, problems, scripted):
     assert engine.calls == [SamplingConfig(n=4, temperature=0.8, max_tokens=64, seed=5)]
     assert [t.name for t in seen] == [f"{a.id}#0", f"{a.id}#1", f"{a.id}#2"]  # only extracted code is verified
     assert all(t.problem_source == a.source and t.policy == "strict" for t in seen)
+    # the verifier's inputs are drawn from a seed fixed by (evaluation seed, problem, sample), different per answer
+    assert [t.seed for t in seen] == [verify_seed(5, a.id, j) for j in range(3)] and len({t.seed for t in seen}) == 3
+    assert verify_seed(6, a.id, 0) != verify_seed(5, a.id, 0) != verify_seed(5, b.id, 0)
     assert report.pass_at_1 == pytest.approx((2 / 4 + 0) / 2)
     assert report.pass_at_k == pytest.approx((1 + 0) / 2)
     assert report.outcomes == {"no_code": 5, "static_reject": 0, "compile_error": 0, "runtime_error": 0,
@@ -78,6 +82,7 @@ def test_report_arithmetic(tok, problems, scripted):
     assert (pa.correct, pa.best_speedup_vs_eager, pa.best_speedup_vs_compile) == (2, 12.0, 3.0)
     assert pa.outcomes == {"correct_faster": 1, "correct_slower": 1, "wrong": 1, "no_code": 1}
     assert pa.answers[2].reason == "trial problem#0: max abs err 3" and pa.answers[2].detail == "value_mismatch"
+    assert pa.answers[0].answer_sha == answer_sha(format_answer(code("fast"))) != pa.answers[1].answer_sha
     assert [x.detail for x in pb.answers] == ["unterminated", "no_code", "no_code", "no_code"]
     assert pb.best_speedup_vs_eager is None and pb.ops == b.ops and pb.level == 1
     assert report.tokens_generated == sum(len(tok(t)["input_ids"]) for texts in engine.answers.values() for t in texts)
@@ -107,6 +112,8 @@ def test_reference_lowering_passes_the_real_verifier(tok, problems, pool, script
         for p in problems})
     report = asyncio.run(evaluate(engine, tok, problems, pool.map, samples=1, temperature=0.0))
     assert report.pass_at_1 == 1.0 and report.pass_at_k == 1.0, [a.reason for p in report.problems for a in p.answers]
+    # the worker ran each answer's trials from the evaluation's seed for it: a rerun draws the same inputs
+    assert [p.answers[0].verify_seed for p in report.problems] == [verify_seed(0, p.id, 0) for p in problems]
     assert report.outcomes["correct"] == 2 and report.correct_answers == 2
     assert report.mean_speedup_vs_eager is None and report.geomean_best_speedup_vs_eager is None  # CPU: untimed
     assert report.verify_s > 0

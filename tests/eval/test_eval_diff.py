@@ -1,0 +1,59 @@
+"""bench/eval_diff.py on two reports written by `evaluate`: a problem gained, one lost, and an outcome that changed
+with the answer unchanged (the verdict moved) told apart from one whose answer changed. Bad reports: one line."""
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from drtriton_ray.eval.heldout import heldout_programs
+from drtriton_ray.eval.policy import evaluate, prompt_ids
+from drtriton_ray.models import load_tokenizer
+from drtriton_ray.prompts import format_answer
+from drtriton_ray.verify import Verdict
+
+ROOT = Path(__file__).resolve().parents[2]
+SCRIPT = ROOT / "bench" / "eval_diff.py"
+
+
+def code(tag):
+    return format_answer(f"class ModelNew:\n    tag = {tag!r}\n")
+
+
+def report(tok, problems, scripted, answers: list[str], verdicts: dict[str, str], path: Path) -> Path:
+    engine = scripted(tok, {tuple(prompt_ids(tok, p.source)): [a] for p, a in zip(problems, answers)})
+
+    def verify(tasks):
+        return [Verdict(verdicts[t.candidate_source.split("'")[1]]) for t in tasks]
+
+    path.write_text(asyncio.run(evaluate(engine, tok, problems, verify)).to_json())
+    return path
+
+
+def test_diff_tells_changed_answers_from_changed_verdicts(tiny_dir, scripted, tmp_path):
+    tok = load_tokenizer(tiny_dir)
+    problems = heldout_programs(1, 3)
+    # problem 0: same answer, verdict flips (lost); problem 1: new answer, now right (gained); problem 2: unchanged
+    first = report(tok, problems, scripted, [code("a"), code("b"), code("c")],
+                   {"a": "correct", "b": "value_mismatch", "c": "correct"}, tmp_path / "first.json")
+    second = report(tok, problems, scripted, [code("a"), code("b2"), code("c")],
+                    {"a": "value_mismatch", "b2": "correct", "c": "correct"}, tmp_path / "second.json")
+    out = tmp_path / "diff.json"
+    run = subprocess.run([sys.executable, str(SCRIPT), str(first), str(second), "--json", str(out)],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    d = json.loads(out.read_text())
+    assert d["correct"] == [2, 2] and d["gained"] == [problems[1].id] and d["lost"] == [problems[0].id]
+    assert (d["same_answer"], d["outcome_changed"], d["outcome_changed_same_answer"]) == (2, 2, 1)
+    assert d["gained_ops"] == {"+".join(problems[1].ops): 1}
+    assert "2 -> 2" in run.stdout and "1 / 1" in run.stdout
+
+
+@pytest.mark.parametrize("content, message", [("{not json", "Expecting"), ('{"pass_at_1": 0.2}', "not an eval-model")])
+def test_bad_report_is_one_line(tmp_path, content, message):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    run = subprocess.run([sys.executable, str(SCRIPT), str(bad), str(bad)], capture_output=True, text=True, timeout=60)
+    assert run.returncode != 0 and message in run.stderr and len(run.stderr.strip().splitlines()) == 1
