@@ -93,6 +93,8 @@ class AlgoSection(_Section):
     speed_margin: float = Field(0.1, ge=0, description="DRPO, all-correct groups: an answer is a negative when its "
                                 "r_s is below the group's median by more than this (log units); smaller differences "
                                 "are timing noise on a shared GPU (bench/speed_noise.py)")
+    neg_weight: float = Field(1.0, ge=0, description="DRPO: weight of the negatives' log-sum-exp term (1: DRPO as "
+                              "published; 0: correct answers pushed up only)")
     ref_kl: float = Field(0.0, ge=0, description="coefficient of KL(policy || starting model) over every answer of "
                           "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer "
                           "rank holds a frozen, unsharded fp32 copy of model.path, run as the policy is")
@@ -104,7 +106,9 @@ class AlgoSection(_Section):
     prompts_per_step: int = Field(8, ge=1, description="groups per optimizer batch")
     updates_per_batch: int = Field(1, ge=1, description="optimizer steps on one batch (>1 makes the KL bound bite)")
     micro_batch: int = Field(4, ge=1, description="sequences per forward pass")
-    max_staleness: int = Field(1, ge=0, description="train on groups at most this many versions old")
+    max_staleness: int = Field(1, ge=0, description="train on groups at most this many versions old; 0: on-policy, "
+                               "each prompt loop waits for the weights its group trains (generation and training "
+                               "take turns)")
 
 
 class TrainerSection(_Section):
@@ -183,6 +187,11 @@ class RLConfig(_Section):
         if r.batch_prompts is not None and r.batch_prompts > r.prompts_in_flight:
             problems.append(f"rollout.batch_prompts ({r.batch_prompts}) cannot exceed rollout.prompts_in_flight "
                             f"({r.prompts_in_flight}): a batch would never fill")
+        if self.algo.max_staleness == 0 and r.engines * r.prompts_in_flight < self.algo.prompts_per_step:
+            problems.append(f"algo.max_staleness 0 needs rollout.engines x rollout.prompts_in_flight "
+                            f"({r.engines} x {r.prompts_in_flight}) >= algo.prompts_per_step "
+                            f"({self.algo.prompts_per_step}): each loop makes one group per version, and a step "
+                            "would wait for groups nobody makes")
         if self.sync.method == "collective" and self.sync.backend == "nccl" and not self._whole_gpus():
             problems.append("sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus "
                             ">= 1): NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)")

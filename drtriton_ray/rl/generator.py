@@ -5,7 +5,8 @@ Per prompt: a program from the sampler actors (CP-SAT, the training seed stream;
 far), G answers from one
 engine, code extracted, candidates verified on whichever verifier actor is free, rewards scored, and
 the group put into the buffer, waiting while it is full (which bounds how far generation runs ahead
-of training; the buffer's staleness bound drops what is still too old). Each prompt is its own
+of training; the buffer's staleness bound drops what is still too old; with algo.max_staleness 0 each prompt loop
+waits for new weights after its group, so generation and training take turns). Each prompt is its own
 asyncio task, so sampling, generation and verification of different prompts overlap. Verification is
 batched like generation: the groups of one engine batch finish together, and one call verifies them all
 on a free actor, whose workers then measure the problems' references and check the candidates in parallel
@@ -144,6 +145,11 @@ class Generator:
                 continue
             while not await self.buffer.put.remote(group):
                 await asyncio.sleep(0.2)
+            if self.cfg.algo.max_staleness == 0:
+                # on-policy: the next prompt waits for the weights this group trains. On one GPU the engine then
+                # decodes while the trainer is idle and trains while the engine is: shared, decoding took ~3x as
+                # long as alone (docs/benchmarks.md)
+                await self.sync.newer_than(group.weight_version)
 
     def _train_sampling(self) -> SamplingConfig:
         r = self.cfg.rollout

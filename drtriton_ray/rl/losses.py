@@ -20,6 +20,11 @@ rest: copies of one kernel timed on a GPU that a decoding engine shares differ i
 (bench/speed_noise.py). Without speed (CPU), or with no answer beyond the margin, all-correct groups
 are dropped. Every returned dict reports the dropped fractions.
 
+`neg_weight` scales the negatives' term (1: DRPO as published). Below 1, a group whose one correct answer is a rare
+variant pushes that variant up without pushing the common answer down as hard: where the common answer was wrong on
+the trained program only, the held-out programs of the same operator that it got right are spared (docs/rl.md,
+eighth attempt).
+
 Either loss can carry an anchor to the starting policy (`algo.ref_kl`, off by default as in DRTriton):
 ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped groups included (`kl_to_ref`).
 
@@ -41,6 +46,7 @@ class DRPOConfig:
     lam: float = 0.1
     delta: float = 0.001
     speed_margin: float = 0.1
+    neg_weight: float = 1.0
 
 
 @dataclass(frozen=True)
@@ -107,7 +113,7 @@ def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRP
         weights = torch.softmax(r[pos] / cfg.lam, dim=0).detach()
         positive = (weights * score[pos]).sum()
         negative = cfg.tau * torch.logsumexp(score[neg] / cfg.tau, dim=0)
-        objective = objective + positive - negative
+        objective = objective + positive - cfg.neg_weight * negative
         used += 1
     objective = objective / max(used, 1)
     kl = kl_old_new(logp, logp_old, mask)

@@ -38,7 +38,7 @@ def _loss_fn(cfg: RLConfig):
     a = cfg.algo
     if a.name == "drpo":
         return partial(drpo_loss, cfg=DRPOConfig(beta=a.beta, tau=a.tau, lam=a.lam, delta=a.delta,
-                                                 speed_margin=a.speed_margin))
+                                                 speed_margin=a.speed_margin, neg_weight=a.neg_weight))
     return partial(grpo_loss, cfg=GRPOConfig(clip=a.clip))
 
 
@@ -395,6 +395,8 @@ def rl_train_loop(config: dict) -> None:
             metrics.update(step_metrics(groups, stats, curriculum.level))
             metrics.update({f"generator/{k}": v for k, v in ray.get(generator.stats.remote()).items()})
             metrics["buffer/dropped_stale"] = ray.get(buffer.state_dict.remote())["dropped_stale"]
+            # versions between the weights that sampled the step's oldest group and those it trained (0: on-policy)
+            metrics["staleness_max"] = step - 1 - min(g.weight_version for g in groups)
             if cfg.trainer.use_gpu and torch.cuda.is_available():
                 try:
                     metrics["gpu_util"] = torch.cuda.utilization()

@@ -88,6 +88,12 @@ class WeightSync:
         return {"sync_s": time.perf_counter() - t0, "engine_update_s": max(seconds, default=0.0),
                 "failed": len(failed)}
 
+    async def newer_than(self, version: int, poll_s: float = 0.2) -> None:
+        """Return once weights newer than `version` are on their way (a push or broadcast began; `ensure` makes an
+        engine take them before it generates)."""
+        while self.version <= version:
+            await asyncio.sleep(poll_s)
+
     async def ensure(self, engine) -> bool:
         """True when the engine was behind (restarted, or a push is under way) and has been updated."""
         if self.buckets and await engine.weight_version.remote() < self.version:

@@ -34,6 +34,7 @@ def test_all_three_configs_exist():
     ({"synth": {"profile": "huge"}}, "unknown size profile"),
     ({"rollout": {"max_tokens": 4096, "max_model_len": 4096}}, "no room"),
     ({"rollout": {"prompts_in_flight": 4, "batch_prompts": 8}}, "never fill"),
+    ({"algo": {"max_staleness": 0, "prompts_per_step": 8}, "rollout": {"prompts_in_flight": 4}}, "groups nobody makes"),
     ({"curriculum": {"levels": [0]}}, "levels must be positive"),
     ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
     ({"sync": {"method": "nccl"}}, "object_store"),

@@ -46,6 +46,24 @@ def test_drpo_negatives_logsumexp_and_kl_penalty():
     assert loss.item() == pytest.approx(-j + 100 * (k3 - 0.001) * k3, rel=1e-10)
 
 
+def test_drpo_neg_weight_scales_the_negatives_term():
+    # the group above with neg_weight 0.25: J = -1 - 0.25 * 5 * log(exp(-2/5) + exp(-4/5)); on policy (no KL).
+    # Gradient of -J: the positive's token -1; the negatives' 0.25 * softmax(s / 5).
+    logp = torch.tensor([[-1.0], [-2.0], [-4.0]], dtype=torch.float64, requires_grad=True)
+    args = (logp, logp.detach(), torch.ones_like(logp), torch.tensor([7, 7, 7]), torch.tensor([True, False, False]),
+            torch.tensor([NAN, NAN, NAN], dtype=torch.float64))
+    loss, _ = drpo_loss(*args, DRPOConfig(neg_weight=0.25))
+    lse = math.log(math.exp(-2 / 5) + math.exp(-4 / 5))
+    assert loss.item() == pytest.approx(1 + 0.25 * 5 * lse, rel=1e-12)
+    loss.backward()
+    soft = [math.exp(-2 / 5 - lse), math.exp(-4 / 5 - lse)]
+    assert logp.grad[:, 0].tolist() == pytest.approx([-1.0, 0.25 * soft[0], 0.25 * soft[1]])
+    logp.grad = None
+    loss, _ = drpo_loss(*args, DRPOConfig(neg_weight=0.0))   # positives only
+    loss.backward()
+    assert loss.item() == pytest.approx(1.0) and logp.grad[:, 0].tolist() == pytest.approx([-1.0, 0.0, 0.0])
+
+
 def test_drpo_all_correct_group_teaches_speed():
     # speeds log3, log2, log1, log1: median 0.3466 -> the two log1 answers act as negatives.
     # w over {log3, log2} = (3^10, 2^10) / (3^10 + 2^10); negatives s = -1, -1:

@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import pyarrow.parquet as pq
 import pytest
 
 from drtriton_ray.models import prepare_model
@@ -81,19 +82,29 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     assert "RL run resume" in second.stdout  # the summary table
 
 
-def test_train_logs_the_reference_probe(tiny, tmp_path):
+def test_train_on_policy_with_the_reference_probe(tiny, tmp_path):
+    """algo.max_staleness 0: every step trains on groups its own starting weights sampled, and none is wasted (the
+    prompt loops wait for the new weights instead of sampling with the old). The reference probe is logged after
+    every step, the starting model's in the first row."""
     runs = tmp_path / "runs"
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
-    done = subprocess.run(job(tiny, runs, "--set", "run.name=probe", "--set", "run.total_steps=1",
-                              "--set", "curriculum.probe_count=2"), cwd=ROOT, env=env, capture_output=True, text=True,
-                          timeout=600)
+    done = subprocess.run(job(tiny, runs, "--set", "run.name=probe", "--set", "run.total_steps=2",
+                              "--set", "algo.max_staleness=0", "--set", "curriculum.probe_count=2"),
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    [row] = [json.loads(line) for line in (runs / "probe" / "metrics.jsonl").read_text().splitlines()]
-    # 2 held-out references probed after the step, and the starting model's probe beside it (a fresh run)
-    for prefix in ("probe", "probe_start"):
-        assert row[f"{prefix}/exact_elementwise"] + row[f"{prefix}/exact_other"] <= 2
-        assert row[f"{prefix}/mismatches_other"] > 0 and row[f"{prefix}/logp_other"] < 0
-    assert row["time/probe_s"] > 0
+    rows = [json.loads(line) for line in (runs / "probe" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["staleness_max"] == 0 and r["buffer/dropped_stale"] == 0 for r in rows)
+    trained = [set(pq.read_table(runs / "probe" / "rollouts" / f"step_00000{s}.parquet")["weight_version"].to_pylist())
+               for s in (1, 2)]
+    assert trained == [{0}, {1}]
+    # 2 held-out references probed after each step, and the starting model's probe in the first row (a fresh run)
+    for row, prefixes in ((rows[0], ("probe", "probe_start")), (rows[1], ("probe",))):
+        for prefix in prefixes:
+            assert row[f"{prefix}/exact_elementwise"] + row[f"{prefix}/exact_other"] <= 2
+            assert row[f"{prefix}/mismatches_other"] > 0 and row[f"{prefix}/logp_other"] < 0
+        assert row["time/probe_s"] > 0
+    assert "probe_start/exact_other" not in rows[1]
 
 
 def test_bad_config_fails_fast(tiny, tmp_path):
