@@ -6,6 +6,7 @@
 #   bash bench/gpu_pack.sh lowering   # -> .gpu-low/: only what bench/lowering.py lacks there (synthesis: OR-Tools,
 #                                     # pydantic), ~35 MB, so it travels with the run itself (gpu_pipeline.sh
 #                                     # setup-lowering)
+#   bash bench/gpu_pack.sh sft-model DIR...   # -> .gpu-sft1/ ..: an SFT model that `gpu_pipeline.sh sft-send` returned
 #   bash bench/gpu_pack.sh sft-data [N]   # -> .gpu-data/: N (800) verified level-1 SFT pairs made here, on CPU (the
 #                                         # interpreter verifies them: ~3 min for 800), for gpu_pipeline.sh setup
 set -euo pipefail
@@ -24,6 +25,30 @@ if [ "${1:-}" = sft-data ]; then
   PY=python3 && [ -x .venv/bin/python ] && PY=.venv/bin/python   # the project's environment (make install)
   TRITON_INTERPRET=1 $PY -m drtriton_ray.cli sft-data --levels 1 --count "${2:-800}" --out .gpu-data/sft.parquet \
     2>&1 | grep -v -e Warning -e "op(" | tee .gpu-data/log.txt | tail -3
+  exit 0
+fi
+if [ "${1:-}" = sft-model ]; then
+  # the pieces `gpu_pipeline.sh sft-send K` returned (the device tool's folders, /work/.device/N/), joined, checked,
+  # and split again into .gpu-sft1/ .. .gpu-sftN/ of 56 MiB each, one per `recv-sft` call; the folders of an earlier
+  # model are replaced only once the new one checks out
+  shift
+  [ $# -gt 0 ] || { echo "usage: $0 sft-model DIR... (the folders sft-send's calls returned)" >&2; exit 2; }
+  work=.gpu-sft-new
+  rm -rf $work && mkdir -p $work
+  find "$@" -maxdepth 1 -name 'piece-*' | awk -F/ '{print $NF, $0}' | sort | cut -d' ' -f2- | xargs -r cat \
+    > $work/model.tar
+  sums=$(find "$@" -maxdepth 1 -name model.sha256 | head -1)
+  if [ -z "$sums" ] || [ "$(sha256sum < $work/model.tar | cut -d' ' -f1)" != "$(cut -d' ' -f1 "$sums")" ]; then
+    echo "error: the pieces in $* do not make the model sft-send packed (one missing or damaged?)" >&2
+    rm -rf $work
+    exit 1
+  fi
+  (cd $work && split -b "${SFT_CARRY:-56M}" -d -a 2 model.tar piece-)
+  rm -rf .gpu-sft[0-9]*
+  i=1
+  for piece in $work/piece-*; do mkdir -p ".gpu-sft$i" && mv "$piece" ".gpu-sft$i/piece"; i=$((i + 1)); done
+  rm -rf $work
+  du -sh .gpu-sft[0-9]*
   exit 0
 fi
 if [ "${1:-}" = lowering ]; then

@@ -14,6 +14,10 @@
 #   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
+#   bash bench/gpu_pipeline.sh sft-send K     # the SFT model back here in 15 MiB pieces, 4 a call (K = 1..5 for
+#                                             # SmolLM2); then, here, `bash bench/gpu_pack.sh sft-model DIR...`
+#   bash bench/gpu_pipeline.sh recv-sft K     # a later session: carry .gpu-sftK/ (K = 1..N) before `setup`, which
+#                                             # then makes /tmp/models/sft of it (no base model, no `sft` needed)
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
 #   bash bench/gpu_pipeline.sh replay "" "algo.lr=1e-6"   # bench/rl_replay.py from the SFT model: an RL run's first
 #                                             # steps replayed under each setting: those carried in .gpu-replay, else
@@ -32,72 +36,103 @@
 # one each), greedy, decoded with the static cache as the RL job's engine does (configs/gpu-1.yaml). One program is
 # 0.005 of pass@1 at 201: at 67, one RL step reshuffled 22 outcomes (docs/rl.md).
 set -euo pipefail
-OUT=${OUT:-/tmp/gpu-out}
-S=/tmp/stage
-mkdir -p "$OUT" $S /tmp/models /tmp/runs /tmp/data
-export PYTHONPATH=/tmp/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
+T=${GPU_TMP:-/tmp}   # where the stages keep their state (a test points it elsewhere)
+OUT=${OUT:-$T/gpu-out}
+S=$T/stage
+mkdir -p "$OUT" $S $T/models $T/runs $T/data
+export PYTHONPATH=$T/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USAGE_STATS_ENABLED=0 \
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-201} --engine hf --device cuda --dtype bf16 --static-cache \
   --max-tokens 1792 --workers ${EVAL_WORKERS:-12} ${EVAL_OPTS:-}"
 latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
+sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
+  rm -rf $T/models/model
+  cat $(ls $S/sft.* | sort -t. -k2 -n) | tar -xf - -C $T/models && ln -sfn $T/models/model $T/models/sft
+  cat $T/models/sft/origin.txt
+}
 
 case "$1" in
   recv)
     cp ".gpu$2/piece" "$S/piece.$2" && ls -la $S ;;
+  recv-sft)
+    cp ".gpu-sft$2/piece" "$S/sft.$2" && ls -la $S ;;
+  sft-unpack)   # what setup does with carried pieces (on its own: tests/train/test_sft_transfer.py)
+    sft_unpack ;;
   setup)
     cat $(ls $S/piece.* | sort -t. -k2 -n) > $S/wheels.tar
     mkdir -p $S/wheels && tar -xf $S/wheels.tar -C $S/wheels
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site $S/wheels/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $T/site $S/wheels/*.whl
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c "import torch, triton, transformers, ray, ortools, pydantic; print('torch', torch.__version__, \
 'triton', triton.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
-    $CLI prepare-model smollm2 --out /tmp/models/smollm2 2>&1 | tail -3
-    if [ -f .gpu-data/sft.parquet ]; then cp .gpu-data/sft.parquet /tmp/data/sft.parquet && tail -3 .gpu-data/log.txt; fi ;;
+    if ls $S/sft.* >/dev/null 2>&1; then   # an SFT model carried (recv-sft): no base model, no SFT run needed
+      sft_unpack
+    else
+      $CLI prepare-model smollm2 --out $T/models/smollm2 2>&1 | tail -3
+    fi
+    if [ -f .gpu-data/sft.parquet ]; then cp .gpu-data/sft.parquet $T/data/sft.parquet && tail -3 .gpu-data/log.txt; fi ;;
+  sft-send)
+    # the SFT model back to the CPU side, a call at a time (the device tool returns 64 MiB a call): bf16 weights,
+    # config and tokenizer, in 15 MiB pieces, 4 a call (K = 1, 2, ...); `bash bench/gpu_pack.sh sft-model` joins
+    # them into .gpu-sft1.. for `recv-sft`, so later sessions start RL from this very model
+    pack=$T/sft-pack
+    if [ "$(cat $pack/done 2>/dev/null)" != "$(readlink -f $T/models/sft)" ]; then   # packed once per model
+      rm -rf $pack && mkdir -p $pack/model
+      python3 -c "from drtriton_ray.models import load_model; m, t = load_model('$T/models/sft', 'bf16'); \
+m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
+      echo "$(readlink -f $T/models/sft), sent $(date -u +%FT%TZ)" > $pack/model/origin.txt
+      tar -cf $pack/model.tar -C $pack model
+      (cd $pack && split -b "${SFT_PIECE:-15M}" -d -a 2 model.tar piece- && sha256sum model.tar > model.sha256)
+      readlink -f $T/models/sft > $pack/done
+    fi
+    ls $pack/piece-* | sed -n "$((4 * $2 - 3)),$((4 * $2))p" | xargs -r cp -t "$OUT"
+    cp $pack/model.sha256 "$OUT"
+    echo "pieces: $(ls $pack/piece-* | wc -l) in all, $(ls "$OUT" | grep -c piece-) in this call" ;;
   setup-lowering)
-    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .gpu-low/*.whl
+    python3 -m pip install -q --no-index --no-deps --no-compile --target $T/site .gpu-low/*.whl
     python3 -c "import torch, triton, ortools, pydantic; print('torch', torch.__version__, 'triton', triton.__version__, \
 'ortools', ortools.__version__, torch.cuda.get_device_name())" ;;
   checks)
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py ${CHECKS:-} 2>&1 | tail -15 \
       | tee "$OUT/checks.txt" ;;
   bench-gen)
-    python3 bench/hf_generate.py --model /tmp/models/smollm2 --device cuda --dtype bf16 \
+    python3 bench/hf_generate.py --model $T/models/smollm2 --device cuda --dtype bf16 \
       --batches "${GEN_BATCHES:-128}" --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
   noise)
-    python3 bench/speed_noise.py --model /tmp/models/smollm2 --device cuda --out "$OUT/speed_noise.json" \
+    python3 bench/speed_noise.py --model $T/models/smollm2 --device cuda --out "$OUT/speed_noise.json" \
       ${NOISE_OPTS:-} 2>&1 | tail -20 \
       | tee "$OUT/speed_noise.txt" ;;
   data)
-    $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out /tmp/data/sft.parquet --workers 12 --device cuda \
+    $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out $T/data/sft.parquet --workers 12 --device cuda \
       2>&1 | tail -5 | tee "$OUT/sft_data.txt" ;;
   eval-base|eval-sft|eval-rl)
     model=${1#eval-}
     [ "$model" = base ] && model=smollm2
     name=$1${EVAL_TAG:+_$EVAL_TAG}   # EVAL_TAG: a second evaluation in the same call keeps its own files
-    $EVAL --model "/tmp/models/$model" --out "$OUT/$name.json" 2>&1 | tail -25 | tee "$OUT/$name.txt" ;;
+    $EVAL --model "$T/models/$model" --out "$OUT/$name.json" 2>&1 | tail -25 | tee "$OUT/$name.txt" ;;
   sft)
-    python3 jobs/sft.py --config configs/sft-gpu-1.yaml --set model=/tmp/models/smollm2 \
-      --set "data=[/tmp/data/sft.parquet]" --set storage_path=/tmp/runs ${SFT_SET:-} 2>&1 | tail -3 | tee "$OUT/sft.txt"
-    ln -sfn "$(latest /tmp/runs/sft-smollm2)" /tmp/models/sft
-    cp /tmp/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl" ;;
+    python3 jobs/sft.py --config configs/sft-gpu-1.yaml --set model=$T/models/smollm2 \
+      --set "data=[$T/data/sft.parquet]" --set storage_path=$T/runs ${SFT_SET:-} 2>&1 | tail -3 | tee "$OUT/sft.txt"
+    ln -sfn "$(latest $T/runs/sft-smollm2)" $T/models/sft
+    cp $T/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl" ;;
   rl)
-    python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=/tmp/models/sft \
-      --set run.storage_path=/tmp/runs --set run.max_minutes="${2:-6}" ${RL_SET:-} 2>&1 | tee "$OUT/rl.log" | tail -30
-    ln -sfn "$(latest /tmp/runs/gpu-1)" /tmp/models/rl
-    cp /tmp/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl"
+    python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=$T/models/sft \
+      --set run.storage_path=$T/runs --set run.max_minutes="${2:-6}" ${RL_SET:-} 2>&1 | tee "$OUT/rl.log" | tail -30
+    ln -sfn "$(latest $T/runs/gpu-1)" $T/models/rl
+    cp $T/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl"
     # the actors' own logs (the driver runs with log_to_driver off) and every trained answer
     logs=/tmp/ray/session_latest/logs
     tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
-    tar -czf "$OUT/rl_rollouts.tgz" -C /tmp/runs/gpu-1 rollouts ;;
+    tar -czf "$OUT/rl_rollouts.tgz" -C $T/runs/gpu-1 rollouts ;;
   replay)
     shift
     settings=()
     for s in "$@"; do settings+=(--setting "$s"); done
-    rollouts=/tmp/runs/gpu-1/rollouts
+    rollouts=$T/runs/gpu-1/rollouts
     if [ -d .gpu-replay ]; then rollouts=.gpu-replay; fi
-    python3 bench/rl_replay.py --model /tmp/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
+    python3 bench/rl_replay.py --model $T/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
       --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" "${settings[@]}" 2>&1 \
       | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;
   lowering)
@@ -106,6 +141,6 @@ case "$1" in
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | setup | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | replay [SETTING...] | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | replay [SETTING...] | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
     exit 2 ;;
 esac
