@@ -25,9 +25,9 @@ def register(app: typer.Typer) -> None:
 
 def _deterministic_compile() -> None:
     """The same SFT model evaluated twice on an H100 (static cache) gave 40 of 201 answers of other lengths
-    (docs/eval.md). The likely cause: Inductor compiles the decoding step and picks some kernels by timing candidates
-    on the device; another pick sums in another order, and bf16 greedy decoding follows the rounding. Inductor's
-    deterministic mode skips the timing wherever it changes numerics (not yet measured on the H100)."""
+    (docs/eval.md), cause not found. One candidate: Inductor compiles the decoding step and picks some kernels by
+    timing candidates on the device; another pick sums in another order, and bf16 greedy decoding follows the
+    rounding. Its deterministic mode skips the timing wherever it changes numerics (not yet measured on the H100)."""
     import torch._inductor.config as inductor
     from drtriton_ray.cli import err
     if hasattr(inductor, "deterministic"):
