@@ -130,26 +130,35 @@ class Generator:
 
     # -- the loop --
     async def _work(self, engine) -> None:
-        while True:
-            try:
-                started = time.perf_counter()   # sample_s counts the wait for the program too
-                group = await self._rollout(engine, await self._next_program(), self._train_sampling(), started)
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - one prompt's failure must not stop generation
-                self.counters["generator_errors"] += 1
-                log.warning("prompt failed: %s: %s", type(e).__name__, e)
-                await asyncio.sleep(1.0)
-                continue
-            if group is None:
-                continue
-            while not await self.buffer.put.remote(group):
-                await asyncio.sleep(0.2)
-            if self.cfg.algo.max_staleness == 0:
-                # on-policy: the next prompt waits for the weights this group trains. On one GPU the engine then
-                # decodes while the trainer is idle and trains while the engine is: shared, decoding took ~3x as
-                # long as alone (docs/benchmarks.md)
-                await self.sync.newer_than(group.weight_version)
+        prefetched: Optional[asyncio.Future] = None   # on-policy: the next program, drawn while the trainer trains
+        try:
+            while True:
+                try:
+                    started = time.perf_counter()   # sample_s counts the wait for the program too
+                    record = await (prefetched if prefetched is not None else self._next_program())
+                    prefetched = None
+                    group = await self._rollout(engine, record, self._train_sampling(), started)
+                except asyncio.CancelledError:
+                    raise
+                except Exception as e:  # noqa: BLE001 - one prompt's failure must not stop generation
+                    prefetched = None
+                    self.counters["generator_errors"] += 1
+                    log.warning("prompt failed: %s: %s", type(e).__name__, e)
+                    await asyncio.sleep(1.0)
+                    continue
+                if group is None:
+                    continue
+                while not await self.buffer.put.remote(group):
+                    await asyncio.sleep(0.2)
+                if self.cfg.algo.max_staleness == 0:
+                    # on-policy: the next prompt waits for the weights this group trains. On one GPU the engine then
+                    # decodes while the trainer is idle and trains while the engine is: shared, decoding took ~3x as
+                    # long as alone (docs/benchmarks.md)
+                    prefetched = asyncio.ensure_future(self._next_program())
+                    await self.sync.newer_than(group.weight_version)
+        finally:
+            if prefetched is not None:
+                prefetched.cancel()
 
     def _train_sampling(self) -> SamplingConfig:
         r = self.cfg.rollout
