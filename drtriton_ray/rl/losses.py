@@ -21,9 +21,9 @@ rest: copies of one kernel timed on a GPU that a decoding engine shares differ i
 are dropped. Every returned dict reports the dropped fractions.
 
 `neg_weight` scales the negatives' term (1: DRPO as published). Below 1, a group whose one correct answer is a rare
-variant pushes that variant up without pushing the common answer down as hard: where the common answer was wrong on
-the trained program only, the held-out programs of the same operator that it got right are spared (docs/rl.md,
-eighth attempt).
+variant pushes that variant up without pushing the common answer down as hard, meant to spare the held-out programs
+of the same operator that the common answer got right (the eighth GPU attempt lost such programs, docs/rl.md; the
+effect of a lower weight is not yet measured).
 
 Either loss can carry an anchor to the starting policy (`algo.ref_kl`, off by default as in DRTriton):
 ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped groups included (`kl_to_ref`).
