@@ -71,7 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     for k in ("wall_s", "steady_s_per_step", *STAGES, "dropped_stale", "staleness_max"):
         a, b = mean["overlap"][k], mean["on-policy"][k]
         ratio = f"{b / a:.2f}" if a and b is not None and k not in ("dropped_stale", "staleness_max") else ""
-        table.add_row(k, *(f"{v:.1f}" if v is not None else "-" for v in (a, b)), ratio)
+        table.add_row(k, *(f"{v:.2f}" if v is not None else "-" for v in (a, b)), ratio)
     Console().print(table)
     if args.out:
         Path(args.out).write_text(json.dumps(runs, indent=1))
