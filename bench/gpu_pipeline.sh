@@ -14,7 +14,7 @@
 #   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
-#   bash bench/gpu_pipeline.sh sft-send K     # the SFT model back here in 15 MiB pieces, 4 a call (K = 1..5 for
+#   bash bench/gpu_pipeline.sh sft-send K     # the SFT model back here in 15 MiB pieces, 4 a call (K = 1..6 for
 #                                             # SmolLM2); then, here, `bash bench/gpu_pack.sh sft-model DIR...`
 #   bash bench/gpu_pipeline.sh recv-sft K     # a later session: carry .gpu-sftK/ (K = 1..N) before `setup`, which
 #                                             # then makes /tmp/models/sft of it (no base model, no `sft` needed)

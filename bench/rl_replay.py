@@ -25,14 +25,13 @@ import time
 from pathlib import Path
 
 import yaml
-from pydantic import ValidationError
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from drtriton_ray.eval.policy import prompt_ids  # noqa: E402
 from drtriton_ray.eval.probe import probe_model, reference_probes  # noqa: E402
 from drtriton_ray.models import load_tokenizer  # noqa: E402
-from drtriton_ray.rl.config import RLConfig, set_dotted  # noqa: E402
+from drtriton_ray.rl.config import RLConfig, load_config  # noqa: E402
 from drtriton_ray.rl.records import Group, ScoredSample  # noqa: E402
 from drtriton_ray.rl.trainer import _loss_fn, _token_logprobs, passes_bf16, reference_model, update  # noqa: E402
 from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
@@ -41,16 +40,13 @@ PROMPT_ID = re.compile(r"l(\d+)-s(\d+)-(\d+)$")
 
 
 def rl_config(config: str, model: str, setting: str) -> RLConfig:
-    raw = yaml.safe_load(Path(config).read_text()) or {}
-    set_dotted(raw, "model.path", model)
-    for item in setting.split():
-        key, _, value = item.partition("=")
-        if not value:
+    items = setting.split()
+    for item in items:
+        if not item.partition("=")[2]:
             raise SystemExit(f"--setting {setting!r}: {item!r} is not SECTION.KEY=VALUE")
-        set_dotted(raw, key, yaml.safe_load(value))
     try:
-        return RLConfig(**raw)
-    except ValidationError as e:
+        return load_config(config, [f"model.path={model}", *items])
+    except (OSError, yaml.YAMLError, ValueError) as e:
         raise SystemExit(f"--setting {setting!r} on {config}: {e}") from None
 
 

@@ -24,27 +24,13 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from drtriton_ray.rl.config import RLConfig, check_cluster, check_model, set_dotted
+from drtriton_ray.rl.config import RLConfig, check_cluster, load_config
 from drtriton_ray.rl.topology import build_actors, make_trainer, shutdown
 
 # Settings that the actors need as the driver has them (the Makefile exports them; a Ray cluster's
 # workers otherwise inherit whatever environment `ray start` had).
 FORWARDED_ENV = ("TRITON_INTERPRET", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE",
                  "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR")
-
-
-def load_config(path: str, overrides: list[str]) -> RLConfig:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
-    if not isinstance(raw, dict):
-        raise ValueError("the config file must hold a mapping of sections")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE")
-        set_dotted(raw, key, yaml.safe_load(value))
-    cfg = RLConfig(**raw)
-    check_model(cfg)
-    return cfg
 
 
 STOP_WAIT_S = 600   # after Ctrl-C, how long the driver waits for the step in progress to finish

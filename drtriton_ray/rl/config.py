@@ -246,6 +246,23 @@ def check_cluster(cfg: RLConfig, available: dict[str, float]) -> None:
                          "their num_cpus/num_gpus shares, or add nodes")
 
 
+def load_config(path: str, overrides: list[str]) -> RLConfig:
+    """A YAML config with `SECTION.KEY=VALUE` overrides (values parsed as YAML), checked, its model folder too.
+    Raises OSError, yaml.YAMLError or ValueError (pydantic's ValidationError is one) with the problem named."""
+    import yaml
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(raw, dict):
+        raise ValueError("the config file must hold a mapping of sections")
+    for item in overrides:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE")
+        set_dotted(raw, key, yaml.safe_load(value))
+    cfg = RLConfig(**raw)
+    check_model(cfg)
+    return cfg
+
+
 def set_dotted(raw: dict, key: str, value) -> None:
     """`rollout.group_size=8` → raw['rollout']['group_size'] = 8 (for --set overrides)."""
     *parents, leaf = key.split(".")
