@@ -33,8 +33,10 @@
 # 600 s). SFT pairs made on CPU (`bash bench/gpu_pack.sh sft-data`: 800 pairs verified by the interpreter in ~3 min,
 # into .gpu-data/) come along with `setup`'s call when .gpu-data is carried, and `data` can be skipped.
 # Held-out evaluation: the first 201 level-1 programs of the held-out stream (three per operator; EVAL_COUNT=67 for
-# one each), greedy, decoded with the static cache as the RL job's engine does (configs/gpu-1.yaml). One program is
-# 0.005 of pass@1 at 201: at 67, one RL step reshuffled 22 outcomes (docs/rl.md).
+# one each), decoded with the static cache as the RL job's engine does (configs/gpu-1.yaml), correctness alone
+# (--no-timing): greedily (eval-X.json), then 4 answers each at the RL job's temperature 0.3 (eval-X_sampled.json;
+# EVAL_SAMPLED sets those options, empty skips it). One program is 0.005 of pass@1 at 201: at 67, one RL step
+# reshuffled 22 greedy outcomes (docs/rl.md).
 set -euo pipefail
 T=${GPU_TMP:-/tmp}   # where the stages keep their state (a test points it elsewhere)
 OUT=${OUT:-$T/gpu-out}
@@ -45,7 +47,8 @@ export PYTHONPATH=$T/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USAGE
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-201} --engine hf --device cuda --dtype bf16 --static-cache \
-  --max-tokens 1792 --workers ${EVAL_WORKERS:-12} ${EVAL_OPTS:-}"
+  --max-tokens 1792 --workers ${EVAL_WORKERS:-12} --no-timing ${EVAL_OPTS:-}"
+EVAL_SAMPLED=${EVAL_SAMPLED---samples 4 --temperature 0.3}
 latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
@@ -111,7 +114,11 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     model=${1#eval-}
     [ "$model" = base ] && model=smollm2
     name=$1${EVAL_TAG:+_$EVAL_TAG}   # EVAL_TAG: a second evaluation in the same call keeps its own files
-    $EVAL --model "$T/models/$model" --out "$OUT/$name.json" 2>&1 | tail -25 | tee "$OUT/$name.txt" ;;
+    $EVAL --model "$T/models/$model" --out "$OUT/$name.json" 2>&1 | tail -25 | tee "$OUT/$name.txt"
+    if [ -n "$EVAL_SAMPLED" ]; then   # pass@1 of the sampling policy RL trains, beside the greedy one
+      $EVAL --model "$T/models/$model" $EVAL_SAMPLED --out "$OUT/${name}_sampled.json" 2>&1 | tail -25 \
+        | tee "$OUT/${name}_sampled.txt"
+    fi ;;
   sft)
     python3 jobs/sft.py --config configs/sft-gpu-1.yaml --set model=$T/models/smollm2 \
       --set "data=[$T/data/sft.parquet]" --set storage_path=$T/runs ${SFT_SET:-} 2>&1 | tail -3 | tee "$OUT/sft.txt"

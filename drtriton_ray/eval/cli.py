@@ -129,6 +129,9 @@ def eval_model_cmd(
     workers: Optional[int] = typer.Option(None, "--workers", help="verifier processes (default: 2 on cpu, 1 on "
                                                                   "cuda, where candidates are timed one at a time)"),
     timeout: float = typer.Option(300.0, "--timeout", help="seconds per verification before the candidate is killed"),
+    timing: bool = typer.Option(True, "--timing/--no-timing", help="cuda: time correct answers against eager and "
+                                "torch.compile, one at a time; --no-timing judges correctness alone (pass@K), "
+                                "without speedups, in a fraction of the time"),
     seed: int = typer.Option(0, "--seed", help="sampling seed; also fixes each answer's verifier trial inputs, so "
                                                "an answer gets the same verdict in every evaluation"),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="JSON report to write"),
@@ -218,7 +221,7 @@ def eval_model_cmd(
             raise ModelError(f"cannot load the model in {model}: {' '.join(str(e).split())}") from None
         try:
             return await evaluate(engine, tokenizer, problems, verify, samples=samples, temperature=temperature,
-                                  max_tokens=max_tokens, seed=seed, baseline=baseline)
+                                  max_tokens=max_tokens, seed=seed, baseline=baseline, timing=timing)
         finally:
             await engine.shutdown()
 
@@ -238,5 +241,6 @@ def eval_model_cmd(
     if out_path is not None:
         _write_atomic(out_path, json.dumps({"model": str(model), "level": level, "profile": profile,
                                             "engine": engine_name, "device": device, "dtype": dtype,
+                                            "timing": timing and device == "cuda",
                                             "heldout_seed": HELDOUT_SEED, **report.to_dict()}, indent=1))
         err.print(f"wrote {out_path}")

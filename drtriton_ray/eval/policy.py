@@ -197,9 +197,10 @@ def _best(values: list[Optional[float]]) -> Optional[float]:
 
 async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verify: Verify, *,
                    samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, seed: int = 0,
-                   baseline: str = "eager", policy: str = "strict") -> EvalReport:
+                   baseline: str = "eager", policy: str = "strict", timing: bool = True) -> EvalReport:
     """Generate `samples` answers per problem with `engine`, verify the extracted code with `verify` (called once,
-    in a thread so the event loop keeps serving), classify every answer and report.
+    in a thread so the event loop keeps serving), classify every answer and report. `timing`: a GPU verifier times
+    correct answers and their references (`timing=False` judges correctness alone).
 
     Greedy decoding (temperature 0) gives one answer per prompt, so `samples` > 1 needs temperature > 0."""
     if not problems:
@@ -226,7 +227,7 @@ async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verif
         for j, ex in enumerate(group):
             if ex.ok:
                 tasks.append(Task(problem.source, ex.code, policy=policy, name=f"{problem.id}#{j}",
-                                  seed=verify_seed(seed, problem.id, j)))
+                                  seed=verify_seed(seed, problem.id, j), timing=timing))
                 slots.append((i, j))
     t0 = time.perf_counter()
     verdicts = await asyncio.to_thread(verify, tasks) if tasks else []

@@ -39,6 +39,7 @@ from drtriton_ray.rollout.sync import WeightSync, call_with_restarts
 from drtriton_ray.synth.actors import SamplerActor
 from drtriton_ray.synth.config import SynthConfig
 from drtriton_ray.synth.sampler import ProgramRecord
+from drtriton_ray.verify.pool import first_copies
 from drtriton_ray.verify.task import Task
 
 log = logging.getLogger("drtriton.generator")
@@ -263,6 +264,8 @@ class Generator:
 
     async def _verify_on(self, actor, waiting: list[tuple[list[Task], asyncio.Future]]) -> None:
         tasks = [t for group, _ in waiting for t in group]
+        # the pool checks a candidate once however many answers wrote it; those answers share its verdict
+        self.counters["verify_copies"] += sum(i != j for i, j in enumerate(first_copies(tasks)))
         verdicts = None
         try:
             verdicts = await call_with_restarts(lambda: actor.verify_batch.remote(tasks),

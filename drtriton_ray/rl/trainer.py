@@ -135,8 +135,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     correct = torch.tensor([s.correct for s in samples], device=device)
     speed = torch.tensor([s.speed for s in samples], dtype=torch.float32, device=device)
     micro = cfg.algo.micro_batch
-    batches = [list(range(i, min(i + micro, len(seqs)))) for i in range(0, len(seqs), micro)]
-    n_passes = _all_max(len(batches), device)
+    batches = _chunks(list(range(len(seqs))), micro)
 
     def batch_logprobs(policy):
         """Log-probs of the whole batch, no graph (pass 1)."""
@@ -165,16 +164,27 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
             stats_k["kl_ref"] = kl_ref.item()
         grad = torch.autograd.grad(loss, leaf)[0] if loss.requires_grad else torch.zeros_like(leaf)
         stats.update(stats_k, loss=float(loss.detach()))
-        for k in range(n_passes):   # pass 2: push d loss / d logp through the policy, micro-batch by micro-batch
-            b = batches[k] if k < len(batches) else batches[0]
+        # pass 2: push d loss / d logp through the policy, micro-batch by micro-batch, for the answers that carry a
+        # gradient. The others (DRPO's dropped groups, GRPO's zero-variance ones: most of a batch on the GPU runs,
+        # docs/rl.md) would add exactly zero, unless the KL penalty or the anchor reaches them; ranks run as many
+        # passes as the busiest one (DDP and FSDP synchronise inside each), the extra ones with zero weight.
+        live = _chunks(grad.abs().sum(-1).nonzero().flatten().tolist(), micro)
+        n_passes = _all_max(len(live), device)
+        stats["backprop_answers"] = sum(len(b) for b in live)
+        for k in range(n_passes):
+            b = live[k] if k < len(live) else batches[0]
             lp, _ = _token_logprobs(model, [seqs[i] for i in b], pad_id, device, bf16, temperature)
-            weight = grad[b, :lp.shape[1]] * (1.0 if k < len(batches) else 0.0)
+            weight = grad[b, :lp.shape[1]] * (1.0 if k < len(live) else 0.0)
             (weight * lp).sum().backward()
         stats["grad_norm"] = float(torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.algo.grad_clip))
         optimizer.step()
         scheduler.step()
         optimizer.zero_grad(set_to_none=True)
     return stats
+
+
+def _chunks(items: list[int], size: int) -> list[list[int]]:
+    return [items[i:i + size] for i in range(0, len(items), size)]
 
 
 def _engine_gap(samples, logp_old, mask) -> float:

@@ -19,9 +19,16 @@ verifier's limit on this GPU (`solo_log` keeps both verdicts).
 
 A worker that crashes, exceeds a limit, times out, reports a CUDA error or has served `max_tasks_per_worker`
 tasks is replaced (fresh process, fresh scratch directory); the task it was serving gets a verdict saying why,
-and the pool keeps serving."""
+and the pool keeps serving.
+
+Copies are verified once: tasks of one `map` call that differ only in name and seed (the same candidate for the
+same problem, as a policy sampled at a low temperature writes it several times per group: 47% of the answers with
+code in the GPU RL runs, docs/verify.md) get copies of one verdict, whose seed is the one its trial inputs were
+drawn from. A candidate right on some inputs only is then judged once for all its copies, and copies timed on a
+shared GPU do not differ in speed by noise alone. `duplicates` counts the tasks so answered."""
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 import multiprocessing as mp
@@ -40,6 +47,12 @@ from drtriton_ray.verify.static import SourceError, check_candidate, check_probl
 from drtriton_ray.verify.task import TIMING_VERSION, Limits, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 from drtriton_ray.verify.worker import EXIT_MEMORY, worker_main
+
+
+def first_copies(tasks: list[Task]) -> list[int]:
+    """For each task, the index of the first task identical to it but for name and seed (itself if none)."""
+    first: dict[str, int] = {}
+    return [first.setdefault(repr(replace(t, name="", seed=None)), i) for i, t in enumerate(tasks)]
 
 
 class PoolError(RuntimeError):
@@ -153,6 +166,7 @@ class WorkerPool:
         self.reference_log: list[dict] = []   # one entry per reference job: times, phases, error
         self.startup_log: list[dict] = []     # one entry per worker start: the worker's phases + spawn-to-ready
         self.solo_log: list[dict] = []        # one entry per task run again alone after a verifier_limit verdict
+        self.duplicates = 0                   # tasks answered with a copy of an identical task's verdict
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -246,7 +260,15 @@ class WorkerPool:
         return self.map([task])[0]
 
     def map(self, tasks: list[Task]) -> list[Verdict]:
-        """Verdicts in input order; tasks spread over the pool's workers."""
+        """Verdicts in input order; distinct tasks spread over the pool's workers, copies answered once."""
+        copy_of = first_copies(tasks)
+        distinct = [i for i, j in enumerate(copy_of) if i == j]
+        verdicts = dict(zip(distinct, self._map_distinct([tasks[i] for i in distinct])))
+        self.duplicates += len(tasks) - len(distinct)
+        return [verdicts[i] if i == j else replace(copy.deepcopy(verdicts[j]), name=tasks[i].name)
+                for i, j in enumerate(copy_of)]
+
+    def _map_distinct(self, tasks: list[Task]) -> list[Verdict]:
         results: list[Optional[Verdict]] = [static_verdict(t) for t in tasks]
         queue = deque(i for i, v in enumerate(results) if v is None)
         keys: dict[int, tuple] = {}

@@ -23,6 +23,7 @@ def test_tiny_model_end_to_end(tiny_dir, tmp_path, extra):
     assert report["outcomes"]["no_code"] == 4 and report["answers"] == 4
     assert report["temperature"] == 0.8 and report["samples"] == 2  # K > 1: sampled by default
     assert report["heldout_seed"] == 1_000_003 and report["model"] == str(tiny_dir)
+    assert report["timing"] is False   # the CPU interpreter measures no speed
     assert [p["id"] for p in report["problems"]] == ["l1-s1000003-000000", "l1-s1000003-000001"]
     assert report["verify_s"] < 0.1  # nothing to verify: no worker pool was started (that takes seconds)
     assert 0 < report["tokens_generated"] <= 4 * 16

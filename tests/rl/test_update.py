@@ -1,6 +1,7 @@
 """The trainer's two-pass update gives exactly the gradient of the loss over the whole batch (computed here
-directly, with one graph), whatever the micro-batch size; batches without signal skip the passes; the trainer's
-log-probs are those of the tempered distribution the engine sampled from."""
+directly, with one graph), whatever the micro-batch size, while answers without a gradient skip pass 2; batches
+without signal skip the passes; the trainer's log-probs are those of the tempered distribution the engine sampled
+from."""
 import asyncio
 import math
 
@@ -53,7 +54,8 @@ def test_two_pass_gradient_is_exact(tiny):
     want = {n: -p.grad for n, p in model.named_parameters()}
     for micro in (1, 3, 8):
         got, stats = step_delta(tiny, batch, micro)
-        assert stats["groups_used"] == 2
+        # the group without a correct answer adds nothing to the gradient: its answers are not back-propagated
+        assert stats["groups_used"] == 2 and stats["backprop_answers"] == 5
         for n in want:
             assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), (micro, n)
 

@@ -47,8 +47,22 @@ def test_parameters_copied_by_name(good_verdicts):
 
 def test_seeds_are_fresh(pool, source):
     task = Task(source("problems", "relu"), source("candidates", "good_relu"))
-    a, b = pool.map([task, task])
+    a, b = pool.verify(task), pool.verify(task)
     assert a.correct and b.correct and a.seed != b.seed
+
+
+def test_copies_are_checked_once(pool, source):
+    """Answers that are the same candidate for the same problem share one verdict (name and seed aside); a candidate
+    for another problem, or another candidate, is checked on its own."""
+    relu, good = source("problems", "relu"), source("candidates", "good_relu")
+    tasks = [Task(relu, good, name="a", seed=1), Task(relu, good, name="b", seed=2),
+             Task(source("problems", "add_bcast"), good, name="c"), Task(relu, good + "\n", name="d", seed=1)]
+    before = pool.duplicates
+    a, b, c, d = pool.map(tasks)
+    assert pool.duplicates - before == 1
+    assert [v.name for v in (a, b, c, d)] == ["a", "b", "c", "d"]
+    assert a.correct and b.correct and d.correct and not c.correct
+    assert a.seed == b.seed == 1 and a.checks == b.checks and a is not b and a.checks is not b.checks
 
 
 def test_mismatched_parameters_rejected(pool, source):
