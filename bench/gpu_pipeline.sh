@@ -20,8 +20,9 @@
 #                                             # then makes /tmp/models/sft of it (no base model, no `sft` needed)
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
 #   bash bench/gpu_pipeline.sh replay "" "algo.lr=1e-6"   # bench/rl_replay.py from the SFT model: an RL run's first
-#                                             # steps replayed under each setting: those carried in .gpu-replay, else
-#                                             # those of this machine's `rl`; REPLAY_STEPS (1,2), REPLAY_PROBE (201)
+#                                             # steps replayed under each setting: those in REPLAY_ROLLOUTS (a folder),
+#                                             # else carried in .gpu-replay, else those of this machine's `rl`;
+#                                             # REPLAY_STEPS (1,2), REPLAY_PROBE (201)
 #   EVAL_TAG=t05 EVAL_OPTS="--samples 2 --temperature 0.5" bash bench/gpu_pipeline.sh eval-rl   # sampled pass@1,
 #                                             # into eval-rl_t05.json beside the greedy eval-rl.json
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
@@ -139,6 +140,7 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     for s in "$@"; do settings+=(--setting "$s"); done
     rollouts=$T/runs/gpu-1/rollouts
     if [ -d .gpu-replay ]; then rollouts=.gpu-replay; fi
+    rollouts=${REPLAY_ROLLOUTS:-$rollouts}   # e.g. a recorded run in the repository: docs/logs/*/rollouts
     python3 bench/rl_replay.py --model $T/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
       --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" "${settings[@]}" 2>&1 \
       | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from drtriton_ray.eval.heldout import HELDOUT_SEED, check_training_seed
 from drtriton_ray.rl.curriculum import CurriculumConfig
-from drtriton_ray.synth.config import PROFILES, DType
+from drtriton_ray.synth.config import DType, SynthConfig
 from drtriton_ray.verify.task import Task
 
 
@@ -38,12 +38,18 @@ class SynthSection(_Section):
     seed: int = Field(0, description="training prompt stream; never the held-out stream's seed")
     samplers: int = Field(1, ge=1, description="CP-SAT sampler actors")
     num_cpus: float = Field(0.25, gt=0, description="CPU share of one sampler actor")
+    ops: list[str] | None = Field(None, description="train on programs of these operators only (default: all); "
+                                  "held-out evaluations keep every operator")
 
     @model_validator(mode="after")
     def _check(self):
-        if self.profile not in PROFILES:
-            raise ValueError(f"unknown size profile {self.profile!r}; known: {', '.join(PROFILES)}")
+        self.config(1)   # the synthesizer's own checks: profile, operator names, dtypes
         return self
+
+    def config(self, level: int) -> SynthConfig:
+        """What the sampler actors of `level` draw from."""
+        return SynthConfig(level=level, profile=self.profile, dtype=self.dtype,
+                           ops=None if self.ops is None else tuple(self.ops))
 
 
 class RolloutSection(_Section):
@@ -200,6 +206,11 @@ class RLConfig(_Section):
             self.curriculum_config()
         except ValueError as e:
             problems.append(str(e))
+        if self.synth.ops is not None and 2 in self.curriculum.levels:
+            from drtriton_ray.synth.wiring import composable_pairs
+            if not composable_pairs(self.synth.config(2).op_space()):
+                problems.append(f"curriculum level 2 chains two operators, and none of synth.ops {self.synth.ops} "
+                                "can feed another: leave level 2 out of curriculum.levels or add operators")
         if problems:
             raise ValueError("; ".join(problems))
         return self

@@ -37,7 +37,6 @@ from drtriton_ray.rl.reward import REWARD_ERROR, score
 from drtriton_ray.rollout.engine import SamplingConfig
 from drtriton_ray.rollout.sync import WeightSync, call_with_restarts
 from drtriton_ray.synth.actors import SamplerActor
-from drtriton_ray.synth.config import SynthConfig
 from drtriton_ray.synth.sampler import ProgramRecord
 from drtriton_ray.verify.pool import first_copies
 from drtriton_ray.verify.task import Task
@@ -168,7 +167,7 @@ class Generator:
     def _sampler_actors(self, level: int) -> list:
         if level not in self._samplers:
             s = self.cfg.synth
-            config = SynthConfig(level=level, profile=s.profile, dtype=s.dtype).model_dump_json(by_alias=True)
+            config = s.config(level).model_dump_json(by_alias=True)
             self._samplers[level] = [SamplerActor.options(num_cpus=s.num_cpus).remote(config, s.seed)
                                      for _ in range(s.samplers)]
         return self._samplers[level]

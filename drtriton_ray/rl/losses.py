@@ -20,10 +20,11 @@ rest: copies of one kernel timed on a GPU that a decoding engine shares differ i
 (bench/speed_noise.py). Without speed (CPU), or with no answer beyond the margin, all-correct groups
 are dropped. Every returned dict reports the dropped fractions.
 
-`neg_weight` scales the negatives' term (1: DRPO as published). Below 1, a group whose one correct answer is a rare
-variant pushes that variant up without pushing the common answer down as hard, meant to spare the held-out programs
-of the same operator that the common answer got right (the eighth GPU attempt lost such programs, docs/rl.md; the
-effect of a lower weight is not yet measured).
+`neg_weight` scales the negatives' term (1: DRPO as published; 0: correct answers pushed up only). A wrong answer
+mostly repeats the right one's template, and a slipped one carries on in it after its slip; their unlikely tokens
+make most of the gradient, and pushing them down pushes the shared template down too. On the CPU testbed where the
+right answer is known (bench/rl_learns.py, docs/rl.md) 3 steps at full weight left the right answer's probability
+flat or collapsed it, and at weight 0 raised it.
 
 Either loss can carry an anchor to the starting policy (`algo.ref_kl`, off by default as in DRTriton):
 ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped groups included (`kl_to_ref`).

@@ -32,6 +32,9 @@ def test_all_three_configs_exist():
     ({"algo": {"prompts_per_step": 1}, "trainer": {"num_workers": 2}}, "never split"),
     ({"synth": {"seed": 1_000_003}}, "held-out"),
     ({"synth": {"profile": "huge"}}, "unknown size profile"),
+    ({"synth": {"ops": ["ReLU", "Nope"]}}, "unknown operator"),
+    ({"synth": {"ops": []}}, "operator list is empty"),
+    ({"synth": {"ops": ["ArgMax"]}}, "none of synth.ops"),   # level 2 (default curriculum) chains two operators
     ({"rollout": {"max_tokens": 4096, "max_model_len": 4096}}, "no room"),
     ({"rollout": {"prompts_in_flight": 4, "batch_prompts": 8}}, "never fill"),
     ({"algo": {"max_staleness": 0, "prompts_per_step": 8}, "rollout": {"prompts_in_flight": 4}}, "groups nobody makes"),
@@ -69,3 +72,9 @@ def test_collective_backend_auto():
     shared = {"trainer": {"use_gpu": True, "num_gpus": 0.4}, "rollout": {"num_gpus": 0.3}}
     assert RLConfig(model={"path": "m"}, sync={"method": "collective"}, **shared).sync_backend() == "gloo"
     assert RLConfig(model={"path": "m"}, sync={"method": "collective"}).sync_backend() == "gloo"
+
+
+def test_synth_ops_restrict_the_training_programs():
+    cfg = RLConfig(model={"path": "m"}, synth={"ops": ["ArgMax"]}, curriculum={"levels": [1]})
+    assert cfg.synth.config(1).op_space() == ["ArgMax"]
+    assert RLConfig(model={"path": "m"}).synth.config(2).ops is None   # every operator

