@@ -11,7 +11,8 @@ from drtriton_ray.cli import app
 runner = CliRunner()
 
 
-@pytest.mark.parametrize("extra", [[], ["--static-cache"]], ids=["dynamic-cache", "static-cache"])
+@pytest.mark.parametrize("extra", [[], ["--static-cache"], ["--no-timing"]],
+                         ids=["dynamic-cache", "static-cache", "no-timing"])
 def test_tiny_model_end_to_end(tiny_dir, tmp_path, extra):
     out = tmp_path / "report.json"
     r = runner.invoke(app, ["eval-model", "--model", str(tiny_dir), "--level", "1", "--count", "2", "--samples", "2",
