@@ -11,7 +11,7 @@ push the shared template down lowers both.
 
 Each --setting is space-separated SECTION.KEY=VALUE overrides (YAML values, as `jobs/train.py --set`) of
 configs/cpu-demo.yaml with the testbed's own: synth.ops [ReLU], curriculum.levels [1], rollout.max_tokens 320 (the
-kernels are 278 tokens), rollout.max_model_len 1536."""
+kernels are 294 tokens), rollout.max_model_len 1536."""
 from __future__ import annotations
 
 import argparse
@@ -34,27 +34,8 @@ from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.train.sft import tokenize_pairs  # noqa: E402
 from rl_turns import run_job  # noqa: E402
 
-RIGHT = '''import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    x = tl.load(x_ptr + offs, mask=mask)
-    tl.store(y_ptr + offs, tl.maximum(x, 0.0), mask=mask)
-
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        relu_kernel[(triton.cdiv(x.numel(), 1024),)](x, y, x.numel(), BLOCK=1024)
-        return y
-'''
+# the verifier suite's known-good ReLU candidate (tests/verify/test_runtime.py accepts it): 294 tokens, tiny model
+RIGHT = (ROOT / "tests" / "verify" / "candidates" / "good_relu.py").read_text()
 WRONG = RIGHT.replace("tl.maximum(x, 0.0)", "tl.minimum(x, 0.0)")
 TESTBED = ["synth.ops=[ReLU]", "curriculum.levels=[1]", "rollout.max_tokens=320", "rollout.max_model_len=1536"]
 SFT_SEED, MEASURE_SEED = 7, 11   # program streams of the policy's teaching and of the measure; RL draws seed 0's
@@ -67,7 +48,7 @@ def relu_programs(seed: int, count: int) -> list[str]:
 
 def two_kernel_policy(out: Path) -> str:
     """The tiny model after 150 steps of supervised training on 8 ReLU programs, each paired with both kernels: it
-    writes either, nearly token for token (sampled at temperature 1: ~45% right, ~15% wrong, the rest slipped).
+    writes either, nearly token for token (sampled at temperature 1, 48 answers: 21 right, 6 wrong, 21 slipped).
     A plain loop (the SFT job's own is tested elsewhere and takes a minute longer to start)."""
     model, tok = load_model(str(prepare_model("tiny", out / "tiny", seed=3)))
     pairs = [(build_messages(source), format_answer(answer)) for source in relu_programs(SFT_SEED, 8)
