@@ -51,9 +51,9 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 def verify_seed(seed: int, problem_id: str, sample: int) -> int:
     """The verifier's seed for an answer: fixed by the evaluation's seed, the problem and the sample index, so the
     same answer gets the same trial inputs in every evaluation. With a fresh seed per run (the RL verifier's way), an
-    answer that is right on some inputs only (docs/eval.md: a Var kernel) passed in one evaluation of a model and
-    failed in the next, and pass@1 moved by noise alone (docs/eval.md). The inputs stay unknown to the
-    model: they are still drawn, only reproducibly."""
+    answer that is right on some inputs only (a Var kernel) passed in one evaluation of a model and failed in the
+    next, and pass@1 moved by noise alone (docs/eval.md). The inputs stay unknown to the model: they are still drawn,
+    only reproducibly."""
     digest = hashlib.sha256(f"{seed}/{problem_id}/{sample}".encode()).digest()
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 

@@ -265,8 +265,11 @@ class WorkerPool:
         distinct = [i for i, j in enumerate(copy_of) if i == j]
         verdicts = dict(zip(distinct, self._map_distinct([tasks[i] for i in distinct])))
         self.duplicates += len(tasks) - len(distinct)
-        return [verdicts[i] if i == j else replace(copy.deepcopy(verdicts[j]), name=tasks[i].name)
-                for i, j in enumerate(copy_of)]
+        out = []
+        for i, j in enumerate(copy_of):
+            out.append(verdicts[i] if i == j else copy.deepcopy(verdicts[j]))
+            out[-1].name = tasks[i].name
+        return out
 
     def _map_distinct(self, tasks: list[Task]) -> list[Verdict]:
         results: list[Optional[Verdict]] = [static_verdict(t) for t in tasks]
