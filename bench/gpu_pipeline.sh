@@ -50,7 +50,11 @@ CLI="python3 -m drtriton_ray.cli"
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-201} --engine hf --device cuda --dtype bf16 --static-cache \
   --max-tokens 1792 --workers ${EVAL_WORKERS:-12} --no-timing ${EVAL_OPTS:-}"
 EVAL_SAMPLED=${EVAL_SAMPLED---samples 4 --temperature 0.3}
-latest() { ls -dt "$1"/checkpoint_*/ | head -1; }
+# a run's latest checkpoint that Ray Train registered (a trainer that failed may leave a newer folder it never did)
+latest() {
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1] + '/checkpoint_manager_snapshot.json'))['checkpoint_results']; \
+print(sys.argv[1] + '/' + max(r, key=lambda c: c['metrics']['step'])['checkpoint_dir_name'])" "$1"
+}
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
   cat $(ls $S/sft.* | sort -t. -k2 -n) | tar -xf - -C $T/models && ln -sfn $T/models/model $T/models/sft

@@ -69,18 +69,17 @@ def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
 
 
 def _follow(thread, metrics_path: Path, bar, live: bool) -> None:
-    """Progress until the trainer's thread ends (one last look after), and, once, where this job resumed from."""
-    launched, announced = time.time(), False
+    """Progress until the trainer's thread ends (one last look after), and where training resumed from: as this job
+    started, and again wherever Ray Train restarted a failed trainer."""
+    launched, announced = time.time(), set()
     while True:
         thread.join(2.0)
         done = not thread.is_alive()
         rows = read_metrics(metrics_path)
-        fresh = [r for r in rows if r.get("timestamp", 0) >= launched]
-        if fresh and not announced:
-            announced = True
-            if "resumed_from" in fresh[0]:
-                bar.write(f"resumed from step {fresh[0]['resumed_from']} ({metrics_path.parent.name}'s latest "
-                          "checkpoint)")
+        for r in rows:
+            if "resumed_from" in r and r.get("timestamp", 0) >= launched and r["timestamp"] not in announced:
+                announced.add(r["timestamp"])
+                bar.write(f"resumed from step {r['resumed_from']} ({metrics_path.parent.name}'s latest checkpoint)")
         if rows and (live or rows[-1]["step"] != bar.n):
             last = rows[-1]
             bar.n = last["step"]

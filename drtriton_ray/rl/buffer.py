@@ -44,6 +44,12 @@ class GroupBuffer:
         self.closed = True
         self.groups.clear()
 
+    def discard(self) -> int:
+        """Drop every group held (a restarted trainer's: they were sampled by weights it never had); how many."""
+        n = len(self.groups)
+        self.groups.clear()
+        return n
+
     def take(self, count: int, current_version: int) -> list[Group] | None:
         """Up to `count` oldest groups fresh enough for `current_version`; stale ones are dropped. None once closed."""
         if self.closed:

@@ -112,6 +112,9 @@ class AlgoSection(_Section):
     prompts_per_step: int = Field(8, ge=1, description="groups per optimizer batch")
     updates_per_batch: int = Field(1, ge=1, description="optimizer steps on one batch (>1 makes the KL bound bite)")
     micro_batch: int = Field(4, ge=1, description="sequences per forward pass")
+    micro_tokens: int | None = Field(None, ge=1, description="padded tokens per forward pass (None: no bound): a "
+                                     "pass's fp32 logits take 4 x vocab bytes a token (196 KB for SmolLM2); "
+                                     "sequences are grouped longest first, a longer one goes alone")
     max_staleness: int = Field(1, ge=0, description="train on groups at most this many versions old; 0: on-policy, "
                                "each prompt loop waits for the weights its group trains (generation and training "
                                "take turns)")
@@ -141,8 +144,9 @@ class RunSection(_Section):
     storage_path: str = "runs"
     _abs = field_validator("storage_path")(_absolute)
     total_steps: int = Field(3, ge=1)
-    max_minutes: float | None = Field(None, gt=0, description="wall budget for training: the step that crosses it "
-                                      "is checkpointed and the job ends")
+    max_minutes: float | None = Field(None, gt=0, description="wall budget for training, from the trainer's start "
+                                      "(restarts after a failure included): the step that crosses it is "
+                                      "checkpointed and the job ends")
     checkpoint_every: int = Field(1, ge=1, description="1 = a resume loses at most the step in progress")
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0

@@ -95,6 +95,10 @@ class Generator:
             self._workers = [asyncio.create_task(self._work(self.engines[i % len(self.engines)]))
                              for i in range(len(self.engines) * per_engine)]
 
+    async def weight_version(self) -> int:
+        """The version of the weights the engines hold or are taking (0: their start-up weights)."""
+        return self.sync.version
+
     async def set_level(self, level: int) -> None:
         self.level = level
         self.next_index.setdefault(level, 0)

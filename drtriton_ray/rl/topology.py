@@ -3,6 +3,7 @@ verifier actors, the generator that ties them together, and the Ray Train TorchT
 the policy. jobs/train.py is the driver around these; tests build the same topology."""
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import ray
@@ -61,10 +62,13 @@ def make_trainer(cfg: RLConfig, actors: dict):
     from drtriton_ray.rl.trainer import rl_train_loop
     t = cfg.trainer
     per_worker = {"CPU": t.num_cpus, **({"GPU": t.num_gpus} if t.use_gpu else {})}
+    # the wall budget runs on the driver's clock from here: a trainer group restarted after a failure keeps the
+    # deadline instead of starting a new budget (the ninth GPU attempt ran past its 6 minutes that way, docs/rl.md)
+    deadline = time.time() + cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else None
     return TorchTrainer(
         rl_train_loop,
         train_loop_config={"rl": cfg.model_dump(mode="json"), "generator": actors["generator"],
-                           "buffer": actors["buffer"]},
+                           "buffer": actors["buffer"], "deadline": deadline},
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu, resources_per_worker=per_worker),
         torch_config=TorchConfig(backend="nccl" if t.use_gpu else "gloo"),
         run_config=RunConfig(name=cfg.run.name, storage_path=str(Path(cfg.run.storage_path).absolute()),

@@ -56,7 +56,9 @@ def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: f
     ids = torch.tensor([s + [pad_id] * (width - len(s)) for s, _ in seqs], device=device)
     attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in seqs], device=device)
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float() / temperature
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1].float()
+    # in place: the [n, L, vocab] fp32 logits are most of a pass's memory, and a second copy of them helps nothing
+    logits.div_(temperature)
     target = ids[:, 1:]
     logp = logits.gather(-1, target[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
     positions = torch.arange(1, width, device=device)[None, :]
@@ -134,8 +136,9 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     group = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.samples], device=device)
     correct = torch.tensor([s.correct for s in samples], device=device)
     speed = torch.tensor([s.speed for s in samples], dtype=torch.float32, device=device)
-    micro = cfg.algo.micro_batch
-    batches = _chunks(list(range(len(seqs))), micro)
+    lengths = [len(s) for s, _ in seqs]
+    plan = partial(micro_batches, lengths=lengths, micro_batch=cfg.algo.micro_batch, micro_tokens=cfg.algo.micro_tokens)
+    batches = plan(list(range(len(seqs))))
 
     def batch_logprobs(policy):
         """Log-probs of the whole batch, no graph (pass 1)."""
@@ -168,7 +171,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
         # gradient. The others (DRPO's dropped groups, GRPO's zero-variance ones: most of a batch on the GPU runs,
         # docs/rl.md) would add exactly zero, unless the KL penalty or the anchor reaches them; ranks run as many
         # passes as the busiest one (DDP and FSDP synchronise inside each), the extra ones with zero weight.
-        live = _chunks(grad.abs().sum(-1).nonzero().flatten().tolist(), micro)
+        live = plan(grad.abs().sum(-1).nonzero().flatten().tolist())
         n_passes = _all_max(len(live), device)
         stats["backprop_answers"] = sum(len(b) for b in live)
         for k in range(n_passes):
@@ -183,8 +186,20 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     return stats
 
 
-def _chunks(items: list[int], size: int) -> list[list[int]]:
-    return [items[i:i + size] for i in range(0, len(items), size)]
+def micro_batches(items: list[int], lengths: list[int], micro_batch: int, micro_tokens: int | None) -> list[list[int]]:
+    """`items` (indices into `lengths`) in forward passes of at most `micro_batch` sequences and, padded to the
+    longest, at most `micro_tokens` tokens (a longer sequence goes alone). Longest first, so each pass holds
+    sequences of similar length and pads little: a pass's logits are [sequences, longest, vocab] in fp32, and eight
+    answers of ~2,300 tokens ran a shared 80 GB GPU out of memory (docs/rl.md, ninth attempt)."""
+    batches: list[list[int]] = []
+    for i in sorted(items, key=lambda i: -lengths[i]):
+        b = batches[-1] if batches else None
+        # sorted longest first: a batch's first sequence sets its width
+        if b is None or len(b) >= micro_batch or (micro_tokens and (len(b) + 1) * lengths[b[0]] > micro_tokens):
+            batches.append([i])
+        else:
+            b.append(i)
+    return batches
 
 
 def _engine_gap(samples, logp_old, mask) -> float:
@@ -228,11 +243,12 @@ def step_metrics(groups: list[Group], stats: dict, level: int) -> dict:
     return m
 
 
-def _out_of_time(cfg: RLConfig, started: float, world: int, device) -> bool:
-    """Rank 0's clock decides for every rank (they must stop at the same step)."""
+def _out_of_time(deadline: float | None, world: int, device) -> bool:
+    """Past `deadline` (time.time(), None: no budget)? Rank 0's clock decides for every rank (they must stop at the
+    same step)."""
     import torch
     import torch.distributed as dist
-    over = cfg.run.max_minutes is not None and time.monotonic() - started > cfg.run.max_minutes * 60
+    over = deadline is not None and time.time() > deadline
     if world > 1:
         flag = torch.tensor([int(over)], device=device)
         dist.broadcast(flag, src=0)
@@ -244,8 +260,8 @@ NOT_SCALARS = ("timestamp", "resumed_from")   # in metrics.jsonl, not TensorBoar
 
 
 def _drop_metrics_after(path: Path, step: int) -> None:
-    """A job interrupted after writing a step's row but before Ray Train registered its checkpoint resumes from
-    the step before: its rows past the resumed step are dropped, so the file holds each step once."""
+    """A trainer started at `step` drops the file's rows past it (an interrupted or failed trainer's rows of steps
+    whose checkpoint Ray Train never registered), so the file holds each step once."""
     if not path.exists():
         return
     lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
@@ -344,12 +360,25 @@ def rl_train_loop(config: dict) -> None:
     writer = jsonl = None
     run_dir = Path(cfg.run.storage_path).absolute() / cfg.run.name
     resumed_from = step if checkpoint else None
-    if step:   # resumed: the engines still hold their start-up weights
+    engines_at = step
+    if rank == 0:
+        # A trainer group Ray Train restarted after a failure (run.max_failures) finds the generator and engines of
+        # this job still running, ahead of the checkpoint it resumes from: their prompt loops stop (on-policy ones
+        # wait for a version this trainer would reach only with groups they are to make) and the groups made with
+        # weights it never had are dropped. A new job's are idle, its engines at their start-up weights (version 0).
+        ray.get(generator.stop.remote())
+        dropped = ray.get(buffer.discard.remote())
+        engines_at = ray.get(generator.weight_version.remote())
+        if engines_at:
+            log.info("trainer restarted at step %d: engines held version %d, %d groups dropped", step, engines_at,
+                     dropped)
+    if _all_max(int(engines_at != step), device):   # every rank gathers the weights (FSDP)
         push_weights(_full_state_dict(model), step, wait=True)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
-        if resumed_from is not None:
-            _drop_metrics_after(run_dir / "metrics.jsonl", resumed_from)
+        # rows past where training starts again: those of a trainer restarted before its first registered checkpoint
+        # (it starts over) or interrupted between a step's row and its checkpoint's registration
+        _drop_metrics_after(run_dir / "metrics.jsonl", step)
         writer = SummaryWriter(str(run_dir / "tensorboard"))
         jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
         if cfg.verify.device == "cpu":
@@ -361,7 +390,6 @@ def rl_train_loop(config: dict) -> None:
     first_probe = {f"probe_start/{k.split('/', 1)[1]}": v for k, v in probe(curriculum.level).items()} \
         if cfg.curriculum.probe_count and not checkpoint else {}
     model.train()
-    started = time.monotonic()
     out_of_time = False
     while step < cfg.run.total_steps and not out_of_time:
         t0 = time.perf_counter()
@@ -428,7 +456,7 @@ def rl_train_loop(config: dict) -> None:
                 (run_dir / "rollouts").mkdir(exist_ok=True)
                 pq.write_table(groups_table(groups, step), run_dir / "rollouts" / f"step_{step:06d}.parquet")
         t3 = time.perf_counter()
-        out_of_time = _out_of_time(cfg, started, world, device)
+        out_of_time = _out_of_time(config["deadline"], world, device)
         last = step == cfg.run.total_steps or out_of_time
         optim_state = _optimizer_state(model, optimizer) if step % cfg.run.checkpoint_every == 0 or last else None
         with tempfile.TemporaryDirectory() as tmp:

@@ -51,9 +51,11 @@ class WeightSync:
         return self._locks[next(i for i, e in enumerate(self.engines) if e is engine)]
 
     async def _update(self, engine) -> float:
-        """Bring `engine` to the latest version unless it is there already (a repair may have done it)."""
+        """Bring `engine` to the latest version unless it is there already (a repair may have done it). An engine
+        ahead of it is updated too: a trainer restarted from a checkpoint pushes an older version than the engines
+        hold, and their weights are from steps it threw away."""
         async with self._lock(engine):
-            if await call_with_restarts(lambda: engine.weight_version.remote()) >= self.version:
+            if await call_with_restarts(lambda: engine.weight_version.remote()) == self.version:
                 return 0.0
             return await call_with_restarts(
                 lambda: engine.update_weights.remote(self.buckets, self.version, self.keys))
@@ -95,7 +97,8 @@ class WeightSync:
             await asyncio.sleep(poll_s)
 
     async def ensure(self, engine) -> bool:
-        """True when the engine was behind (restarted, or a push is under way) and has been updated."""
-        if self.buckets and await engine.weight_version.remote() < self.version:
+        """True when the engine was not at the latest version (restarted, or a push is under way) and has been
+        updated."""
+        if self.buckets and await engine.weight_version.remote() != self.version:
             return await self._update(engine) > 0
         return False

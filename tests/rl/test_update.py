@@ -1,5 +1,5 @@
 """The trainer's two-pass update gives exactly the gradient of the loss over the whole batch (computed here
-directly, with one graph), whatever the micro-batch size, while answers without a gradient skip pass 2; batches
+directly, with one graph), whatever the micro-batches (by sequences or by tokens), while answers without a gradient skip pass 2; batches
 without signal skip the passes; the trainer's log-probs are those of the tempered distribution the engine sampled
 from."""
 import asyncio
@@ -12,7 +12,7 @@ from drtriton_ray.models import load_model, prepare_model
 from drtriton_ray.rl.config import RLConfig
 from drtriton_ray.rl.losses import DRPOConfig, drpo_loss
 from drtriton_ray.rl.records import Group, ScoredSample
-from drtriton_ray.rl.trainer import _sequences, _token_logprobs, has_signal, update
+from drtriton_ray.rl.trainer import _sequences, _token_logprobs, has_signal, micro_batches, update
 
 
 @pytest.fixture(scope="module")
@@ -31,10 +31,10 @@ def groups(correct_pattern):
     return out
 
 
-def step_delta(tiny, batch, micro):
+def step_delta(tiny, batch, micro, micro_tokens=None):
     model, tok = load_model(tiny)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    cfg = RLConfig(model={"path": tiny}, algo={"micro_batch": micro, "grad_clip": 1e9})
+    cfg = RLConfig(model={"path": tiny}, algo={"micro_batch": micro, "micro_tokens": micro_tokens, "grad_clip": 1e9})
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
     stats = update(model, opt, sched, batch, lambda *a: drpo_loss(*a, cfg=DRPOConfig()), cfg, torch.device("cpu"),
@@ -52,12 +52,23 @@ def test_two_pass_gradient_is_exact(tiny):
     loss, _ = drpo_loss(logp, logp.detach(), mask, group, correct, torch.full((7,), math.nan))
     loss.backward()
     want = {n: -p.grad for n, p in model.named_parameters()}
-    for micro in (1, 3, 8):
-        got, stats = step_delta(tiny, batch, micro)
+    for micro, micro_tokens in ((1, None), (3, None), (8, None), (8, 30)):
+        got, stats = step_delta(tiny, batch, micro, micro_tokens)
         # the group without a correct answer adds nothing to the gradient: its answers are not back-propagated
         assert stats["groups_used"] == 2 and stats["backprop_answers"] == 5
         for n in want:
-            assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), (micro, n)
+            assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), (micro, micro_tokens, n)
+
+
+def test_micro_batches_bound_sequences_and_padded_tokens():
+    lengths = [10, 50, 12, 48, 30, 200, 11]
+    plan = micro_batches(list(range(7)), lengths, micro_batch=3, micro_tokens=100)
+    assert sorted(i for b in plan for i in b) == list(range(7))   # every answer once
+    for b in plan:
+        assert len(b) <= 3 and (len(b) == 1 or len(b) * max(lengths[i] for i in b) <= 100), b
+    assert [5] in plan   # longer than the budget: alone
+    assert plan == [[5], [1, 3], [4, 2, 6], [0]]   # longest first: similar lengths share a pass
+    assert micro_batches([0, 2, 6], lengths, micro_batch=8, micro_tokens=None) == [[2, 6, 0]]
 
 
 def test_batches_without_signal_are_skipped(tiny):
