@@ -144,8 +144,8 @@ class RunSection(_Section):
     storage_path: str = "runs"
     _abs = field_validator("storage_path")(_absolute)
     total_steps: int = Field(3, ge=1)
-    max_minutes: float | None = Field(None, gt=0, description="wall budget for training, from the trainer's start "
-                                      "(restarts after a failure included): the step that crosses it is "
+    max_minutes: float | None = Field(None, gt=0, description="wall budget for training, from the driver's launch of "
+                                      "the trainer (restarts after a failure included): the step that crosses it is "
                                       "checkpointed and the job ends")
     checkpoint_every: int = Field(1, ge=1, description="1 = a resume loses at most the step in progress")
     keep_checkpoints: int = Field(2, ge=1)

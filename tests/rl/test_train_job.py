@@ -13,6 +13,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pyarrow.parquet as pq
 import pytest
 
@@ -115,34 +116,17 @@ def registered_steps(run_dir: Path) -> list[int]:
     return [c["metrics"]["step"] for c in snapshot["checkpoint_results"]]
 
 
-def processes() -> dict[int, tuple[int, bytes]]:
-    """pid -> (parent pid, command line) of every process."""
-    out = {}
-    for d in Path("/proc").iterdir():
+def trainer_workers(driver: psutil.Process) -> list[psutil.Process]:
+    """A job's Ray Train worker processes, under its driver's local Ray (Ray titles an actor's process after its
+    class)."""
+    found = []
+    for p in driver.children(recursive=True):
         try:
-            if d.name.isdigit():
-                parent = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
-                out[int(d.name)] = (parent, (d / "cmdline").read_bytes())
-        except (OSError, IndexError, ValueError):   # the process ended meanwhile
+            if " ".join(p.cmdline()).startswith("ray::RayTrainWorker"):
+                found.append(p)
+        except psutil.NoSuchProcess:
             pass
-    return out
-
-
-def descendants(pid: int) -> list[int]:
-    """The processes under `pid` (a job's local Ray: its GCS, raylet and every worker)."""
-    table, found, todo = processes(), [], [pid]
-    while todo:
-        parent = todo.pop()
-        children = [p for p, (pp, _) in table.items() if pp == parent]
-        found += children
-        todo += children
     return found
-
-
-def trainer_workers(job_pid: int) -> list[int]:
-    """The job's Ray Train worker processes (Ray titles an actor's process after its class)."""
-    table = processes()
-    return [p for p in descendants(job_pid) if table.get(p, (0, b""))[1].startswith(b"ray::RayTrainWorker")]
 
 
 def test_trainer_killed_mid_run_restarts_from_its_checkpoint(tiny, tmp_path):
@@ -165,19 +149,20 @@ def test_trainer_killed_mid_run_restarts_from_its_checkpoint(tiny, tmp_path):
             time.sleep(0.2)
         assert max(registered_steps(run_dir), default=0) >= 2 and proc.poll() is None, \
             proc.communicate()[0][-3000:] if proc.poll() is not None else "timeout"
-        killed = trainer_workers(proc.pid)
+        killed = trainer_workers(psutil.Process(proc.pid))
         assert len(killed) == 1, killed
-        os.kill(killed[0], signal.SIGKILL)
+        killed[0].kill()
         try:
             out = proc.communicate(timeout=900)[0]
         except subprocess.TimeoutExpired:
             raise AssertionError("the job did not finish after its trainer was restarted") from None
     finally:   # a failed or hung job takes its local Ray down with it
         if proc.poll() is None:
-            for pid in descendants(proc.pid) + [proc.pid]:
+            driver = psutil.Process(proc.pid)
+            for p in driver.children(recursive=True) + [driver]:
                 try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
+                    p.kill()
+                except psutil.NoSuchProcess:
                     pass
             proc.wait()
     assert proc.returncode == 0, out[-3000:]
