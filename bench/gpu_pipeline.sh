@@ -14,6 +14,8 @@
 #   bash bench/gpu_pipeline.sh eval-sft       # held-out pass@1 after SFT
 #   bash bench/gpu_pipeline.sh rl MINUTES     # DRPO from the SFT model for MINUTES (RL_SET: more --set overrides);
 #                                             # the job's log, metrics, actor logs and rollouts come back in $OUT
+#   bash bench/gpu_pipeline.sh rl-start 9.5   # the same in the background (a 10-minute budget outlasts a call), then
+#   bash bench/gpu_pipeline.sh rl-wait 570    # ... in the next calls: wait up to 570 s; once done, rl's files come back
 #   bash bench/gpu_pipeline.sh sft-send K     # the SFT model back here in 15 MiB pieces, 4 a call (K = 1..6 for
 #                                             # SmolLM2); then, here, `bash bench/gpu_pack.sh sft-model DIR...`
 #   bash bench/gpu_pipeline.sh recv-sft K     # a later session: carry .gpu-sftK/ (K = 1..N) before `setup`, which
@@ -54,6 +56,18 @@ EVAL_SAMPLED=${EVAL_SAMPLED---samples 4 --temperature 0.3}
 latest() {
   python3 -c "import json, sys; r = json.load(open(sys.argv[1] + '/checkpoint_manager_snapshot.json'))['checkpoint_results']; \
 print(sys.argv[1] + '/' + max(r, key=lambda c: c['metrics']['step'])['checkpoint_dir_name'])" "$1"
+}
+rl_job() {   # configs/gpu-1.yaml from the SFT model for MINUTES (run.max_minutes: the trainer's budget)
+  python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=$T/models/sft \
+    --set run.storage_path=$T/runs --set run.max_minutes="$1" ${RL_SET:-}
+}
+rl_collect() {   # the RL model for eval-rl, the metrics, the actors' own logs (the driver runs with log_to_driver
+                 # off) and every trained answer
+  ln -sfn "$(latest $T/runs/gpu-1)" $T/models/rl
+  cp $T/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl"
+  logs=/tmp/ray/session_latest/logs
+  tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
+  tar -czf "$OUT/rl_rollouts.tgz" -C $T/runs/gpu-1 rollouts
 }
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
@@ -130,14 +144,26 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     ln -sfn "$(latest $T/runs/sft-smollm2)" $T/models/sft
     cp $T/runs/sft-smollm2/metrics.jsonl "$OUT/sft_metrics.jsonl" ;;
   rl)
-    python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=$T/models/sft \
-      --set run.storage_path=$T/runs --set run.max_minutes="${2:-6}" ${RL_SET:-} 2>&1 | tee "$OUT/rl.log" | tail -30
-    ln -sfn "$(latest $T/runs/gpu-1)" $T/models/rl
-    cp $T/runs/gpu-1/metrics.jsonl "$OUT/rl_metrics.jsonl"
-    # the actors' own logs (the driver runs with log_to_driver off) and every trained answer
-    logs=/tmp/ray/session_latest/logs
-    tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
-    tar -czf "$OUT/rl_rollouts.tgz" -C $T/runs/gpu-1 rollouts ;;
+    rl_job "${2:-6}" 2>&1 | tee "$OUT/rl.log" | tail -30
+    rl_collect ;;
+  rl-start)   # the job in the background, so that its budget is not bound by one call's 600 s
+    rm -f $T/rl.done
+    setsid nohup bash -c "$(declare -f rl_job); T=$T RL_SET='${RL_SET:-}' rl_job ${2:-9.5} > $T/rl.log 2>&1; \
+      touch $T/rl.done" > /dev/null 2>&1 &
+    echo $! > $T/rl.pid
+    sleep 5 && tail -3 $T/rl.log ;;
+  rl-wait)    # until the background job ends or SECONDS pass; once it has ended, its files come back as rl's do
+    waited=0
+    while [ ! -f $T/rl.done ] && [ $waited -lt "${2:-570}" ]; do
+      if ! kill -0 "$(cat $T/rl.pid)" 2>/dev/null && [ ! -f $T/rl.done ]; then
+        echo "error: the background job (pid $(cat $T/rl.pid)) is gone without finishing; its log:" >&2
+        tail -20 $T/rl.log >&2
+        exit 1
+      fi
+      sleep 10 && waited=$((waited + 10))
+    done
+    tr '\r' '\n' < $T/rl.log | grep -v '^$' | tail -4
+    if [ -f $T/rl.done ]; then cp $T/rl.log "$OUT/rl.log" && tail -28 $T/rl.log && rl_collect; else echo "still running"; fi ;;
   replay)
     shift
     settings=()
@@ -154,6 +180,6 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | eval-rl | replay [SETTING...] | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
     exit 2 ;;
 esac

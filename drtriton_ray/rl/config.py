@@ -101,6 +101,9 @@ class AlgoSection(_Section):
                                 "are timing noise on a shared GPU (bench/speed_noise.py)")
     neg_weight: float = Field(1.0, ge=0, description="DRPO: weight of the negatives' log-sum-exp term (1: DRPO as "
                               "published; 0: correct answers pushed up only)")
+    entropy_top: float | None = Field(None, gt=0, le=1, description="learn from this fraction of a batch's answer "
+                                      "tokens only, those of highest entropy under the policy that sampled them (the "
+                                      "forks; Wang et al. 2025: 0.2); the KL terms keep every token. None: all tokens")
     ref_kl: float = Field(0.0, ge=0, description="coefficient of KL(policy || starting model) over every answer of "
                           "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer "
                           "rank holds a frozen, unsharded fp32 copy of model.path, run as the policy is")

@@ -26,6 +26,13 @@ make most of the gradient, and pushing them down pushes the shared template down
 right answer is known (bench/rl_learns.py, docs/rl.md) 3 steps at full weight left the right answer's probability
 flat or collapsed it, and at weight 0 raised it.
 
+Either loss can learn from a selection of answer tokens only (`select`; `algo.entropy_top`, `high_entropy_tokens`):
+the policy-gradient term sees those, the KL term every answer token. Wang et al. (arXiv 2506.01939) restrict RL to
+the 20% of tokens with the highest entropy under the sampling policy, the forks where the answer is decided. On the
+GPU attempts (docs/rl.md) an answer's correctness is decided at a few such tokens (which kernel template to write
+after the preamble, which dim or op code the forward passes) and the rest follows at log-probability ~-0.001 a
+token; without the selection the negatives' term pushes down the template shared with the right answer.
+
 Either loss can carry an anchor to the starting policy (`algo.ref_kl`, off by default as in DRTriton):
 ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped groups included (`kl_to_ref`).
 
@@ -34,6 +41,7 @@ normalised within each group; zero-variance groups skipped; PPO-clipped ratio, t
 """
 from __future__ import annotations
 
+import math
 import statistics
 from dataclasses import dataclass
 
@@ -66,6 +74,17 @@ LOG_RATIO_BOUND = 20.0
 K3_BOUND = 10.0
 
 
+def high_entropy_tokens(entropy: torch.Tensor, mask: torch.Tensor, top: float) -> torch.Tensor:
+    """The `top` fraction of answer tokens (mask > 0) with the highest entropy, as a 0/1 mask like `mask` (ties at
+    the threshold are all kept)."""
+    values = entropy[mask > 0]
+    if values.numel() == 0:
+        return torch.zeros_like(mask)
+    k = max(1, math.ceil(top * values.numel()))
+    threshold = torch.topk(values, k).values[-1]
+    return ((entropy >= threshold) & (mask > 0)).to(mask.dtype)
+
+
 def kl_old_new(logp: torch.Tensor, logp_old: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """KL(pi_old || pi) from tokens sampled by pi_old: the non-negative k3 estimator,
     E_old[ratio - 1 - log ratio] with ratio = pi / pi_old, averaged over answer tokens (each token's term bounded)."""
@@ -87,9 +106,13 @@ def kl_to_ref(logp: torch.Tensor, logp_ref: torch.Tensor, mask: torch.Tensor) ->
     return kl_old_new(logp_ref, logp, mask)
 
 
-def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRPOConfig()):
+def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRPOConfig(), select=None):
     mask = mask.to(logp.dtype)
-    score = _seq_mean(logp, mask)  # s_theta(o): length-normalised log-likelihood
+    learn = mask if select is None else select.to(logp.dtype)
+    score = _seq_mean(logp, learn)  # s_theta(o): length-normalised log-likelihood (of the selected tokens)
+    # an answer without a selected token has no score to move: it would enter the negatives' log-sum-exp at 0,
+    # above every real score, and take their weight
+    scored = learn.sum(-1) > 0
     has_speed = ~torch.isnan(speed)
     objective = logp.new_zeros(())
     used = dropped_no_correct = dropped_all_correct = 0
@@ -111,9 +134,13 @@ def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRP
                 dropped_all_correct += 1
                 continue
             pos, neg = pos & ~slow, slow
+        pos, neg = pos & scored, neg & scored
+        if not pos.any():
+            dropped_no_correct += 1
+            continue
         weights = torch.softmax(r[pos] / cfg.lam, dim=0).detach()
         positive = (weights * score[pos]).sum()
-        negative = cfg.tau * torch.logsumexp(score[neg] / cfg.tau, dim=0)
+        negative = cfg.tau * torch.logsumexp(score[neg] / cfg.tau, dim=0) if neg.any() else 0.0
         objective = objective + positive - cfg.neg_weight * negative
         used += 1
     objective = objective / max(used, 1)
@@ -146,11 +173,11 @@ def grpo_advantages(rewards: torch.Tensor, group: torch.Tensor) -> tuple[torch.T
     return adv, keep
 
 
-def grpo_loss(logp, logp_old, mask, group, correct, speed, cfg: GRPOConfig = GRPOConfig()):
+def grpo_loss(logp, logp_old, mask, group, correct, speed, cfg: GRPOConfig = GRPOConfig(), select=None):
     mask = mask.to(logp.dtype)
     rewards = grpo_rewards(correct, speed)
     adv, keep = grpo_advantages(rewards, group)
-    token_mask = mask * keep[:, None].to(mask.dtype)
+    token_mask = (mask if select is None else select.to(mask.dtype)) * keep[:, None].to(mask.dtype)
     ratio = torch.exp(logp - logp_old)
     clipped = torch.clamp(ratio, 1.0 - cfg.clip, 1.0 + cfg.clip)
     per_token = -torch.minimum(ratio * adv[:, None], clipped * adv[:, None])

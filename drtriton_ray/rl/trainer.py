@@ -47,10 +47,11 @@ def _sequences(groups: list[Group]) -> list[tuple[list[int], int]]:
     return [(g.prompt_ids + s.token_ids, len(g.prompt_ids)) for g in groups for s in g.samples]
 
 
-def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: float):
+def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: float, entropy: bool = False):
     """Log-probs of each sequence's tokens 1..L-1 under `model` at the rollout temperature, [n, L-1], and the answer
-    mask. The policy trained is the tempered one the answers were drawn from (as veRL does): its log-probs are the
-    engines', and the KL bound holds for the distribution that samples."""
+    mask; with `entropy`, also the entropy of each of those tokens' distributions (no graph: for pass 1). The policy
+    trained is the tempered one the answers were drawn from (as veRL does): its log-probs are the engines', and the
+    KL bound holds for the distribution that samples."""
     import torch
     width = max(len(ids) for ids, _ in seqs)
     ids = torch.tensor([s + [pad_id] * (width - len(s)) for s, _ in seqs], device=device)
@@ -60,12 +61,17 @@ def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: f
     # in place: the [n, L, vocab] fp32 logits are most of a pass's memory, and a second copy of them helps nothing
     logits.div_(temperature)
     target = ids[:, 1:]
-    logp = logits.gather(-1, target[..., None]).squeeze(-1) - torch.logsumexp(logits, -1)
+    lse = torch.logsumexp(logits, -1)
+    logp = logits.gather(-1, target[..., None]).squeeze(-1) - lse
     positions = torch.arange(1, width, device=device)[None, :]
     starts = torch.tensor([p for _, p in seqs], device=device)[:, None]
     lengths = torch.tensor([len(s) for s, _ in seqs], device=device)[:, None]
     mask = ((positions >= starts) & (positions < lengths)).float()
-    return logp * mask, mask
+    if not entropy:
+        return logp * mask, mask
+    # H = logsumexp(l) - sum softmax(l) * l
+    ent = lse - (torch.exp(logits - lse[..., None]) * logits).sum(-1)
+    return logp * mask, mask, ent * mask
 
 
 def _all_max(value: int, device) -> int:
@@ -123,7 +129,7 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     adds ref_kl * KL(policy || ref_model) over the batch."""
     import torch
 
-    from drtriton_ray.rl.losses import kl_to_ref
+    from drtriton_ray.rl.losses import high_entropy_tokens, kl_to_ref
     samples = [s for g in groups for s in g.samples]
     stats: dict = {"train_tokens": sum(len(s.token_ids) for s in samples)}
     signal = has_signal(groups, cfg.algo.name, cfg.algo.speed_margin)
@@ -141,26 +147,30 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     batches = plan(list(range(len(seqs))))
 
     def batch_logprobs(policy):
-        """Log-probs of the whole batch, no graph (pass 1)."""
+        """Log-probs of the whole batch, the answer mask and each token's entropy, no graph (pass 1)."""
         with torch.no_grad():
             width = max(len(s) for s, _ in seqs) - 1
             logp = torch.zeros(len(seqs), width, device=device)
-            mask = torch.zeros_like(logp)
+            mask, ent = torch.zeros_like(logp), torch.zeros_like(logp)
             for b in batches:
-                lp, m = _token_logprobs(policy, [seqs[i] for i in b], pad_id, device, bf16, temperature)
-                logp[b, :lp.shape[1]], mask[b, :m.shape[1]] = lp, m
-        return logp, mask
+                lp, m, e = _token_logprobs(policy, [seqs[i] for i in b], pad_id, device, bf16, temperature, entropy=True)
+                logp[b, :lp.shape[1]], mask[b, :m.shape[1]], ent[b, :e.shape[1]] = lp, m, e
+        return logp, mask, ent
 
-    logp_old = logp_ref = None
+    logp_old = logp_ref = select = None
     for _ in range(cfg.algo.updates_per_batch):
-        logp, mask = batch_logprobs(model)
+        logp, mask, ent = batch_logprobs(model)
         if logp_old is None:
             logp_old = logp
             stats["logprob_gap"] = _engine_gap(samples, logp_old, mask)
+            stats["entropy"] = float((ent * mask).sum() / mask.sum().clamp_min(1))
+            if cfg.algo.entropy_top is not None:   # chosen once, under the policy that sampled the batch
+                select = high_entropy_tokens(ent, mask, cfg.algo.entropy_top)
+                stats["selected_tokens"] = float(select.sum())
             if ref_model is not None:
                 logp_ref = batch_logprobs(ref_model)[0]
         leaf = logp.clone().requires_grad_(True)
-        loss, stats_k = loss_fn(leaf, logp_old, mask, group, correct, speed)
+        loss, stats_k = loss_fn(leaf, logp_old, mask, group, correct, speed, select=select)
         if logp_ref is not None:
             kl_ref = kl_to_ref(leaf, logp_ref, mask)
             loss = loss + cfg.algo.ref_kl * kl_ref

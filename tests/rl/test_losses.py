@@ -4,8 +4,8 @@ import math
 import pytest
 import torch
 
-from drtriton_ray.rl.losses import (DRPOConfig, drpo_loss, grpo_advantages, grpo_loss, grpo_rewards, kl_old_new,
-                                   kl_to_ref)
+from drtriton_ray.rl.losses import (DRPOConfig, drpo_loss, grpo_advantages, grpo_loss, grpo_rewards,
+                                   high_entropy_tokens, kl_old_new, kl_to_ref)
 
 NAN = float("nan")
 
@@ -117,6 +117,44 @@ def test_grpo_rewards_and_advantages_by_hand():
     # group 0: mean 0.5, unbiased std sqrt(1/3): +-0.5 / 0.57735 = +-0.8660; group 1 has no variance
     assert adv[:4].tolist() == pytest.approx([0.8660254, 0.8660254, -0.8660254, -0.8660254], abs=1e-5)
     assert keep.tolist() == [True, True, True, True, False, False]
+
+
+def test_high_entropy_tokens_are_the_top_fraction_of_answer_tokens():
+    entropy = torch.tensor([[0.1, 2.0, 0.3, 9.0], [1.5, 0.2, 0.0, 0.0]])
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])   # 9.0 is padding: never chosen
+    # 5 answer tokens: 0.4 of them -> 2 (2.0 and 1.5); 0.5 -> ceil(2.5) = 3 (and 0.3)
+    assert high_entropy_tokens(entropy, mask, 0.4).tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]
+    assert high_entropy_tokens(entropy, mask, 0.5).tolist() == [[0, 1, 1, 0], [1, 0, 0, 0]]
+    assert high_entropy_tokens(entropy, mask, 1.0).tolist() == mask.tolist()
+    assert high_entropy_tokens(entropy, torch.zeros_like(mask), 0.2).sum() == 0
+
+
+def test_drpo_learns_from_selected_tokens_only():
+    # A correct, B and C wrong; selected tokens: A's second (-3), B's first (-4); C has none, so it stays out of the
+    # negatives' log-sum-exp. s_A = -3, s_B = -4: J = -3 - (-4) = 1. The KL term (beta 0 here) would see every token.
+    logp, mask = batch([[-1.0, -3.0], [-4.0, -2.0], [-0.1, -0.1]])
+    select = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
+    loss, info = drpo_loss(logp, logp.detach(), mask, torch.tensor([0, 0, 0]), torch.tensor([True, False, False]),
+                           torch.full((3,), NAN, dtype=torch.float64), DRPOConfig(beta=0.0), select=select)
+    assert loss.item() == pytest.approx(-1.0) and info["groups_used"] == 1
+    loss.backward()
+    assert logp.grad.flatten().tolist() == pytest.approx([0.0, -1.0, 1.0, 0.0, 0.0, 0.0])
+    # a group whose correct answer has no selected token has nothing to push up: dropped
+    loss, info = drpo_loss(logp.detach(), logp.detach(), mask, torch.tensor([0, 0, 0]),
+                           torch.tensor([False, False, True]), torch.full((3,), NAN, dtype=torch.float64),
+                           select=select)
+    assert info["groups_used"] == 0 and info["dropped_no_correct"] == 1.0
+
+
+def test_grpo_token_mean_over_selected_tokens():
+    # as below, with only each answer's first token selected: (-0.866 - 0.866 + 0.866 + 0.866) / 4 = 0
+    logp, mask = batch([[-1.0, 0.0], [-1.0, -2.0], [-1.0, -1.0], [-1.0, -1.0]], [[1, 0], [1, 1], [1, 1], [1, 1]])
+    select = torch.tensor([[1.0, 0.0]] * 4, dtype=torch.float64)
+    loss, _ = grpo_loss(logp, logp.detach(), mask, torch.zeros(4, dtype=torch.long),
+                        torch.tensor([True, True, False, False]), torch.full((4,), NAN), select=select)
+    loss.backward()
+    assert loss.item() == pytest.approx(0.0, abs=1e-9)
+    assert logp.grad[:, 1].tolist() == [0.0] * 4 and logp.grad[0, 0].item() == pytest.approx(-0.8660254 / 4, abs=1e-6)
 
 
 def test_grpo_loss_token_mean_and_clipping():

@@ -10,7 +10,7 @@ import torch
 
 from drtriton_ray.models import load_model, prepare_model
 from drtriton_ray.rl.config import RLConfig
-from drtriton_ray.rl.losses import DRPOConfig, drpo_loss
+from drtriton_ray.rl.losses import DRPOConfig, drpo_loss, high_entropy_tokens
 from drtriton_ray.rl.records import Group, ScoredSample
 from drtriton_ray.rl.trainer import _sequences, _token_logprobs, has_signal, micro_batches, update
 
@@ -31,14 +31,15 @@ def groups(correct_pattern):
     return out
 
 
-def step_delta(tiny, batch, micro, micro_tokens=None):
+def step_delta(tiny, batch, micro, micro_tokens=None, entropy_top=None):
     model, tok = load_model(tiny)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
-    cfg = RLConfig(model={"path": tiny}, algo={"micro_batch": micro, "micro_tokens": micro_tokens, "grad_clip": 1e9})
+    cfg = RLConfig(model={"path": tiny}, algo={"micro_batch": micro, "micro_tokens": micro_tokens, "grad_clip": 1e9,
+                                               "entropy_top": entropy_top})
     opt = torch.optim.SGD(model.parameters(), lr=1.0)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0)
-    stats = update(model, opt, sched, batch, lambda *a: drpo_loss(*a, cfg=DRPOConfig()), cfg, torch.device("cpu"),
-                   tok.eos_token_id)
+    stats = update(model, opt, sched, batch, lambda *a, **k: drpo_loss(*a, cfg=DRPOConfig(), **k), cfg,
+                   torch.device("cpu"), tok.eos_token_id)
     return {n: p.detach() - before[n] for n, p in model.named_parameters()}, stats
 
 
@@ -58,6 +59,31 @@ def test_two_pass_gradient_is_exact(tiny):
         assert stats["groups_used"] == 2 and stats["backprop_answers"] == 5
         for n in want:
             assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), (micro, micro_tokens, n)
+
+
+def test_entropy_top_learns_from_the_forks_only(tiny):
+    # the gradient of DRPO over the answers' highest-entropy 30% of tokens, computed directly, is the update's
+    batch = groups([(True, False, False), (False, True)])
+    model, tok = load_model(tiny)
+    logp, mask, ent = _token_logprobs(model, _sequences(batch), tok.eos_token_id, torch.device("cpu"), False, 1.0,
+                                      entropy=True)
+    # the entropy is that of each token's distribution: log(vocab) at most
+    assert float(ent.max()) <= math.log(model.config.vocab_size) + 1e-4 and float((ent * (1 - mask)).abs().max()) == 0
+    select = high_entropy_tokens(ent.detach(), mask, 0.3)
+    assert 0 < select.sum() < mask.sum()
+    correct = torch.tensor([s.correct for g in batch for s in g.samples])
+    loss, _ = drpo_loss(logp, logp.detach(), mask, torch.tensor([0, 0, 0, 1, 1]), correct,
+                        torch.full((5,), math.nan), select=select)
+    loss.backward()
+    want = {n: -p.grad for n, p in model.named_parameters()}
+    got, stats = step_delta(tiny, batch, 2, entropy_top=0.3)
+    assert stats["selected_tokens"] == float(select.sum())
+    assert stats["entropy"] == pytest.approx(float((ent * mask).sum() / mask.sum()), rel=1e-5)
+    for n in want:
+        assert torch.allclose(got[n], want[n], atol=1e-6, rtol=1e-4), n
+    # and it is not the gradient over every token
+    every, _ = step_delta(tiny, batch, 2)
+    assert any(not torch.allclose(every[n], got[n], atol=1e-6) for n in want)
 
 
 def test_micro_batches_bound_sequences_and_padded_tokens():
@@ -101,7 +127,7 @@ def test_trainer_logprobs_are_the_engines_at_the_rollout_temperature(tiny):
         opt = torch.optim.SGD(model.parameters(), lr=0.0)
         stats = update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0),
                        [Group("p", 0, samples, level=1, prompt_ids=prompt)],
-                       lambda *a: drpo_loss(*a, cfg=DRPOConfig()), cfg, torch.device("cpu"), tok.eos_token_id)
+                       lambda *a, **k: drpo_loss(*a, cfg=DRPOConfig(), **k), cfg, torch.device("cpu"), tok.eos_token_id)
         return stats["logprob_gap"]
     assert gap(0.5) < 1e-5 and gap(1.0) > 1e-2
 
@@ -118,7 +144,7 @@ def test_ref_kl_anchor_holds_the_policy_near_the_starting_model(tiny):
         cfg = RLConfig(model={"path": tiny}, algo={"updates_per_batch": 4, "ref_kl": ref_kl, "grad_clip": 1e9})
         opt = torch.optim.SGD(model.parameters(), lr=0.05)
         stats = update(model, opt, torch.optim.lr_scheduler.LambdaLR(opt, lambda _: 1.0), batch,
-                       lambda *a: drpo_loss(*a, cfg=DRPOConfig(beta=0.0)), cfg, torch.device("cpu"),
+                       lambda *a, **k: drpo_loss(*a, cfg=DRPOConfig(beta=0.0), **k), cfg, torch.device("cpu"),
                        tok.eos_token_id, ref_model=ref)
         start = load_model(tiny)[0]
         moved = sum(float((p.detach() - q.detach()).pow(2).sum()) for p, q in zip(model.parameters(),
