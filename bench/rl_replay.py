@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import re
 import sys
 import time
 from pathlib import Path
@@ -35,8 +34,8 @@ from drtriton_ray.rl.config import RLConfig, load_config  # noqa: E402
 from drtriton_ray.rl.records import Group, ScoredSample  # noqa: E402
 from drtriton_ray.rl.trainer import _loss_fn, _token_logprobs, passes_bf16, reference_model, update  # noqa: E402
 from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
+from drtriton_ray.synth.sampler import parse_program_id  # noqa: E402
 
-PROMPT_ID = re.compile(r"l(\d+)-s(\d+)-(\d+)$")
 
 
 def rl_config(config: str, model: str, setting: str) -> RLConfig:
@@ -60,10 +59,10 @@ def recorded_groups(path: Path, tokenizer, profile: str) -> list[Group]:
     for r in rows:
         pid = r["prompt_id"]
         if pid not in groups:
-            m = PROMPT_ID.search(pid)
-            if not m:
-                raise SystemExit(f"{path}: prompt id {pid!r} is not l<level>-s<seed>-<index>")
-            level, seed, index = map(int, m.groups())
+            try:
+                level, seed, index = parse_program_id(pid)
+            except ValueError as e:
+                raise SystemExit(f"{path}: {e}") from None
             sampler = samplers.setdefault((level, seed), Sampler(SynthConfig(level=level, profile=profile), seed))
             groups[pid] = Group(pid, r["weight_version"], [], level, prompt_ids(tokenizer, sampler.sample(index).source))
         ids = tokenizer(r["text"], add_special_tokens=False).input_ids

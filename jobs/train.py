@@ -25,7 +25,7 @@ import yaml
 from pydantic import ValidationError
 
 from drtriton_ray.rl.config import RLConfig, check_cluster, load_config
-from drtriton_ray.rl.topology import build_actors, make_trainer, shutdown
+from drtriton_ray.rl.topology import build_actors, make_trainer, selection_prior, shutdown
 
 # Settings that the actors need as the driver has them (the Makefile exports them; a Ray cluster's
 # workers otherwise inherit whatever environment `ray start` had).
@@ -142,6 +142,11 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as e:
         print(f"error: {args.config}: {e}", file=sys.stderr)
         return 2
+    try:
+        prior = selection_prior(cfg)
+    except (OSError, ValueError) as e:   # curriculum.select_prior unreadable
+        print(f"error: {e}", file=sys.stderr)
+        return 2
 
     import ray
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
@@ -154,7 +159,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
     metrics_path = Path(cfg.run.storage_path) / cfg.run.name / "metrics.jsonl"
     t0 = time.perf_counter()
-    actors = build_actors(cfg)
+    actors = build_actors(cfg, prior)
     actors["generator"].warm_up.remote()   # engines get ready while Ray Train starts the trainer
     result, interrupted = None, False
     try:

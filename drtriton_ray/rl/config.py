@@ -169,6 +169,21 @@ class CurriculumSection(_Section):
         "nothing (all answers right or all wrong; rl/curriculum.py Learnability)")
     select_floor: float = Field(0.1, gt=0, le=1, description="with select learnable: the least chance of keeping a "
                                 "program")
+    select_prior: list[str] = Field(default_factory=list, description="with select learnable: earlier runs' "
+                                    "rollouts folders (RUN/rollouts) whose answers start the per-operator counts, "
+                                    "so selection need not spend the first steps finding out what the policy solves")
+
+    @field_validator("select_prior")
+    @classmethod
+    def _abs_prior(cls, paths: list[str]) -> list[str]:
+        return [_absolute(p) for p in paths]
+
+    @model_validator(mode="after")
+    def _check_prior(self):
+        if self.select_prior and self.select != "learnable":
+            raise ValueError("curriculum.select_prior needs curriculum.select: learnable (uniform selection has no "
+                             "counts to start)")
+        return self
     probe_count: int = Field(0, ge=0, description="after every step, the reference probe (eval/probe.py) on this "
                              "many held-out programs of the current level: how many reference lowerings the policy "
                              "writes greedily, elementwise programs apart; one forward pass each (0: off)")

@@ -49,7 +49,9 @@ HELDOUT_GUARD = 256
 
 
 class Generator:
-    def __init__(self, cfg: dict, engines: list, verifiers: list, buffer):
+    def __init__(self, cfg: dict, engines: list, verifiers: list, buffer, learnability: Optional[dict] = None):
+        """`learnability`: prompt selection's starting counts (Learnability.state_dict; the driver reads
+        curriculum.select_prior); a checkpoint's counts replace them on resume."""
         self.cfg = RLConfig(**cfg)
         self.tokenizer = load_tokenizer(self.cfg.model.path)
         self.engines, self.verifiers, self.buffer = engines, verifiers, buffer
@@ -58,7 +60,10 @@ class Generator:
         self.next_index: dict[int, int] = {}
         self.counters: Counter = Counter()
         c = self.cfg.curriculum
-        self.learnability = Learnability(c.select_floor) if c.select == "learnable" else None
+        self.learnability = None
+        if c.select == "learnable":
+            self.learnability = Learnability.from_state_dict(learnability) if learnability \
+                else Learnability(c.select_floor)
         self._samplers: dict[int, list] = {}
         self._heldout: dict[int, list[ProgramRecord]] = {}
         self._heldout_sources: dict[int, asyncio.Future] = {}   # level -> the guard's sources, drawn once
@@ -317,7 +322,7 @@ class Generator:
             judged = [x for x in scored if x.outcome != REWARD_ERROR]
             self.learnability.observe(record.ops, len(judged), sum(x.correct for x in judged))
         return Group(prompt_id=record.id, weight_version=min(s.weight_version for s in samples), samples=scored,
-                     level=record.level, prompt_ids=ids,
+                     level=record.level, prompt_ids=ids, ops=list(record.ops),
                      timings={"sample_s": t1 - t0, "generate_s": t2 - t1, "verify_s": time.perf_counter() - t2})
 
     # -- held-out evaluation --

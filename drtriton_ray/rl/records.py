@@ -28,6 +28,7 @@ class Group:
     level: int = 0
     prompt_ids: list[int] = field(default_factory=list)
     timings: dict[str, float] = field(default_factory=dict)   # sample_s, generate_s, verify_s
+    ops: list[str] = field(default_factory=list)              # the program's operators
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -36,7 +37,7 @@ class Group:
 def groups_table(groups: list[Group], step: int):
     """One row per answer, for rollouts/step_N.parquet."""
     import pyarrow as pa
-    rows = [{"step": step, "prompt_id": g.prompt_id, "level": g.level, "answer": i, "text": s.text,
+    rows = [{"step": step, "prompt_id": g.prompt_id, "level": g.level, "ops": g.ops, "answer": i, "text": s.text,
              "tokens": len(s.token_ids), "finish_reason": s.finish_reason, "weight_version": s.weight_version,
              "outcome": s.outcome, "correct": s.correct, "speed": None if math.isnan(s.speed) else s.speed,
              "reason": s.reason} for g in groups for i, s in enumerate(g.samples)]

@@ -11,8 +11,31 @@ import ray
 from drtriton_ray.rl.config import RLConfig
 
 
-def build_actors(cfg: RLConfig) -> dict:
-    """Buffer, engines, verifiers and the generator that ties them together."""
+def selection_prior(cfg: RLConfig) -> dict | None:
+    """Prompt selection's starting counts from curriculum.select_prior (Learnability.state_dict), read by the
+    driver, where the config's paths are, before Ray starts; rollouts without an `ops` column get each program's operators from its
+    id under this run's synth config (the same as the earlier run's, or the counts go to other operators)."""
+    from drtriton_ray.rl.curriculum import Learnability
+    from drtriton_ray.synth import Sampler
+    from drtriton_ray.synth.sampler import parse_program_id
+    c = cfg.curriculum
+    if not c.select_prior:
+        return None
+    samplers: dict[tuple[int, int], Sampler] = {}
+
+    def ops_of(program_id: str) -> list[str]:
+        level, seed, index = parse_program_id(program_id)
+        return samplers.setdefault((level, seed), Sampler(cfg.synth.config(level), seed)).planned_ops(index)
+    prior = Learnability.from_rollouts(c.select_prior, c.select_floor, ops_of)
+    answers = sum(a for a, _ in prior.counts.values())
+    print(f"prompt selection starts from earlier runs' answers: {len(prior.counts)} operators, {answers} "
+          f"operator-answers ({', '.join(c.select_prior)})", flush=True)
+    return prior.state_dict()
+
+
+def build_actors(cfg: RLConfig, prior: dict | None = None) -> dict:
+    """Buffer, engines, verifiers and the generator that ties them together; `prior`: prompt selection's starting
+    counts (`selection_prior`)."""
     from drtriton_ray.rl.buffer import GroupBuffer
     from drtriton_ray.rl.generator import Generator
     from drtriton_ray.rollout.actor import rollout_actor
@@ -40,7 +63,8 @@ def build_actors(cfg: RLConfig) -> dict:
     else:
         verifiers = [CPUVerifier.options(num_cpus=v.num_cpus, max_restarts=v.max_restarts)
                      .remote("cpu", v.workers_per_actor, 100, limits) for _ in range(v.actors)]
-    generator = ray.remote(num_cpus=0)(Generator).remote(cfg.model_dump(mode="json"), engines, verifiers, buffer)
+    generator = ray.remote(num_cpus=0)(Generator).remote(cfg.model_dump(mode="json"), engines, verifiers, buffer,
+                                                         prior)
     return {"buffer": buffer, "engines": engines, "verifiers": verifiers, "generator": generator}
 
 

@@ -11,6 +11,7 @@ it is retried after a wait, then reported, so an index names one program whateve
 from __future__ import annotations
 
 import random
+import re
 import time
 from dataclasses import asdict, dataclass
 
@@ -27,6 +28,17 @@ from drtriton_ray.verify.inputs import free_cache
 # seconds to wait before each retry of a validation that ran out of memory: long enough for a verifier's exclusive
 # check of a paper-size problem (a few seconds each) to end and hand its memory back
 OOM_RETRY_WAITS_S = (5.0, 30.0)
+PROGRAM_ID = re.compile(r"^l(\d+)-s(\d+)-(\d+)$")
+
+
+def parse_program_id(program_id: str) -> tuple[int, int, int]:
+    """(level, seed, index) of a program's id as `Sampler.sample` writes it (`l1-s0-000012`): programs are
+    deterministic in them, given the synthesis config."""
+    m = PROGRAM_ID.match(program_id)
+    if not m:
+        raise ValueError(f"program id {program_id!r} is not l<level>-s<seed>-<index>")
+    level, seed, index = map(int, m.groups())
+    return level, seed, index
 
 
 class SynthesisError(Exception):
@@ -79,9 +91,17 @@ class Sampler:
             return list(self.schedule[index % len(self.schedule)])
         return [rng.choice(self.names) for _ in range(self.config.level)]
 
+    def _rng(self, index: int) -> random.Random:
+        return random.Random(f"{self.seed}:{self.config.level}:{index}")
+
+    def planned_ops(self, index: int) -> list[str]:
+        """The operators `sample(index)` draws for, without drawing (no CP-SAT): at levels 1 and 2 always its
+        program's; at level 5 unless half its attempts fail and it draws others."""
+        return self.ops_for(index, self._rng(index))
+
     def sample(self, index: int) -> ProgramRecord:
         cfg = self.config
-        rng = random.Random(f"{self.seed}:{cfg.level}:{index}")
+        rng = self._rng(index)
         ops = self.ops_for(index, rng)
         reasons: list[str] = []
         for attempt in range(cfg.max_attempts):

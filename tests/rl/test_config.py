@@ -41,6 +41,7 @@ def test_all_three_configs_exist():
     ({"curriculum": {"levels": [0]}}, "levels must be positive"),
     ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
     ({"sync": {"method": "nccl"}}, "object_store"),
+    ({"curriculum": {"select_prior": ["runs/a/rollouts"]}}, "needs curriculum.select: learnable"),
 ])
 def test_impossible_settings_fail_with_the_field(override, message):
     with pytest.raises(ValidationError, match=message):

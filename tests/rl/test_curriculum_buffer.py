@@ -41,6 +41,40 @@ def test_learnability_keep_chances_by_hand():
             Learnability(floor)
 
 
+def test_learnability_prior_from_earlier_rollouts(tmp_path):
+    """Counts from runs' rollouts: a row's `ops`, or for rollouts written before that column, the operators its
+    program id names; answers whose scoring failed are not counted; a folder without rollouts is refused."""
+    import math
+
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from drtriton_ray.rl.records import ScoredSample, groups_table
+
+    def answer(correct, outcome=None):
+        return ScoredSample([1], [], "x", "stop", 0, outcome or ("correct" if correct else "wrong"), correct, math.nan)
+    new, old = tmp_path / "new" / "rollouts", tmp_path / "old" / "rollouts"
+    new.mkdir(parents=True)
+    old.mkdir(parents=True)
+    pq.write_table(groups_table([Group("l1-s0-000001", 0, [answer(True), answer(False), answer(False, "reward_error")],
+                                       level=1, ops=["ReLU"]),
+                                 Group("l2-s0-000003", 0, [answer(True), answer(True)], level=2, ops=["Sum", "ReLU"])],
+                                step=1), new / "step_000001.parquet")
+    legacy = groups_table([Group("l1-s0-000009", 0, [answer(False)] * 3, level=1, ops=["Tril"])], step=1)
+    pq.write_table(legacy.drop(["ops"]), old / "step_000001.parquet")
+    asked = []
+
+    def ops_of(program_id):
+        asked.append(program_id)
+        return ["Tril"]
+    prior = Learnability.from_rollouts([str(new), str(old)], 0.1, ops_of)
+    assert asked == ["l1-s0-000009"]   # only the rows without operators
+    assert prior.counts == {"ReLU": [4, 3], "Sum": [2, 2], "Tril": [3, 0]} and prior.floor == 0.1
+    assert isinstance(pq.read_table(new / "step_000001.parquet").schema.field("ops").type, pa.ListType)
+    with pytest.raises(ValueError, match="holds no step_"):
+        Learnability.from_rollouts([str(tmp_path)], 0.1, ops_of)
+
+
 def test_curriculum_config_errors():
     for bad in (dict(levels=()), dict(promote_at=1.5), dict(steps_per_stage=0), dict(heldout_seed=0)):
         with pytest.raises(ValueError):

@@ -112,5 +112,8 @@ def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
     assert drawn == len(kept) + passed + skipped and passed >= 3 * len(kept), (drawn, passed, stats)
     assert Learnability.from_state_dict(state["learnability"]).counts == counts
     assert stats["select_operators_seen"] == len(ops) - 1
+    # the driver's starting counts (curriculum.select_prior), replaced by a checkpoint's on resume (above)
+    primed = module.Generator(cfg.model_dump(mode="json"), [], [], None, {"floor": 0.1, "counts": {"ReLU": [8, 1]}})
+    assert primed.learnability.counts == {"ReLU": [8, 1]}
     uniform = module.Generator(RLConfig(model={"path": tiny}).model_dump(mode="json"), [], [], None)
     assert uniform.learnability is None and asyncio.run(uniform.state())["learnability"] is None

@@ -86,13 +86,27 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
 def test_train_on_policy_with_the_reference_probe(tiny, tmp_path):
     """algo.max_staleness 0: every step trains on groups its own starting weights sampled, and none is wasted (the
     prompt loops wait for the new weights instead of sampling with the old). The reference probe is logged after
-    every step, the starting model's in the first row."""
-    runs = tmp_path / "runs"
+    every step, the starting model's in the first row. Prompt selection is `learnable`, its counts started from an
+    earlier run's rollouts (curriculum.select_prior), and this run's rollouts name each program's operators."""
+    import math
+
+    from drtriton_ray.rl.records import Group, ScoredSample, groups_table
+    runs, prior = tmp_path / "runs", tmp_path / "earlier" / "rollouts"
+    prior.mkdir(parents=True)
+    earlier = [ScoredSample([1], [], "x", "stop", 0, "wrong", False, math.nan)] * 8
+    pq.write_table(groups_table([Group("l1-s0-000001", 0, earlier, level=1, ops=["Triu"])], step=1),
+                   prior / "step_000001.parquet")
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run(job(tiny, runs, "--set", "run.name=probe", "--set", "run.total_steps=2",
-                              "--set", "algo.max_staleness=0", "--set", "curriculum.probe_count=2"),
+                              "--set", "algo.max_staleness=0", "--set", "curriculum.probe_count=2",
+                              "--set", "curriculum.select=learnable", "--set", f"curriculum.select_prior=[{prior}]"),
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "prompt selection starts from earlier runs' answers: 1 operators, 8 operator-answers" in done.stdout
+    state = json.loads(max((runs / "probe").glob("checkpoint_*/rl_state.json")).read_text())
+    assert state["generator"]["learnability"]["counts"]["Triu"][0] >= 8
+    ops = pq.read_table(runs / "probe" / "rollouts" / "step_000001.parquet")["ops"].to_pylist()
+    assert ops and all(len(o) == 1 for o in ops)   # level 1: one operator a program
     rows = [json.loads(line) for line in (runs / "probe" / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in rows] == [1, 2]
     assert all(r["staleness_max"] == 0 and r["buffer/dropped_stale"] == 0 for r in rows)
@@ -181,8 +195,10 @@ def test_trainer_killed_mid_run_restarts_from_its_checkpoint(tiny, tmp_path):
 
 def test_bad_config_fails_fast(tiny, tmp_path):
     """Exit 2 with one line naming the problem, before Ray starts (the rules themselves: test_config.py)."""
-    for setting, message in {"rollout.nonsense=3": "nonsense", "model.path=/nonexistent": "prepare-model"}.items():
-        out = subprocess.run(job(tiny, tmp_path, "--set", setting), cwd=ROOT, capture_output=True, text=True,
-                             timeout=120)
+    bad = {"rollout.nonsense=3": "nonsense", "model.path=/nonexistent": "prepare-model",
+           f"curriculum.select_prior=[{tmp_path}]": "holds no step_"}
+    for setting, message in bad.items():
+        out = subprocess.run(job(tiny, tmp_path, "--set", setting, "--set", "curriculum.select=learnable"),
+                             cwd=ROOT, capture_output=True, text=True, timeout=120)
         assert out.returncode == 2 and message in out.stderr, (setting, out.stderr[-2000:])
         assert "Traceback" not in out.stderr

@@ -89,6 +89,21 @@ def test_level2_covers_every_composable_pair():
     assert rep["pairs_covered"] == rep["pairs"] == len(pairs)
 
 
+def test_planned_ops_and_program_ids():
+    """A program's operators are known from its id without drawing it (prompt selection's prior reads old rollouts
+    so), at every level here."""
+    from drtriton_ray.synth.sampler import parse_program_id
+    for level in (1, 2, 5):
+        sampler = Sampler(SynthConfig(level=level, profile="small", validate=False), seed=3)
+        for index in (0, 7, 12):
+            record = sampler.sample(index)
+            assert sampler.planned_ops(index) == record.ops
+            assert parse_program_id(record.id) == (level, 3, index)
+    for bad in ("program-7", "l1-s0", "xl1-s0-000001"):
+        with pytest.raises(ValueError, match="is not l<level>-s<seed>-<index>"):
+            parse_program_id(bad)
+
+
 def test_level5_operator_draws_are_uniform():
     sampler = Sampler(SynthConfig(level=5, profile="small", validate=False), seed=6)
     ops = [sampler.sample(i).ops for i in range(400)]
