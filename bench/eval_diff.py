@@ -1,7 +1,8 @@
 """Compare two `drtriton eval-model` reports of the same problems, answer by answer: which problems were gained and
 lost, and, where an outcome changed, whether the answer itself changed (the model, or nondeterministic decoding) or
 only its verdict (the verifier's trial inputs). Two evaluations of one model show the measurement's own noise;
-before and after RL, how much of a difference is more than that.
+before and after RL, how much of a difference is more than that. The pass@1 difference comes with its standard error
+paired by problem (the problems are the sample; a problem's answers are not independent of each other).
 
     python bench/eval_diff.py eval-sft.json eval-rl.json [--json diff.json]
 
@@ -11,6 +12,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import statistics
 import sys
 from collections import Counter
 from pathlib import Path
@@ -55,8 +58,13 @@ def diff(first: dict, second: dict) -> dict:
                 outcome_changed += 1
                 verdict_only += unchanged
     ops = lambda ids: dict(Counter("+".join(a[i]["ops"]) for i in ids).most_common())  # noqa: E731
+    rate = lambda p: p["correct"] / p["samples"]  # noqa: E731
+    change = [rate(b[i]) - rate(a[i]) for i in shared]
+    se = statistics.stdev(change) / math.sqrt(len(change)) if len(change) > 1 else math.nan
     return {"problems": len(shared), "answers": answers,
             "correct": [sum(a[i]["correct"] for i in shared), sum(b[i]["correct"] for i in shared)],
+            "pass_at_1": [statistics.fmean(rate(a[i]) for i in shared), statistics.fmean(rate(b[i]) for i in shared)],
+            "difference": statistics.fmean(change), "difference_se": se,
             "gained": gained, "lost": lost, "gained_ops": ops(gained), "lost_ops": ops(lost),
             "same_answer": same, "outcome_changed": outcome_changed,
             "outcome_changed_same_answer": verdict_only,
@@ -77,6 +85,9 @@ def main(argv: list[str] | None = None) -> int:
     table.add_column("value", justify="right")
     table.add_row("problems judged in both", str(d["problems"]))
     table.add_row("correct (first -> second)", f"{d['correct'][0]} -> {d['correct'][1]}")
+    table.add_row("pass@1 (first -> second)", f"{d['pass_at_1'][0]:.3f} -> {d['pass_at_1'][1]:.3f}")
+    table.add_row("difference ± standard error (paired by problem)",
+                  f"{d['difference']:+.3f} ± {d['difference_se']:.3f}")
     table.add_row("problems gained / lost", f"{len(d['gained'])} / {len(d['lost'])}")
     table.add_row("answers identical", f"{d['same_answer']} of {d['answers']}")
     table.add_row("outcomes changed (of them, same answer)",

@@ -49,6 +49,9 @@ def test_diff_tells_changed_answers_from_changed_verdicts(tiny_dir, scripted, tm
     assert (d["same_answer"], d["outcome_changed"], d["outcome_changed_same_answer"]) == (2, 2, 1)
     assert d["gained_ops"] == {"+".join(problems[1].ops): 1}
     assert "2 -> 2" in run.stdout and "1 / 1" in run.stdout
+    # per problem: -1, +1, 0 -> mean 0, standard error stdev / sqrt(3) = 1 / sqrt(3)
+    assert d["pass_at_1"] == pytest.approx([2 / 3, 2 / 3]) and d["difference"] == pytest.approx(0.0)
+    assert d["difference_se"] == pytest.approx(3 ** -0.5) and "+0.000 ± 0.577" in run.stdout
 
 
 @pytest.mark.parametrize("content, message", [("{not json", "Expecting"), ('{"pass_at_1": 0.2}', "not an eval-model")])
