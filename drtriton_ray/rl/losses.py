@@ -31,7 +31,8 @@ the policy-gradient term sees those, the KL term every answer token. Wang et al.
 the 20% of tokens with the highest entropy under the sampling policy, the forks where the answer is decided. On the
 GPU attempts (docs/rl.md) an answer's correctness is decided at a few such tokens (which kernel template to write
 after the preamble, which dim or op code the forward passes) and the rest follows at log-probability ~-0.001 a
-token; without the selection the negatives' term pushes down the template shared with the right answer.
+token. The hope: the negatives' term then pushes down the wrong forks, not the template the wrong answers share with
+the right one. On the CPU testbed it taught no better than all tokens (docs/rl.md).
 
 Either loss can carry an anchor to the starting policy (`algo.ref_kl`, off by default as in DRTriton):
 ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped groups included (`kl_to_ref`).

@@ -13,8 +13,9 @@ from drtriton_ray.rl.config import RLConfig
 
 def selection_prior(cfg: RLConfig) -> dict | None:
     """Prompt selection's starting counts from curriculum.select_prior (Learnability.state_dict), read by the
-    driver, where the config's paths are, before Ray starts; rollouts without an `ops` column get each program's operators from its
-    id under this run's synth config (the same as the earlier run's, or the counts go to other operators)."""
+    driver, where the config's paths are, before Ray starts. Rollouts without an `ops` column get each program's
+    operators from its id under this run's synth config (it must be the earlier run's, or the counts go to other
+    operators)."""
     from drtriton_ray.rl.curriculum import Learnability
     from drtriton_ray.synth import Sampler
     from drtriton_ray.synth.sampler import parse_program_id

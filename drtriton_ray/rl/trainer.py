@@ -69,8 +69,8 @@ def _token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: f
     mask = ((positions >= starts) & (positions < lengths)).float()
     if not entropy:
         return logp * mask, mask
-    # H = logsumexp(l) - sum softmax(l) * l
-    ent = lse - (torch.exp(logits - lse[..., None]) * logits).sum(-1)
+    # H = logsumexp(l) - sum softmax(l) * l, with one more [n, L, vocab] tensor (the softmax, multiplied in place)
+    ent = lse - torch.softmax(logits, -1).mul_(logits).sum(-1)
     return logp * mask, mask, ent * mask
 
 
@@ -146,20 +146,24 @@ def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLCon
     plan = partial(micro_batches, lengths=lengths, micro_batch=cfg.algo.micro_batch, micro_tokens=cfg.algo.micro_tokens)
     batches = plan(list(range(len(seqs))))
 
-    def batch_logprobs(policy):
-        """Log-probs of the whole batch, the answer mask and each token's entropy, no graph (pass 1)."""
+    def batch_logprobs(policy, entropy: bool = False):
+        """Log-probs of the whole batch, the answer mask and, with `entropy`, each token's entropy (else None), no
+        graph (pass 1)."""
         with torch.no_grad():
             width = max(len(s) for s, _ in seqs) - 1
             logp = torch.zeros(len(seqs), width, device=device)
-            mask, ent = torch.zeros_like(logp), torch.zeros_like(logp)
+            mask = torch.zeros_like(logp)
+            ent = torch.zeros_like(logp) if entropy else None
             for b in batches:
-                lp, m, e = _token_logprobs(policy, [seqs[i] for i in b], pad_id, device, bf16, temperature, entropy=True)
-                logp[b, :lp.shape[1]], mask[b, :m.shape[1]], ent[b, :e.shape[1]] = lp, m, e
+                lp, m, *e = _token_logprobs(policy, [seqs[i] for i in b], pad_id, device, bf16, temperature, entropy)
+                logp[b, :lp.shape[1]], mask[b, :m.shape[1]] = lp, m
+                if entropy:
+                    ent[b, :e[0].shape[1]] = e[0]
         return logp, mask, ent
 
     logp_old = logp_ref = select = None
     for _ in range(cfg.algo.updates_per_batch):
-        logp, mask, ent = batch_logprobs(model)
+        logp, mask, ent = batch_logprobs(model, entropy=logp_old is None)   # the sampling policy's, once a batch
         if logp_old is None:
             logp_old = logp
             stats["logprob_gap"] = _engine_gap(samples, logp_old, mask)
