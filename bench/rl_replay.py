@@ -37,7 +37,6 @@ from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.synth.sampler import parse_program_id  # noqa: E402
 
 
-
 def rl_config(config: str, model: str, setting: str) -> RLConfig:
     items = setting.split()
     for item in items:
