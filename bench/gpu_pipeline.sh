@@ -24,7 +24,8 @@
 #   bash bench/gpu_pipeline.sh replay "" "algo.lr=1e-6"   # bench/rl_replay.py from the SFT model: an RL run's first
 #                                             # steps replayed under each setting: those in REPLAY_ROLLOUTS (a folder),
 #                                             # else carried in .gpu-replay, else those of this machine's `rl`;
-#                                             # REPLAY_STEPS (1,2), REPLAY_PROBE (201)
+#                                             # REPLAY_STEPS (1,2), REPLAY_PROBE (201); REPLAY_SAVE=1 (one setting)
+#                                             # keeps the replayed model for `eval-replay`
 #   EVAL_TAG=t05 EVAL_OPTS="--samples 2 --temperature 0.5" bash bench/gpu_pipeline.sh eval-rl   # sampled pass@1,
 #                                             # into eval-rl_t05.json beside the greedy eval-rl.json
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
@@ -129,7 +130,7 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
   data)
     $CLI sft-data --levels 1 --count "${SFT_COUNT:-800}" --out $T/data/sft.parquet --workers 12 --device cuda \
       2>&1 | tail -5 | tee "$OUT/sft_data.txt" ;;
-  eval-base|eval-sft|eval-rl)
+  eval-base|eval-sft|eval-rl|eval-replay)
     model=${1#eval-}
     [ "$model" = base ] && model=smollm2
     name=$1${EVAL_TAG:+_$EVAL_TAG}   # EVAL_TAG: a second evaluation in the same call keeps its own files
@@ -172,7 +173,8 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     if [ -d .gpu-replay ]; then rollouts=.gpu-replay; fi
     rollouts=${REPLAY_ROLLOUTS:-$rollouts}   # e.g. a recorded run in the repository: docs/logs/*/rollouts
     python3 bench/rl_replay.py --model $T/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
-      --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" "${settings[@]}" 2>&1 \
+      --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" ${REPLAY_SAVE:+--save $T/models/replay} \
+      "${settings[@]}" 2>&1 \
       | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;
   lowering)
     levels=${2:-1}
@@ -180,6 +182,6 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
     exit 2 ;;
 esac

@@ -13,6 +13,7 @@ for elementwise programs (the template that RL favoured) and the others (what it
         --setting "algo.lr=5e-6" --setting "algo.lr=5e-6 algo.ref_kl=20" --device cuda
 
 Each --setting is space-separated `SECTION.KEY=VALUE` overrides of --config (YAML values, as `jobs/train.py --set`).
+With one setting, `--save DIR` keeps the replayed model, so `drtriton eval-model --model DIR` measures its pass@1.
 """
 from __future__ import annotations
 
@@ -86,7 +87,8 @@ def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> fl
     return total / max(count, 1.0)
 
 
-def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int) -> dict:
+def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int, save: Path | None = None,
+                tokenizer=None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
     torch.manual_seed(cfg.run.seed)
@@ -103,6 +105,9 @@ def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id:
         stats = update(model, optimizer, scheduler, groups, loss_fn, cfg, device, pad_id, ref)
         updates.append({k: stats.get(k) for k in ("groups_used", "kl", "kl_ref", "grad_norm", "skipped_no_signal")})
     model.eval()
+    if save is not None:   # the replayed weights, for `drtriton eval-model` (pass@1 where the probe is a proxy)
+        model.save_pretrained(save)
+        tokenizer.save_pretrained(save)
     return {"train_s": time.perf_counter() - started, "updates": updates,
             "train_positive_logp": [before, train_positives_logp(model, trained, pad_id, device, bf16,
                                                                  cfg.rollout.temperature)],
@@ -120,6 +125,7 @@ def main() -> None:
     ap.add_argument("--probe", type=int, default=67, help="held-out level-1 programs probed (67: one per operator)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--out", help="write the results as JSON here")
+    ap.add_argument("--save", help="save the model the (single) setting ends with here, a Hugging Face folder")
     args = ap.parse_args()
 
     import torch
@@ -127,6 +133,8 @@ def main() -> None:
     device = torch.device(args.device)
     base = rl_config(args.config, args.model, "")
     settings = {setting or "(config)": rl_config(args.config, args.model, setting) for setting in args.setting or [""]}
+    if args.save and len(settings) != 1:
+        raise SystemExit(f"--save keeps one setting's model; {len(settings)} settings given")
     tokenizer = load_tokenizer(args.model)
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
     files = [Path(args.rollouts) / f"step_{int(s):06d}.parquet" for s in args.steps.split(",")]
@@ -143,7 +151,8 @@ def main() -> None:
     print_row("start", results["start"])
     del model
     for name, cfg in settings.items():
-        results[name] = run_setting(cfg, steps, probes, device, pad_id)
+        results[name] = run_setting(cfg, steps, probes, device, pad_id, Path(args.save) if args.save else None,
+                                    tokenizer)
         print_row(name, results[name])
         if args.out:   # after every setting: a run cut short keeps what it measured
             Path(args.out).write_text(json.dumps(results, indent=1))

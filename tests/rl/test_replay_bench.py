@@ -61,11 +61,30 @@ def test_replay_trains_on_the_recorded_group_and_probes(tiny, tmp_path):
     assert "start" in done.stdout and "algo.lr=1e-2 algo.ref_kl=1" in done.stdout
 
 
+def test_replay_saves_the_replayed_model(tiny, tmp_path):
+    """--save keeps the one setting's weights as a model folder that loads like any other (for eval-model)."""
+    import torch
+    from drtriton_ray.models import load_model
+    recorded_step(tmp_path / "rollouts")
+    done = replay("--model", tiny, "--rollouts", str(tmp_path / "rollouts"), "--config", "configs/cpu-demo.yaml",
+                  "--probe", "1", "--device", "cpu", "--save", str(tmp_path / "replayed"), "--setting", "algo.lr=1e-2")
+    assert done.returncode == 0, done.stderr[-2000:]
+    start, _ = load_model(tiny, "fp32")
+    saved, tokenizer = load_model(str(tmp_path / "replayed"), "fp32")
+    assert tokenizer.eos_token_id is not None
+    moved = [not torch.equal(a, b) for a, b in zip(start.state_dict().values(), saved.state_dict().values())]
+    assert any(moved)                              # the update's weights, not the start's
+
+
 def test_replay_refuses_bad_settings_and_ids(tiny, tmp_path):
     recorded_step(tmp_path / "rollouts")
     done = replay("--model", tiny, "--rollouts", str(tmp_path / "rollouts"), "--config", "configs/cpu-demo.yaml",
                   "--device", "cpu", "--setting", "algo.lr")
     assert done.returncode != 0 and "is not SECTION.KEY=VALUE" in done.stderr
+    done = replay("--model", tiny, "--rollouts", str(tmp_path / "rollouts"), "--config", "configs/cpu-demo.yaml",
+                  "--device", "cpu", "--save", str(tmp_path / "kept"), "--setting", "", "--setting", "algo.lr=1e-2")
+    assert done.returncode != 0 and "--save keeps one setting's model; 2 settings given" in done.stderr
+    assert not (tmp_path / "kept").exists()
     done = replay("--model", tiny, "--rollouts", str(tmp_path / "rollouts"), "--config", "configs/cpu-demo.yaml",
                   "--device", "cpu", "--setting", "algo.lr=-1")
     assert done.returncode != 0 and "--setting 'algo.lr=-1'" in done.stderr and "Traceback" not in done.stderr
