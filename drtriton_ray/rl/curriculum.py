@@ -7,7 +7,7 @@ disagree, so programs whose operators the policy always or never gets right are 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -121,29 +121,35 @@ class Learnability:
 
     @classmethod
     def from_rollouts(cls, folders: list[str], floor: float, ops_of: Callable[[str], list[str]]) -> "Learnability":
-        """Counts from the answers earlier runs trained on (`RUN/rollouts/step_N.parquet` in each folder), so that
-        selection knows from its first program what the policy solves: counted afresh, a run spends its first pass
-        over the operators (64 programs, four steps of the GPU attempts) finding out. A row's operators are its
-        `ops`; rollouts written before that column get theirs from `ops_of(prompt_id)`. Answers whose scoring failed
-        (reward_error) are not counted, as in a run."""
-        import pyarrow.parquet as pq
+        """Counts from the answers earlier runs trained on (`rollout_groups`), so that selection knows from its
+        first program what the policy solves: counted afresh, a run spends its first pass over the operators (64
+        programs, four steps of the GPU attempts) finding out."""
         prior = cls(floor)
-        for folder in folders:
-            steps = sorted(Path(folder).glob("step_*.parquet"))
-            if not steps:
-                raise ValueError(f"curriculum.select_prior: {folder} holds no step_*.parquet (a run's rollouts "
-                                 "folder, RUN/rollouts)")
-            for path in steps:
-                groups: dict[str, list] = {}
-                for row in pq.read_table(path).to_pylist():
-                    if row["outcome"] == "reward_error":
-                        continue
-                    pid = row["prompt_id"]
-                    if pid not in groups:
-                        groups[pid] = [row.get("ops") or ops_of(pid), 0, 0]
-                    seen = groups[pid]
-                    seen[1] += 1
-                    seen[2] += int(row["correct"])
-                for ops, answers, correct in groups.values():
-                    prior.observe(ops, answers, correct)
+        for ops, answers, correct in rollout_groups(folders, ops_of, "curriculum.select_prior"):
+            prior.observe(ops, answers, correct)
         return prior
+
+
+def rollout_groups(folders: list[str], ops_of: Callable[[str], list[str]],
+                   what: str = "rollouts") -> Iterator[tuple[list[str], int, int]]:
+    """(operators, answers, correct) of every group a run trained on (`RUN/rollouts/step_N.parquet` in each folder).
+    A row's operators are its `ops`; rollouts written before that column get theirs from `ops_of(prompt_id)`.
+    Answers whose scoring failed (reward_error) are not counted, as in a run. `what` names the folders' source in
+    the error for a folder without steps."""
+    import pyarrow.parquet as pq
+    for folder in folders:
+        steps = sorted(Path(folder).glob("step_*.parquet"))
+        if not steps:
+            raise ValueError(f"{what}: {folder} holds no step_*.parquet (a run's rollouts folder, RUN/rollouts)")
+        for path in steps:
+            groups: dict[str, list] = {}
+            for row in pq.read_table(path).to_pylist():
+                if row["outcome"] == "reward_error":
+                    continue
+                pid = row["prompt_id"]
+                if pid not in groups:
+                    groups[pid] = [row.get("ops") or ops_of(pid), 0, 0]
+                seen = groups[pid]
+                seen[1] += 1
+                seen[2] += int(row["correct"])
+            yield from (tuple(g) for g in groups.values())

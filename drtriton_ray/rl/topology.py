@@ -17,17 +17,11 @@ def selection_prior(cfg: RLConfig) -> dict | None:
     operators from its id under this run's synth config (it must be the earlier run's, or the counts go to other
     operators)."""
     from drtriton_ray.rl.curriculum import Learnability
-    from drtriton_ray.synth import Sampler
-    from drtriton_ray.synth.sampler import parse_program_id
+    from drtriton_ray.synth.sampler import ops_by_id
     c = cfg.curriculum
     if not c.select_prior:
         return None
-    samplers: dict[tuple[int, int], Sampler] = {}
-
-    def ops_of(program_id: str) -> list[str]:
-        level, seed, index = parse_program_id(program_id)
-        return samplers.setdefault((level, seed), Sampler(cfg.synth.config(level), seed)).planned_ops(index)
-    prior = Learnability.from_rollouts(c.select_prior, c.select_floor, ops_of)
+    prior = Learnability.from_rollouts(c.select_prior, c.select_floor, ops_by_id(cfg.synth.config))
     answers = sum(a for a, _ in prior.counts.values())
     print(f"prompt selection starts from earlier runs' answers: {len(prior.counts)} operators, {answers} "
           f"operator-answers ({', '.join(c.select_prior)})", flush=True)

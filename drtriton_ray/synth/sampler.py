@@ -13,6 +13,7 @@ from __future__ import annotations
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 
 import torch
@@ -39,6 +40,17 @@ def parse_program_id(program_id: str) -> tuple[int, int, int]:
         raise ValueError(f"program id {program_id!r} is not l<level>-s<seed>-<index>")
     level, seed, index = map(int, m.groups())
     return level, seed, index
+
+
+def ops_by_id(config: Callable[[int], SynthConfig]) -> Callable[[str], list[str]]:
+    """The operators of a program from its id alone (`Sampler.planned_ops`, no CP-SAT), `config(level)` the
+    synthesis config that made it: it must be the one, or the operators are another program's."""
+    samplers: dict[tuple[int, int], Sampler] = {}
+
+    def ops_of(program_id: str) -> list[str]:
+        level, seed, index = parse_program_id(program_id)
+        return samplers.setdefault((level, seed), Sampler(config(level), seed)).planned_ops(index)
+    return ops_of
 
 
 class SynthesisError(Exception):

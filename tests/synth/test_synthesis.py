@@ -92,12 +92,13 @@ def test_level2_covers_every_composable_pair():
 def test_planned_ops_and_program_ids():
     """A program's operators are known from its id without drawing it (prompt selection's prior reads old rollouts
     so), at every level here."""
-    from drtriton_ray.synth.sampler import parse_program_id
+    from drtriton_ray.synth.sampler import ops_by_id, parse_program_id
+    ops_of = ops_by_id(lambda level: SynthConfig(level=level, profile="small", validate=False))
     for level in (1, 2, 5):
         sampler = Sampler(SynthConfig(level=level, profile="small", validate=False), seed=3)
         for index in (0, 7, 12):
             record = sampler.sample(index)
-            assert sampler.planned_ops(index) == record.ops
+            assert sampler.planned_ops(index) == record.ops == ops_of(record.id)
             assert parse_program_id(record.id) == (level, 3, index)
     for bad in ("program-7", "l1-s0", "xl1-s0-000001"):
         with pytest.raises(ValueError, match="is not l<level>-s<seed>-<index>"):
