@@ -70,6 +70,11 @@ rl_collect() {   # the RL model for eval-rl, the metrics, the actors' own logs (
   tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
   tar -czf "$OUT/rl_rollouts.tgz" -C $T/runs/gpu-1 rollouts
 }
+gpu_apps() {   # what holds the GPU before a stage starts, into $OUT/NAME.gpu.txt: an eval-replay after `replay`
+               # (2026-11-25) could not start its verifier workers (CUDA out of memory at their context) once its
+               # generation was done
+  nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tee "$OUT/$1.gpu.txt" || true
+}
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
   cat $(ls $S/sft.* | sort -t. -k2 -n) | tar -xf - -C $T/models && ln -sfn $T/models/model $T/models/sft
@@ -134,6 +139,7 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     model=${1#eval-}
     [ "$model" = base ] && model=smollm2
     name=$1${EVAL_TAG:+_$EVAL_TAG}   # EVAL_TAG: a second evaluation in the same call keeps its own files
+    gpu_apps "$name"
     $EVAL --model "$T/models/$model" --out "$OUT/$name.json" 2>&1 | tail -25 | tee "$OUT/$name.txt"
     if [ -n "$EVAL_SAMPLED" ]; then   # pass@1 of the sampling policy RL trains, beside the greedy one
       $EVAL --model "$T/models/$model" $EVAL_SAMPLED --out "$OUT/${name}_sampled.json" 2>&1 | tail -25 \
@@ -149,6 +155,7 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     rl_collect ;;
   rl-start)   # the job in the background, so that its budget is not bound by one call's 600 s
     rm -f $T/rl.done
+    gpu_apps rl
     setsid nohup bash -c "$(declare -f rl_job); T=$T RL_SET='${RL_SET:-}' rl_job ${2:-9.5} > $T/rl.log 2>&1; \
       touch $T/rl.done" > /dev/null 2>&1 &
     echo $! > $T/rl.pid
