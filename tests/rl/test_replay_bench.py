@@ -1,6 +1,6 @@
 """bench/rl_replay.py on the tiny model: a recorded step (one group with a correct reference lowering and wrong
 answers) is rebuilt from its parquet, trained on by the trainer's own update under two settings from the same start,
-and the held-out references are probed; bad input stops it with a message."""
+and the held-out references are probed; bad input stops it with a message. bench/pick_anchor.py reads its output."""
 import json
 import math
 import subprocess
@@ -59,6 +59,12 @@ def test_replay_trains_on_the_recorded_group_and_probes(tiny, tmp_path):
         assert r["probe"] != start                 # and the weights moved
     assert results["algo.lr=1e-2 algo.ref_kl=1"]["updates"][0]["kl_ref"] == 0.0   # first update: still the start
     assert "start" in done.stdout and "algo.lr=1e-2 algo.ref_kl=1" in done.stdout
+    # bench/pick_anchor.py on the same file: the anchored setting against its baseline "algo.lr=1e-2", the anchor
+    # still zero in a one-update step, so the gradient norms agree and ref_kl 1 is kept
+    picked = subprocess.run([sys.executable, str(ROOT / "bench" / "pick_anchor.py"), str(out)], cwd=ROOT,
+                            capture_output=True, text=True, timeout=120)
+    assert picked.returncode == 0 and picked.stdout.strip() == "1", picked.stderr
+    assert "ref_kl 1: gradient norm up to 1.00x" in picked.stderr
 
 
 def test_replay_saves_the_replayed_model(tiny, tmp_path):
@@ -99,3 +105,32 @@ def test_replay_refuses_bad_settings_and_ids(tiny, tmp_path):
     done = replay("--model", tiny, "--rollouts", str(tmp_path / "bad"), "--config", "configs/cpu-demo.yaml",
                   "--device", "cpu")
     assert done.returncode != 0 and "is not l<level>-s<seed>-<index>" in done.stderr
+
+
+def test_pick_anchor_keeps_the_largest_anchor_within_the_ratio(tmp_path):
+    """The largest ref_kl whose gradient norms stay finite and within --max-ratio of its baseline; none: exit 1; a
+    replay without the baseline or without an anchor: one line."""
+    step = lambda *norms: [{"grad_norm": n} for n in norms]  # noqa: E731
+    replay_json = {"start": {}, "(config)": {"updates": step(0.1, None, 0.2)},
+                   "algo.ref_kl=0.01": {"updates": step(0.1, None, 0.3)},
+                   "algo.ref_kl=0.1": {"updates": step(0.15, 3.0, 0.39)},
+                   "algo.ref_kl=1": {"updates": step(0.1, 1.0, float("inf"))}}
+    path = tmp_path / "replay.json"
+    path.write_text(json.dumps(replay_json))
+
+    def pick(*args):
+        return subprocess.run([sys.executable, str(ROOT / "bench" / "pick_anchor.py"), str(path), *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+    done = pick()   # 0.1: 1.95x at most (the step its baseline skipped is left out); 1: not finite
+    assert done.returncode == 0 and done.stdout.strip() == "0.1", done.stderr
+    assert "ref_kl 1: gradient norm up to infx" in done.stderr
+    done = pick("--max-ratio", "1.2")
+    assert done.returncode == 1 and done.stdout == "" and "no ref_kl kept the gradient norm within 1.2x" in done.stderr
+    del replay_json["(config)"]
+    path.write_text(json.dumps(replay_json))
+    done = pick()
+    assert done.returncode != 0 and "has no baseline '(config)'" in done.stderr
+    assert len(done.stderr.strip().splitlines()) == 1
+    path.write_text(json.dumps({"start": {}, "(config)": {"updates": step(0.1)}}))
+    done = pick()
+    assert done.returncode != 0 and "tried no algo.ref_kl > 0" in done.stderr
