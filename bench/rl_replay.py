@@ -87,8 +87,8 @@ def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> fl
     return total / max(count, 1.0)
 
 
-def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int, save: Path | None = None,
-                tokenizer=None) -> dict:
+def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int,
+                save: Path | None = None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
     torch.manual_seed(cfg.run.seed)
@@ -107,7 +107,6 @@ def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id:
     model.eval()
     if save is not None:   # the replayed weights, for `drtriton eval-model` (pass@1 where the probe is a proxy)
         model.save_pretrained(save)
-        tokenizer.save_pretrained(save)
     return {"train_s": time.perf_counter() - started, "updates": updates,
             "train_positive_logp": [before, train_positives_logp(model, trained, pad_id, device, bf16,
                                                                  cfg.rollout.temperature)],
@@ -150,9 +149,10 @@ def main() -> None:
     results = {"start": {"probe": probe_model(model, probes, device, passes_bf16(base, device))}}
     print_row("start", results["start"])
     del model
+    if args.save:   # the starting model's tokenizer beside the replayed weights: a folder eval-model loads
+        tokenizer.save_pretrained(args.save)
     for name, cfg in settings.items():
-        results[name] = run_setting(cfg, steps, probes, device, pad_id, Path(args.save) if args.save else None,
-                                    tokenizer)
+        results[name] = run_setting(cfg, steps, probes, device, pad_id, Path(args.save) if args.save else None)
         print_row(name, results[name])
         if args.out:   # after every setting: a run cut short keeps what it measured
             Path(args.out).write_text(json.dumps(results, indent=1))
