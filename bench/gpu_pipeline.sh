@@ -50,8 +50,10 @@ export PYTHONPATH=$T/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USAGE
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
+# --timeout: the RL job's verifier's (configs/gpu-1.yaml); at eval-model's 300 s one answer that hung took the twelfth
+# attempt's sampled evaluation to the call's 600 s limit (docs/rl.md)
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-201} --engine hf --device cuda --dtype bf16 --static-cache \
-  --max-tokens 1792 --workers ${EVAL_WORKERS:-12} --no-timing ${EVAL_OPTS:-}"
+  --max-tokens 1792 --workers ${EVAL_WORKERS:-12} --timeout ${EVAL_TIMEOUT:-120} --no-timing ${EVAL_OPTS:-}"
 EVAL_SAMPLED=${EVAL_SAMPLED---samples 4 --temperature 0.3}
 # a run's latest checkpoint that Ray Train registered (a trainer that failed may leave a newer folder it never did)
 latest() {

@@ -7,7 +7,11 @@ anchor at ref_kl 1 had gradient norm 1.7 against 0.02-0.03 without it, and the c
 anchor. Its size depends on the temperature and on how unlikely the sampled tokens are, so it is measured on the
 run's own answers before the run, in seconds, rather than guessed.
 
-    python bench/rl_replay.py ... --setting "" --setting "algo.ref_kl=0.01" --setting "algo.ref_kl=0.1" --out r.json
+A setting's baseline is the same overrides with `algo.ref_kl=0` where the replay has it (needed when --config sets
+an anchor, as configs/gpu-1.yaml does), else the same overrides without `algo.ref_kl` ("" for the config as it is).
+
+    python bench/rl_replay.py ... --setting "algo.ref_kl=0" --setting "algo.ref_kl=0.01" --setting "algo.ref_kl=0.1" \
+        --out r.json
     python bench/pick_anchor.py r.json [--max-ratio 2]      # prints e.g. 0.1; exit 1 when none qualifies"""
 from __future__ import annotations
 
@@ -21,7 +25,7 @@ CONFIG = "(config)"   # rl_replay's name for the setting "" (the config as it is
 
 
 def split_anchor(setting: str) -> tuple[float | None, str]:
-    """(the ref_kl a replay setting sets or None, the name of the same setting without it: its baseline)."""
+    """(the ref_kl a replay setting sets or None, the name of the same setting without it)."""
     items = setting.split()
     values = [item.partition("=")[2] for item in items if item.startswith("algo.ref_kl=")]
     rest = " ".join(item for item in items if not item.startswith("algo.ref_kl="))
@@ -44,14 +48,15 @@ def pick(results: dict, max_ratio: float) -> tuple[float | None, dict[float, flo
     """(the chosen ref_kl or None, each tried value's largest gradient-norm ratio to its baseline: the replay's
     setting with the same overrides but the anchor)."""
     worst = {}
-    for name, r in results.items():
-        k, base = split_anchor(name)
-        if name == "start" or k is None or k <= 0:
+    parsed = {name: split_anchor(name) for name in results if name != "start"}
+    for name, (k, rest) in parsed.items():
+        if k is None or k <= 0:
             continue
+        base = next((n for n, (k0, r0) in parsed.items() if k0 == 0 and r0 == rest), rest)
         if base not in results:
-            raise ValueError(f"setting {name!r} has no baseline {base!r} in the replay (the same overrides without "
-                             "algo.ref_kl; \"\" for the config as it is)")
-        steps = ratios(results[base]["updates"], r["updates"])
+            raise ValueError(f"setting {name!r} has no baseline {base!r} in the replay (the same overrides with "
+                             "algo.ref_kl=0, or without algo.ref_kl: \"\" for the config as it is)")
+        steps = ratios(results[base]["updates"], results[name]["updates"])
         worst[k] = max(steps) if steps else math.inf
     if not worst:
         raise ValueError("the replay tried no algo.ref_kl > 0")

@@ -148,8 +148,9 @@ class RunSection(_Section):
     _abs = field_validator("storage_path")(_absolute)
     total_steps: int = Field(3, ge=1)
     max_minutes: float | None = Field(None, gt=0, description="wall budget for training, from the driver's launch of "
-                                      "the trainer (restarts after a failure included): the step that crosses it is "
-                                      "checkpointed and the job ends")
+                                      "the trainer (restarts after a failure included): no step starts that is not "
+                                      "expected to end within it (as long as the longest of the last three), and the "
+                                      "job ends after the last one's checkpoint")
     checkpoint_every: int = Field(1, ge=1, description="1 = a resume loses at most the step in progress")
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0

@@ -257,12 +257,20 @@ def step_metrics(groups: list[Group], stats: dict, level: int) -> dict:
     return m
 
 
-def _out_of_time(deadline: float | None, world: int, device) -> bool:
-    """Past `deadline` (time.time(), None: no budget)? Rank 0's clock decides for every rank (they must stop at the
-    same step)."""
+def expected_step_s(ends: list[float]) -> float:
+    """How long the next step should take, from the times (time.time()) the steps so far ended, the trainer loop's
+    start first: the longest of the last three. The longest, because a step that overruns the budget overruns the
+    run: the twelfth GPU attempt started its ninth step 4 s before its 9.5 minutes ran out and ended the job at 635 s
+    (docs/rl.md); the last three, because the first step also waits for the engines' warm-up."""
+    return max([b - a for a, b in zip(ends, ends[1:])][-3:], default=0.0)
+
+
+def _out_of_time(deadline: float | None, world: int, device, next_step_s: float = 0.0) -> bool:
+    """Would a step started now, expected to take `next_step_s`, end past `deadline` (time.time(), None: no budget)?
+    Rank 0's clock decides for every rank (they must stop at the same step)."""
     import torch
     import torch.distributed as dist
-    over = deadline is not None and time.time() > deadline
+    over = deadline is not None and time.time() + next_step_s > deadline
     if world > 1:
         flag = torch.tensor([int(over)], device=device)
         dist.broadcast(flag, src=0)
@@ -404,7 +412,7 @@ def rl_train_loop(config: dict) -> None:
     first_probe = {f"probe_start/{k.split('/', 1)[1]}": v for k, v in probe(curriculum.level).items()} \
         if cfg.curriculum.probe_count and not checkpoint else {}
     model.train()
-    out_of_time = False
+    out_of_time, step_ends = False, [time.time()]
     while step < cfg.run.total_steps and not out_of_time:
         t0 = time.perf_counter()
         groups = None
@@ -470,7 +478,8 @@ def rl_train_loop(config: dict) -> None:
                 (run_dir / "rollouts").mkdir(exist_ok=True)
                 pq.write_table(groups_table(groups, step), run_dir / "rollouts" / f"step_{step:06d}.parquet")
         t3 = time.perf_counter()
-        out_of_time = _out_of_time(config["deadline"], world, device)
+        step_ends.append(time.time())
+        out_of_time = _out_of_time(config["deadline"], world, device, expected_step_s(step_ends))
         last = step == cfg.run.total_steps or out_of_time
         optim_state = _optimizer_state(model, optimizer) if step % cfg.run.checkpoint_every == 0 or last else None
         with tempfile.TemporaryDirectory() as tmp:

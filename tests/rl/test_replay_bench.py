@@ -134,3 +134,11 @@ def test_pick_anchor_keeps_the_largest_anchor_within_the_ratio(tmp_path):
     path.write_text(json.dumps({"start": {}, "(config)": {"updates": step(0.1)}}))
     done = pick()
     assert done.returncode != 0 and "tried no algo.ref_kl > 0" in done.stderr
+    # a config with its own anchor (configs/gpu-1.yaml): "algo.ref_kl=0" is the baseline, not the config as it is
+    path.write_text(json.dumps({"start": {}, "(config)": {"updates": step(0.5)},
+                                "algo.lr=1e-5 algo.ref_kl=0": {"updates": step(0.1)},
+                                "algo.lr=1e-5 algo.ref_kl=0.1": {"updates": step(0.19)},
+                                "algo.lr=1e-5 algo.ref_kl=1": {"updates": step(0.5)}}))
+    done = pick()
+    assert done.returncode == 0 and done.stdout.strip() == "0.1", done.stderr
+    assert "ref_kl 1: gradient norm up to 5.00x" in done.stderr

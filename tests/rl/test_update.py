@@ -4,6 +4,7 @@ without signal skip the passes; the trainer's log-probs are those of the tempere
 from."""
 import asyncio
 import math
+import time
 
 import pytest
 import torch
@@ -12,7 +13,8 @@ from drtriton_ray.models import load_model, prepare_model
 from drtriton_ray.rl.config import RLConfig
 from drtriton_ray.rl.losses import DRPOConfig, drpo_loss, high_entropy_tokens
 from drtriton_ray.rl.records import Group, ScoredSample
-from drtriton_ray.rl.trainer import _sequences, _token_logprobs, has_signal, micro_batches, update
+from drtriton_ray.rl.trainer import (_out_of_time, _sequences, _token_logprobs, expected_step_s, has_signal,
+                                     micro_batches, update)
 
 
 @pytest.fixture(scope="module")
@@ -155,3 +157,18 @@ def test_ref_kl_anchor_holds_the_policy_near_the_starting_model(tiny):
     anchored, anchored_stats = train(2.0)
     assert "kl_ref" not in free_stats and anchored_stats["kl_ref"] > 0
     assert anchored < 0.7 * free, (anchored, free)   # measured: 0.68 against 1.50
+
+
+def test_the_budget_starts_no_step_expected_to_overrun_it():
+    # the twelfth GPU attempt's step ends (s from the trainer's start): 142 (engine warm-up), then about 60 s each
+    ends = [1000.0 + t for t in (0, 142, 212, 270, 330, 390, 448, 504, 566)]
+    assert expected_step_s(ends[:1]) == 0
+    assert expected_step_s(ends[:2]) == 142          # one step so far: its length, warm-up included
+    assert expected_step_s(ends) == 62               # the longest of the last three (56, 62 and 58 s before)
+    now = time.time()
+    # run.max_minutes 9.5 is 570 s: 4 s are left at 566 s, and a step expected to take 62 s would end at 628 s, so
+    # none starts (the old rule, past the deadline only, started a ninth step, and the job ran to 635 s)
+    assert _out_of_time(now + 4, 1, "cpu", expected_step_s(ends))
+    assert not _out_of_time(now + 4, 1, "cpu")
+    assert not _out_of_time(now + 63, 1, "cpu", expected_step_s(ends))
+    assert not _out_of_time(None, 1, "cpu", 1e9)     # no budget
