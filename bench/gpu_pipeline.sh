@@ -5,7 +5,8 @@
 #   bash bench/gpu_pipeline.sh recv 1         # ... recv N: store the piece carried in .gpuK/
 #   bash bench/gpu_pipeline.sh setup          # unpack, install to /tmp/site, SmolLM2 -> /tmp/models/smollm2
 #   bash bench/gpu_pipeline.sh checks         # GPU test of the verifier as the RL job runs it (CHECKS: more tests)
-#   bash bench/gpu_pipeline.sh bench-gen      # HF engine decoding speed: dynamic vs static cache (CUDA graphs)
+#   bash bench/gpu_pipeline.sh bench-gen      # HF engine decoding speed and memory: dynamic vs static cache (CUDA
+#                                             # graphs); GEN_MODEL (smollm2, or sft), GEN_BATCHES, GEN_TOKENS, GEN_MODES
 #   bash bench/gpu_pipeline.sh noise          # r_s timing noise, quiet GPU vs shared with a decoding engine
 #                                             # (bench/speed_noise.py; NOISE_OPTS: more options)
 #   bash bench/gpu_pipeline.sh data           # verified SFT pairs (level 1), unless carried (below)
@@ -71,6 +72,15 @@ rl_collect() {   # the RL model for eval-rl, the metrics, the actors' own logs (
   logs=/tmp/ray/session_latest/logs
   tar -czf "$OUT/rl_actor_logs.tgz" -C $logs $(cd $logs && ls | grep -E '^worker-.*\.(out|err)$') || true
   tar -czf "$OUT/rl_rollouts.tgz" -C $T/runs/gpu-1 rollouts
+  if [ -f $T/rl_gpu_memory.csv ]; then cp $T/rl_gpu_memory.csv "$OUT/"; fi
+}
+gpu_watch() {   # rl-start's job: every process's GPU memory every 5 s until the job is done, into rl_gpu_memory.csv
+                # (engine, trainer and verifier share the GPU; the thirteenth attempt's trainer ran out beside them)
+  while [ ! -f $T/rl.done ]; do
+    nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
+      | sed "s/^/$(date +%s), /" >> $T/rl_gpu_memory.csv
+    sleep 5
+  done
 }
 gpu_apps() {   # what holds the GPU before a stage starts, into $OUT/NAME.gpu.txt: an eval-replay after `replay`
                # (2026-11-25) could not start its verifier workers (CUDA out of memory at their context) once its
@@ -128,8 +138,9 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     python3 -m pytest -q -p no:cacheprovider -m gpu tests/verify/test_gpu_service.py ${CHECKS:-} 2>&1 | tail -15 \
       | tee "$OUT/checks.txt" ;;
   bench-gen)
-    python3 bench/hf_generate.py --model $T/models/smollm2 --device cuda --dtype bf16 \
-      --batches "${GEN_BATCHES:-128}" --max-tokens "${GEN_TOKENS:-256}" 2>&1 | tail -12 | tee "$OUT/bench_gen.txt" ;;
+    python3 bench/hf_generate.py --model $T/models/${GEN_MODEL:-smollm2} --device cuda --dtype bf16 \
+      --batches "${GEN_BATCHES:-128}" --max-tokens "${GEN_TOKENS:-256}" --modes "${GEN_MODES:-dynamic,static}" 2>&1 \
+      | tail -12 | tee "$OUT/bench_gen.txt" ;;
   noise)
     python3 bench/speed_noise.py --model $T/models/smollm2 --device cuda --out "$OUT/speed_noise.json" \
       ${NOISE_OPTS:-} 2>&1 | tail -20 \
@@ -156,11 +167,12 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     rl_job "${2:-6}" 2>&1 | tee "$OUT/rl.log" | tail -30
     rl_collect ;;
   rl-start)   # the job in the background, so that its budget is not bound by one call's 600 s
-    rm -f $T/rl.done
+    rm -f $T/rl.done $T/rl_gpu_memory.csv
     gpu_apps rl
     setsid nohup bash -c "$(declare -f rl_job); T=$T RL_SET='${RL_SET:-}' rl_job ${2:-9.5} > $T/rl.log 2>&1; \
       touch $T/rl.done" > /dev/null 2>&1 &
     echo $! > $T/rl.pid
+    setsid nohup bash -c "$(declare -f gpu_watch); T=$T gpu_watch" > /dev/null 2>&1 &
     sleep 5 && tail -3 $T/rl.log ;;
   rl-wait)    # until the background job ends or SECONDS pass; once it has ended, its files come back as rl's do
     waited=0

@@ -7,7 +7,9 @@ of held-out level-1 programs, side by side in one run.
 
 Each (mode, batch) gets a fresh engine in a process of its own: a short call first (CUDA start-up), then a timed call (for the static cache
 it compiles: reported as `first call`), then the same call again (steady state). Greedy decoding; `steps` is the
-longest answer of the batch (generate runs until every sequence has stopped)."""
+longest answer of the batch (generate runs until every sequence has stopped). On a GPU, the memory PyTorch's allocator
+held at the engine's peak (what an engine kept between calls before it handed its cache back) and what it keeps
+after a call (the weights, the static cache, the CUDA graphs' pools)."""
 from __future__ import annotations
 
 import argparse
@@ -48,8 +50,13 @@ def measure(model: str, dtype: str, device: str, prompts: list[list[int]], stati
     steady, out = timed(engine, prompts, max_tokens)
     steps = max(len(a) for a in out)
     tokens = sum(len(a) for a in out)
+    memory = "-"
+    if device.startswith("cuda"):
+        import torch
+        memory = f"{torch.cuda.max_memory_reserved() / 2**30:.1f} / {torch.cuda.memory_reserved() / 2**30:.1f}"
     asyncio.run(engine.shutdown())
-    return dict(first=first, steady=steady, steps=steps, ms_step=1e3 * steady / steps, tok_s=tokens / steady), out
+    return dict(first=first, steady=steady, steps=steps, ms_step=1e3 * steady / steps, tok_s=tokens / steady,
+                memory=memory), out
 
 
 def main() -> None:
@@ -84,7 +91,7 @@ def main() -> None:
     table = Table(title=f"HF engine decoding: {args.model} on {args.device} ({args.dtype}), greedy, "
                         f"up to {args.max_tokens} tokens")
     for col in ("batch", "cache", "first call s", "steady s", "steps", "ms / step", "tokens / s",
-                "vs dynamic", "same greedy answers"):
+                "vs dynamic", "same greedy answers", "GiB peak / kept"):
         table.add_column(col, justify="right")
     for r in rows:
         base = next((x for x in rows if x["batch"] == r["batch"] and x["mode"] == "dynamic"), None)
@@ -94,7 +101,7 @@ def main() -> None:
             a, b = answers[(r["batch"], "dynamic")], answers[(r["batch"], r["mode"])]
             same = f"{sum(x == y for x, y in zip(a, b))}/{len(a)}"
         table.add_row(str(r["batch"]), r["mode"], f"{r['first']:.1f}", f"{r['steady']:.1f}", str(r["steps"]),
-                      f"{r['ms_step']:.1f}", f"{r['tok_s']:.0f}", ratio, same)
+                      f"{r['ms_step']:.1f}", f"{r['tok_s']:.0f}", ratio, same, r["memory"])
     Console(width=160).print(table)
 
 

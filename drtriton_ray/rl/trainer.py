@@ -462,6 +462,10 @@ def rl_train_loop(config: dict) -> None:
                     metrics["gpu_util"] = torch.cuda.utilization()
                 except Exception:  # noqa: BLE001 - needs NVML; a missing metric is not an error
                     pass
+                # how near a shared GPU came to full: this trainer's peak in the step, and what the GPU had free after
+                metrics["memory/trainer_peak_gib"] = torch.cuda.max_memory_reserved(device) / 2**30
+                metrics["memory/gpu_free_gib"] = torch.cuda.mem_get_info(device)[0] / 2**30
+                torch.cuda.reset_peak_memory_stats(device)
             due = cfg.curriculum.eval_every and step % cfg.curriculum.eval_every == 0
             if due or curriculum.steps_in_stage >= curriculum.config.steps_per_stage:
                 t_eval = time.perf_counter()

@@ -156,6 +156,12 @@ class HFEngine:
         samples = [Sample(a, lp, self.tokenizer.decode(a, skip_special_tokens=True),
                           "stop" if a and a[-1] == eos else "length", self.weight_version)
                    for a, lp in zip(answers, logprobs)]
+        if self.device.startswith("cuda"):
+            # hand back what PyTorch's allocator cached at the call's peak (decoding, the log-prob pass's logits): on
+            # a shared GPU the trainer needs it while the engine waits, and the thirteenth H100 attempt's trainer ran
+            # out of memory beside an idle engine holding 46 GiB (docs/rl.md). The static cache and the CUDA graphs'
+            # pools stay allocated
+            torch.cuda.empty_cache()
         return [samples[i * cfg.n:(i + 1) * cfg.n] for i in range(len(prompt_ids))]
 
     def _logprobs(self, prompts: list[list[int]], answers: list[list[int]], temperature: float) -> list[list[float]]:
@@ -167,7 +173,8 @@ class HFEngine:
             ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=self.device)
             attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=self.device)
             with torch.no_grad():
-                logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float() / temperature
+                logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
+            logits.div_(temperature)   # in place: one fp32 copy of the chunk's [8, length, vocab] logits, not two
             logp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
             for row, (p, a) in enumerate(zip(prompts[start:start + LOGPROB_CHUNK],
                                              answers[start:start + LOGPROB_CHUNK])):

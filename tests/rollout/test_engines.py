@@ -104,6 +104,19 @@ def test_hf_engine_static_cache_same_greedy(tiny, loop, monkeypatch):
     assert out.shape[0] == 6 and (out[2:, len(ids[0]) + 1:] == pad).all() and caches == [200, 200]
 
 
+@pytest.mark.gpu
+def test_hf_engine_hands_back_cached_memory_on_gpu(tiny, loop):
+    """After a call the engine keeps its weights, not what PyTorch's allocator cached at the call's peak (decoding,
+    the log-prob pass's logits): on a shared GPU the trainer needs that memory while the engine waits."""
+    from drtriton_ray.rollout.hf_engine import HFEngine
+    engine = HFEngine(tiny, device="cuda", max_batch=16)
+    torch.cuda.reset_peak_memory_stats()
+    groups = loop.run_until_complete(engine.generate(prompts(engine.tokenizer),
+                                                     SamplingConfig(n=8, temperature=1.0, max_tokens=128, seed=0)))
+    assert sum(len(s.token_ids) for g in groups for s in g) > 16
+    assert torch.cuda.memory_reserved() < torch.cuda.max_memory_reserved(), "the call's cached memory was kept"
+
+
 def test_hf_engine_warmup_runs_the_call_shape_first(tiny, loop):
     """With the static cache, warm-up decodes once at the shape of every later call (max_batch rows, a cache of
     max_model_len), so a GPU compiles before the first prompts come; generate calls made meanwhile wait for it."""
