@@ -71,6 +71,8 @@ class RolloutSection(_Section):
     static_cache: bool = Field(False, description="hf engine: static KV cache; on a GPU, decoding compiles into "
                                "CUDA graphs (bench/hf_generate.py measures both)")
     max_restarts: int = Field(3, ge=0, description="restarts of a dead engine actor")
+    restart_wait_s: float = Field(180.0, gt=0, description="how long a call to a dead engine waits for Ray to "
+                                  "restart it (process start, model load) before the call fails")
 
 
 class VerifySection(_Section):
@@ -155,6 +157,9 @@ class RunSection(_Section):
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0
     max_failures: int = Field(1, ge=0, description="trainer-group restarts (from the last checkpoint)")
+    max_failed_prompts: int = Field(256, ge=1, description="the trainer fails (and is restarted, max_failures) once "
+                                    "this many prompts in a row have failed: an engine that cannot generate (out of "
+                                    "GPU memory beside the trainer, docs/rl.md) would otherwise starve it forever")
     save_rollouts: bool = Field(True, description="write every trained group to rollouts/step_N.parquet")
     autoscaling: bool = Field(False, description="the cluster grows to fit (skip the up-front resource check)")
 

@@ -55,10 +55,11 @@ class Generator:
         self.cfg = RLConfig(**cfg)
         self.tokenizer = load_tokenizer(self.cfg.model.path)
         self.engines, self.verifiers, self.buffer = engines, verifiers, buffer
-        self.sync = WeightSync(engines)
+        self.sync = WeightSync(engines, self.cfg.rollout.restart_wait_s)
         self.level: Optional[int] = None
         self.next_index: dict[int, int] = {}
         self.counters: Counter = Counter()
+        self.last_error: str | None = None
         c = self.cfg.curriculum
         self.learnability = None
         if c.select == "learnable":
@@ -95,6 +96,7 @@ class Generator:
                 self.learnability = Learnability.from_state_dict(state["learnability"])
         self.level = level
         self.next_index.setdefault(level, 0)
+        self.counters["prompts_failed_in_a_row"] = 0   # a restarted trainer's generation starts afresh
         if not self._workers:
             per_engine = self.cfg.rollout.prompts_in_flight
             self._workers = [asyncio.create_task(self._work(self.engines[i % len(self.engines)]))
@@ -126,6 +128,10 @@ class Generator:
         return {"level": self.level, "next_index": dict(self.next_index),
                 "learnability": self.learnability.state_dict() if self.learnability is not None else None}
 
+    async def failure(self) -> str | None:
+        """The last prompt's failure (type and message), for a trainer that gives up."""
+        return self.last_error
+
     async def stats(self) -> dict[str, float]:
         learnability = self.learnability.summary() if self.learnability is not None else {}
         return {**self.counters, **{f"select_{k}": v for k, v in learnability.items()}}
@@ -152,11 +158,14 @@ class Generator:
                 except Exception as e:  # noqa: BLE001 - one prompt's failure must not stop generation
                     prefetched = None
                     self.counters["generator_errors"] += 1
-                    log.warning("prompt failed: %s: %s", type(e).__name__, e)
+                    self.counters["prompts_failed_in_a_row"] += 1   # the trainer gives up on a run of them
+                    self.last_error = f"{type(e).__name__}: {e}"
+                    log.warning("prompt failed: %s", self.last_error)
                     await asyncio.sleep(1.0)
                     continue
                 if group is None:
                     continue
+                self.counters["prompts_failed_in_a_row"] = 0
                 while not await self.buffer.put.remote(group):
                     await asyncio.sleep(0.2)
                 if self.cfg.algo.max_staleness == 0:
@@ -231,7 +240,8 @@ class Generator:
             if await self.sync.ensure(engine):   # a restarted engine holds its start-up weights
                 self.counters["engine_resyncs"] += 1
             return await engine.generate.remote([ids], sampling)
-        [samples] = await call_with_restarts(attempt, lambda: self.counters.update(["engine_failures"]))
+        [samples] = await call_with_restarts(attempt, lambda: self.counters.update(["engine_failures"]),
+                                             self.cfg.rollout.restart_wait_s)
         return samples
 
     async def verify(self, tasks: list[Task]):

@@ -30,6 +30,7 @@ from drtriton_ray.train.sft import _full_state_dict
 
 log = logging.getLogger("drtriton.trainer")
 WAIT_LOG_S = 60.0  # how often a trainer starved of groups says so
+STALL_CHECK_S = 2.0  # how often it asks the generator whether prompts keep failing
 REGISTER_WAIT_S = 300.0  # how long the last step waits for Ray Train to register its checkpoint
 
 
@@ -265,6 +266,42 @@ def expected_step_s(ends: list[float]) -> float:
     return max([b - a for a, b in zip(ends, ends[1:])][-3:], default=0.0)
 
 
+class GenerationStalled(RuntimeError):
+    """Prompt after prompt fails and no group comes: the trainer fails rather than wait forever."""
+
+
+def wait_for_groups(buffer, generator, wanted: int, step: int, deadline: float | None,
+                    max_failed: int) -> list | None:
+    """Rank 0's wait for a step's `wanted` groups. None: no step starts, because the driver closed the buffer (Ctrl-C)
+    or the budget (`deadline`, time.time()) ran out meanwhile. Raises GenerationStalled once `max_failed` prompts in a
+    row have failed: the fourteenth GPU attempt's engine, out of memory beside the trainer, failed every prompt for 13
+    minutes while the trainer waited (docs/rl.md); failing hands the trainer to Ray Train's restart (a new process
+    frees the memory it held)."""
+    import ray
+    groups, logged, checked = [], time.perf_counter(), 0.0
+    while True:
+        got = ray.get(buffer.take.remote(wanted - len(groups), step))
+        if got is None:
+            log.info("buffer closed: stopping after step %d", step)
+            return None
+        groups += got
+        if len(groups) >= wanted:
+            return groups
+        if deadline is not None and time.time() > deadline:
+            log.info("out of time waiting for groups (%d/%d): stopping after step %d", len(groups), wanted, step)
+            return None
+        now = time.perf_counter()
+        if now - checked > STALL_CHECK_S:
+            checked, stats = now, ray.get(generator.stats.remote())
+            if stats.get("prompts_failed_in_a_row", 0) >= max_failed:
+                raise GenerationStalled(f"{stats['prompts_failed_in_a_row']} prompts in a row failed and no group "
+                                        f"came for step {step + 1}; the last: {ray.get(generator.failure.remote())}")
+            if now - logged > WAIT_LOG_S:
+                log.info("waiting for groups (%d/%d); generator: %s", len(groups), wanted, stats)
+                logged = now
+        time.sleep(0.2)
+
+
 def _out_of_time(deadline: float | None, world: int, device, next_step_s: float = 0.0) -> bool:
     """Would a step started now, expected to take `next_step_s`, end past `deadline` (time.time(), None: no budget)?
     Rank 0's clock decides for every rank (they must stop at the same step)."""
@@ -415,22 +452,15 @@ def rl_train_loop(config: dict) -> None:
     out_of_time, step_ends = False, [time.time()]
     while step < cfg.run.total_steps and not out_of_time:
         t0 = time.perf_counter()
+        if device.type == "cuda":
+            # the engine decodes the next batch while the trainer waits: hand back what the allocator cached at the
+            # last update's peak. Kept, it grew by each step's new sizes to 73 GiB of a shared 80 GB GPU in the
+            # fourteenth GPU attempt and left the engine none (docs/rl.md)
+            torch.cuda.empty_cache()
         groups = None
         if rank == 0:
-            groups, waited = [], time.perf_counter()
-            while len(groups) < cfg.algo.prompts_per_step:
-                got = ray.get(buffer.take.remote(cfg.algo.prompts_per_step - len(groups), step))
-                if got is None:   # the driver closed the buffer (Ctrl-C): no new step starts
-                    log.info("buffer closed: stopping after step %d", step)
-                    groups = None
-                    break
-                groups += got
-                if len(groups) < cfg.algo.prompts_per_step:
-                    if time.perf_counter() - waited > WAIT_LOG_S:
-                        log.info("waiting for groups (%d/%d); generator: %s", len(groups), cfg.algo.prompts_per_step,
-                                 ray.get(generator.stats.remote()))
-                        waited = time.perf_counter()
-                    time.sleep(0.2)
+            groups = wait_for_groups(buffer, generator, cfg.algo.prompts_per_step, step, config["deadline"],
+                                     cfg.run.max_failed_prompts)
         if world > 1:
             box = [groups]
             dist.broadcast_object_list(box, src=0)

@@ -38,8 +38,9 @@ async def call_with_restarts(call, on_failure=None, wait_s: float = RESTART_WAIT
 
 
 class WeightSync:
-    def __init__(self, engines: list):
+    def __init__(self, engines: list, restart_wait_s: float = RESTART_WAIT_S):
         self.engines = engines
+        self.restart_wait_s = restart_wait_s
         self.version = 0
         self.buckets: list = []
         self.keys: list[str] = []
@@ -55,10 +56,12 @@ class WeightSync:
         ahead of it is updated too: a trainer restarted from a checkpoint pushes an older version than the engines
         hold, and their weights are from steps it threw away."""
         async with self._lock(engine):
-            if await call_with_restarts(lambda: engine.weight_version.remote()) == self.version:
+            if await call_with_restarts(lambda: engine.weight_version.remote(),
+                                        wait_s=self.restart_wait_s) == self.version:
                 return 0.0
             return await call_with_restarts(
-                lambda: engine.update_weights.remote(self.buckets, self.version, self.keys))
+                lambda: engine.update_weights.remote(self.buckets, self.version, self.keys),
+                wait_s=self.restart_wait_s)
 
     async def push(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:
         self.buckets, self.version, self.keys = buckets, version, keys
@@ -68,11 +71,13 @@ class WeightSync:
 
     async def join(self, spec: dict) -> None:
         """Every engine joins the broadcast group `spec` (rank i + 1; the trainer's rank 0 joins meanwhile)."""
-        await asyncio.gather(*(call_with_restarts(lambda e=e, r=r: e.join_sync_group.remote(spec, r))
+        await asyncio.gather(*(call_with_restarts(lambda e=e, r=r: e.join_sync_group.remote(spec, r),
+                                                  wait_s=self.restart_wait_s)
                                for r, e in enumerate(self.engines, start=1)))
 
     async def in_group(self, group_id: int) -> bool:
-        ids = await asyncio.gather(*(call_with_restarts(lambda e=e: e.sync_group_id.remote()) for e in self.engines))
+        ids = await asyncio.gather(*(call_with_restarts(lambda e=e: e.sync_group_id.remote(),
+                                                        wait_s=self.restart_wait_s) for e in self.engines))
         return all(i == group_id for i in ids)
 
     async def receive(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:

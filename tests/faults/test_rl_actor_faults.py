@@ -78,3 +78,33 @@ def test_killed_verifier_restarts_and_the_batch_completes(topology, ray_local):
     # a fresh actor (and pool) answered; this handle may learn of the restart after the generator's did, and Ray
     # then answers "unavailable" until it has
     assert asyncio.run(call_with_restarts(lambda: verifier.replacements.remote())) == 0
+
+
+def test_trainer_gives_up_on_prompts_that_keep_failing(ray_local, tmp_path):
+    """An engine that fails every call (here killed for good; on the GPU, out of memory beside the trainer) fails
+    prompt after prompt: the trainer's wait gives up with the generator's last error (Ray Train then restarts the
+    trainer) instead of waiting forever. A wait that outlasts the budget ends with no step."""
+    from drtriton_ray.rl.topology import build_actors, shutdown
+    from drtriton_ray.rl.trainer import GenerationStalled, wait_for_groups
+    ray = ray_local
+    tiny = str(prepare_model("tiny", tmp_path / "tiny", seed=7))
+    cfg = RLConfig(model={"path": tiny}, synth={"num_cpus": 0.1},
+                   rollout={"engine": "hf", "num_cpus": 0.25, "group_size": 2, "max_tokens": 16,
+                            "prompts_in_flight": 1, "restart_wait_s": 1},
+                   verify={"num_cpus": 0.25}, algo={"prompts_per_step": 1},
+                   run={"storage_path": str(tmp_path), "max_failed_prompts": 3})
+    actors = build_actors(cfg)
+    try:
+        gen, buffer = actors["generator"], actors["buffer"]
+        t0 = time.monotonic()
+        assert wait_for_groups(buffer, gen, 1, 0, time.time() + 1.0, 3) is None   # nothing is generating
+        assert time.monotonic() - t0 < 60
+        ray.kill(actors["engines"][0], no_restart=True)
+        ray.get(gen.start.remote(1, None))
+        t0 = time.monotonic()
+        with pytest.raises(GenerationStalled, match=r"\d+ prompts in a row failed .*Actor(Died|Unavailable)?Error"):
+            wait_for_groups(buffer, gen, 1, 0, None, 3)
+        assert time.monotonic() - t0 < 120
+        assert ray.get(gen.stats.remote())["prompts_failed_in_a_row"] >= 3
+    finally:
+        shutdown(actors)
