@@ -274,7 +274,7 @@ def wait_for_groups(buffer, generator, wanted: int, step: int, deadline: float |
                     max_failed: int) -> list | None:
     """Rank 0's wait for a step's `wanted` groups. None: no step starts, because the driver closed the buffer (Ctrl-C)
     or the budget (`deadline`, time.time()) ran out meanwhile. Raises GenerationStalled once `max_failed` prompts in a
-    row have failed: the fourteenth GPU attempt's engine, out of memory beside the trainer, failed every prompt for 13
+    row have failed: the fourteenth GPU run's engine, out of memory beside the trainer, failed every prompt for 14
     minutes while the trainer waited (docs/rl.md); failing hands the trainer to Ray Train's restart (a new process
     frees the memory it held)."""
     import ray
@@ -455,7 +455,7 @@ def rl_train_loop(config: dict) -> None:
         if device.type == "cuda":
             # the engine decodes the next batch while the trainer waits: hand back what the allocator cached at the
             # last update's peak. Kept, it grew by each step's new sizes to 73 GiB of a shared 80 GB GPU in the
-            # fourteenth GPU attempt and left the engine none (docs/rl.md)
+            # fourteenth GPU run and left the engine none (docs/rl.md)
             torch.cuda.empty_cache()
         groups = None
         if rank == 0:
