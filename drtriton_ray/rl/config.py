@@ -152,7 +152,9 @@ class RunSection(_Section):
     max_minutes: float | None = Field(None, gt=0, description="wall budget for training, from the driver's launch of "
                                       "the trainer (restarts after a failure included): no step starts that is not "
                                       "expected to end within it (as long as the longest of the last three), and the "
-                                      "job ends after the last one's checkpoint")
+                                      "job ends after the last one's checkpoint; a budget that runs out while the "
+                                      "trainer waits for groups ends it there, with the checkpoints checkpoint_every "
+                                      "made")
     checkpoint_every: int = Field(1, ge=1, description="1 = a resume loses at most the step in progress")
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0

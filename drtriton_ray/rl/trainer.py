@@ -454,7 +454,7 @@ def rl_train_loop(config: dict) -> None:
         t0 = time.perf_counter()
         if device.type == "cuda":
             # the engine decodes the next batch while the trainer waits: hand back what the allocator cached at the
-            # last update's peak. Kept, it grew by each step's new sizes to 73 GiB of a shared 80 GB GPU in the
+            # last update's peak. Kept, it grew by each step's new sizes to 71 GiB of a shared 80 GB GPU in the
             # fourteenth GPU run and left the engine none (docs/rl.md)
             torch.cuda.empty_cache()
         groups = None
