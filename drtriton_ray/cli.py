@@ -8,23 +8,18 @@ from typing import Optional
 
 import typer
 from pydantic import ValidationError
-from rich.console import Console
 from rich.table import Table
+
+# err, out and fail live in cli_common, which the stage CLIs import too (none of them imports this module)
+from drtriton_ray.cli_common import err, fail, out, validation_message
+from drtriton_ray.eval.cli import register as register_eval
+from drtriton_ray.models.cli import register as register_models
+from drtriton_ray.verify.cli import register as register_verify
+
+__all__ = ["app", "err", "fail", "main", "out"]
 
 app = typer.Typer(add_completion=False, no_args_is_help=True,
                   help="drtriton-ray: synthesize PyTorch programs, verify Triton kernels, train and serve.")
-err = Console(stderr=True, soft_wrap=True)
-out = Console()
-
-
-def fail(message: str, code: int = 2) -> None:
-    err.print(f"[bold red]error:[/] {message}", highlight=False)
-    raise typer.Exit(code)
-
-
-def _validation_message(e: ValidationError) -> str:
-    return "; ".join(f"{'.'.join(map(str, x['loc'])) or 'config'}: {x['msg'].removeprefix('Value error, ')}"
-                     for x in e.errors())
 
 
 @app.command("ops")
@@ -105,7 +100,7 @@ def synth_cmd(
                              conditioning_trials=conditioning, device=device, ops=tuple(o.strip() for o in ops.split(",")) if ops else None)
         check_writable(out_path)
     except ValidationError as e:
-        fail(_validation_message(e))
+        fail(validation_message(e))
     except ValueError as e:
         fail(str(e))
     indices = list(range(count))
@@ -209,11 +204,8 @@ def sft_data_cmd(
     err.print(f"wrote {len(rows)} pairs to {out_path}; rejected: {rejected or 'none'}")
 
 
-# Stage commands live beside their stage and join the app here, once `app` exists.
-from drtriton_ray.models.cli import register as register_models  # noqa: E402
-from drtriton_ray.verify.cli import register as register_verify  # noqa: E402
-from drtriton_ray.eval.cli import register as register_eval  # noqa: E402
-
+# Stage commands live beside their stage; they join the app after this module's own, so `drtriton --help` lists
+# them in this order.
 register_models(app)
 register_verify(app)
 register_eval(app)

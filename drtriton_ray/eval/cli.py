@@ -1,5 +1,9 @@
 """`drtriton eval-model`, registered on the main app by `register(app)`: held-out programs, K answers each from a
-model folder, verified on a local worker pool, a table and a JSON report. Every bad input is one line, exit 2."""
+model folder, verified on a local worker pool, a table and a JSON report. Every bad input is one line, exit 2.
+
+The options' constraints are declared once, in `EvalModelOptions`; `options_error` turns pydantic's complaints into
+the messages the command prints (`--level must be >= 1, got 0`, `unknown --engine 'x'; known: hf, vllm`). pydantic
+travels to the GPU machine with the pipeline's wheels (bench/gpu_pack.sh), as the rest of the CLI needs it there."""
 from __future__ import annotations
 
 import asyncio
@@ -7,16 +11,109 @@ import importlib.util
 import json
 import os
 from pathlib import Path
-from typing import Optional
+from typing import Annotated, Callable, Iterable, Optional
 
 import typer
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic_core import PydanticCustomError
 from rich.table import Table
+
+from drtriton_ray.cli_common import err, fail, out
 
 ENGINES = ("hf", "vllm")
 DEVICES = ("cpu", "cuda")
 MODEL_DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 # Greedy for one answer (the reproducible pass@1); for K > 1, Chen et al. (2021)'s choice for pass@k at small k.
 SAMPLED_TEMPERATURE = 0.8
+# Verifier processes when --workers is not given: on cuda, candidates are timed one at a time.
+DEFAULT_WORKERS = {"cpu": 2, "cuda": 1}
+
+
+def _one_of(known: Callable[[], Iterable[str]]) -> AfterValidator:
+    """A constraint: the value is one of KNOWN()'s names. KNOWN is called when a value is checked, so that the size
+    profiles and baselines are imported when eval-model runs, not whenever `drtriton` starts."""
+    def check(value: str) -> str:
+        names = list(known())
+        if value not in names:
+            raise PydanticCustomError("unknown_choice", "unknown value {value}; known: {known}",
+                                      {"value": value, "known": ", ".join(names)})
+        return value
+    return AfterValidator(check)
+
+
+def _profiles():
+    from drtriton_ray.synth.config import PROFILES
+    return PROFILES
+
+
+def _baselines():
+    from drtriton_ray.verify.metrics import BASELINES
+    return BASELINES
+
+
+class EvalModelOptions(BaseModel):
+    """`drtriton eval-model`'s options with their constraints. A field's flag is `--` and its name with dashes,
+    unless the field names its own (`json_schema_extra={"flag": ...}`). After validation, `temperature` and
+    `workers` hold the values used (their defaults depend on other options)."""
+    model_config = ConfigDict(extra="forbid")
+
+    model: Path
+    level: int = Field(ge=1)
+    count: int = Field(ge=1)
+    samples: int = Field(1, ge=1)
+    temperature: Optional[float] = Field(None, ge=0)
+    max_tokens: int = Field(1024, ge=1)
+    engine: Annotated[str, _one_of(lambda: ENGINES)] = "hf"
+    device: Annotated[str, _one_of(lambda: DEVICES)] = "cpu"
+    dtype: Annotated[str, _one_of(lambda: MODEL_DTYPES)] = "fp32"
+    static_cache: bool = False
+    profile: Annotated[str, _one_of(_profiles)] = "small"
+    baseline: Annotated[str, _one_of(_baselines)] = "eager"
+    workers: Optional[int] = Field(None, ge=1)
+    timeout: float = Field(300.0, gt=0)
+    timing: bool = True
+    seed: int = 0
+    out_path: Optional[Path] = Field(None, json_schema_extra={"flag": "--out"})
+
+    @model_validator(mode="after")
+    def _defaults_and_combinations(self):
+        if self.temperature is None:
+            self.temperature = 0.0 if self.samples == 1 else SAMPLED_TEMPERATURE
+        if self.workers is None:
+            self.workers = DEFAULT_WORKERS[self.device]
+        if self.samples > 1 and self.temperature == 0:
+            raise ValueError(f"--samples {self.samples} at --temperature 0 gives {self.samples} copies of the greedy "
+                             "answer; use --temperature > 0")
+        if self.static_cache and self.engine != "hf":
+            raise ValueError("--static-cache is an option of --engine hf (vLLM manages its own cache and CUDA graphs)")
+        return self
+
+
+def flag(name: str) -> str:
+    """The command-line flag of EvalModelOptions' field NAME."""
+    extra = EvalModelOptions.model_fields[name].json_schema_extra or {}
+    return extra.get("flag") or "--" + name.replace("_", "-")
+
+
+# pydantic's error types -> the command's messages; any other type prints pydantic's own message after the flag
+_MESSAGES = {
+    "greater_than_equal": "{flag} must be >= {ge:g}, got {input}",
+    "greater_than": "{flag} must be > {gt:g}, got {input}",
+    "unknown_choice": "unknown {flag} {input!r}; known: {known}",
+}
+
+
+def options_error(e: ValidationError) -> str:
+    """EvalModelOptions' ValidationError as one line, each problem named by its flag."""
+    parts = []
+    for x in e.errors():
+        if not x["loc"]:   # a check across options: its message names them
+            parts.append(x["msg"].removeprefix("Value error, "))
+            continue
+        template = _MESSAGES.get(x["type"], "{flag}: {msg}")
+        parts.append(template.format(**{**x.get("ctx", {}), "flag": flag(str(x["loc"][0])), "input": x["input"],
+                                        "msg": x["msg"]}))
+    return "; ".join(parts)
 
 
 def register(app: typer.Typer) -> None:
@@ -24,12 +121,11 @@ def register(app: typer.Typer) -> None:
 
 
 def _deterministic_compile() -> None:
-    """The same SFT model evaluated twice on an H100 (static cache) gave 40 of 201 answers of other lengths
-    (docs/eval.md), cause not found. One candidate: Inductor compiles the decoding step and picks some kernels by
+    """Greedy answers of one model can differ between two evaluations on a GPU with the static cache (docs/eval.md;
+    the cause is not established). One candidate: Inductor compiles the decoding step and picks some kernels by
     timing candidates on the device; another pick sums in another order, and bf16 greedy decoding follows the
-    rounding. Its deterministic mode skips the timing wherever it changes numerics (not yet measured on the H100)."""
+    rounding. Inductor's deterministic mode skips that timing wherever it would change numerics."""
     import torch._inductor.config as inductor
-    from drtriton_ray.cli import err
     if hasattr(inductor, "deterministic"):
         inductor.deterministic = True
     else:
@@ -66,7 +162,6 @@ def _fmt(x: Optional[float], suffix: str = "x") -> str:
 
 
 def _print_report(report, title: str) -> None:
-    from drtriton_ray.cli import out
     table = Table(title=title)
     table.add_column("problem", no_wrap=True)
     for col in ("ops", "correct", "outcomes", "best vs eager", "best vs compile"):
@@ -117,7 +212,7 @@ def eval_model_cmd(
     temperature: Optional[float] = typer.Option(
         None, "--temperature", help=f"default: 0 (greedy) for K = 1, {SAMPLED_TEMPERATURE} for K > 1"),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="answer length limit (tokens)"),
-    engine_name: str = typer.Option("hf", "--engine", help="hf (transformers, everywhere) or vllm"),
+    engine: str = typer.Option("hf", "--engine", help="hf (transformers, everywhere) or vllm"),
     device: str = typer.Option("cpu", "--device", help="cpu (interpreter, no timing) or cuda: generation and "
                                                       "verification"),
     dtype: str = typer.Option("fp32", "--dtype", help="model weights: fp32 or bf16"),
@@ -137,98 +232,113 @@ def eval_model_cmd(
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="JSON report to write"),
 ):
     """Pass@1, pass@K, answer outcomes and speedups of a model on held-out synthesized programs."""
-    from drtriton_ray.cli import err, fail
-    from drtriton_ray.eval.heldout import HELDOUT_SEED, heldout_programs
-    from drtriton_ray.eval.policy import NothingJudged, evaluate, prompt_ids
-    from drtriton_ray.models import ModelError, load_tokenizer
-    from drtriton_ray.synth.config import PROFILES
-    from drtriton_ray.synth.dataset import check_writable
-    from drtriton_ray.synth.sampler import SynthesisError
-    from drtriton_ray.verify import PoolError
-    from drtriton_ray.verify.metrics import BASELINES
+    from drtriton_ray.eval.heldout import HELDOUT_SEED
+    opts = checked_options(dict(
+        model=model, level=level, count=count, samples=samples, temperature=temperature, max_tokens=max_tokens,
+        engine=engine, device=device, dtype=dtype, static_cache=static_cache, profile=profile, baseline=baseline,
+        workers=workers, timeout=timeout, timing=timing, seed=seed, out_path=out_path))
+    _check_machine(opts)
+    tokenizer = _load_tokenizer(opts)
+    problems, max_model_len = _heldout(opts, tokenizer)
+    err.print(f"{count} held-out programs (stream seed {HELDOUT_SEED}, level {level}, profile {profile}), "
+              f"{samples} answer(s) each at temperature {opts.temperature:g}, engine {engine} on {device}")
+    report = _evaluate(opts, tokenizer, problems, max_model_len)
+    _print_report(report, f"{model.name}: level {level}, {count} held-out programs x {samples}")
+    if out_path is not None:
+        _write_report(opts, report)
 
-    if level < 1:
-        fail(f"--level must be >= 1 (operators per program), got {level}")
-    if count < 1:
-        fail(f"--count must be >= 1, got {count}")
-    if samples < 1:
-        fail(f"--samples must be >= 1, got {samples}")
-    if max_tokens < 1:
-        fail(f"--max-tokens must be >= 1, got {max_tokens}")
-    if temperature is None:
-        temperature = 0.0 if samples == 1 else SAMPLED_TEMPERATURE
-    if temperature < 0:
-        fail(f"--temperature must be >= 0, got {temperature}")
-    if samples > 1 and temperature == 0:
-        fail(f"--samples {samples} at --temperature 0 gives {samples} copies of the greedy answer; "
-             "use --temperature > 0")
-    for value, known, what in ((engine_name, ENGINES, "--engine"), (device, DEVICES, "--device"),
-                               (dtype, MODEL_DTYPES, "--dtype"), (profile, PROFILES, "--profile"),
-                               (baseline, BASELINES, "--baseline")):
-        if value not in known:
-            fail(f"unknown {what} {value!r}; known: {', '.join(known)}")
-    workers = workers if workers is not None else (2 if device == "cpu" else 1)
-    if workers < 1:
-        fail(f"--workers must be >= 1, got {workers}")
-    if timeout <= 0:
-        fail(f"--timeout must be > 0, got {timeout}")
-    if device == "cuda":
+
+def checked_options(values: dict) -> EvalModelOptions:
+    """The options, or one line naming what is wrong with them and exit 2."""
+    try:
+        return EvalModelOptions(**values)
+    except ValidationError as e:
+        fail(options_error(e))
+
+
+def _check_machine(opts: EvalModelOptions) -> None:
+    """What the options ask of this machine: a CUDA device, vLLM."""
+    if opts.device == "cuda":
         import torch
         if not torch.cuda.is_available():
             fail("--device cuda asked for, but this machine has no CUDA device")
-    if static_cache and engine_name != "hf":
-        fail("--static-cache is an option of --engine hf (vLLM manages its own cache and CUDA graphs)")
-    if engine_name == "vllm" and importlib.util.find_spec("vllm") is None:
+    if opts.engine == "vllm" and importlib.util.find_spec("vllm") is None:
         fail("--engine vllm asked for, but vllm is not installed here; use --engine hf")
+
+
+def _load_tokenizer(opts: EvalModelOptions):
+    """The model folder's tokenizer (it must have a chat template); the report's folder checked before any work."""
+    from drtriton_ray.models import ModelError, load_tokenizer
+    from drtriton_ray.synth.dataset import check_writable
     try:
-        tokenizer = load_tokenizer(model)
+        tokenizer = load_tokenizer(opts.model)
     except ModelError as e:
         fail(str(e))
     if not tokenizer.chat_template:
-        fail(f"{model} has no chat template, so the prompts cannot be rendered")
-    if out_path is not None:
+        fail(f"{opts.model} has no chat template, so the prompts cannot be rendered")
+    if opts.out_path is not None:
         try:
-            check_writable(out_path)
+            check_writable(opts.out_path)
         except ValueError as e:
             fail(str(e))
+    return tokenizer
 
+
+def _heldout(opts: EvalModelOptions, tokenizer) -> tuple[list, int]:
+    """The held-out programs and the engine's context length (longest prompt + --max-tokens), which must fit the
+    model's."""
+    from drtriton_ray.eval.heldout import heldout_programs
+    from drtriton_ray.eval.policy import prompt_ids
+    from drtriton_ray.synth.sampler import SynthesisError
     try:
-        problems = heldout_programs(level, count, profile)
+        problems = heldout_programs(opts.level, opts.count, opts.profile)
     except (SynthesisError, ValueError) as e:
         fail(f"cannot synthesize held-out programs: {e}")
     longest = max(len(prompt_ids(tokenizer, p.source)) for p in problems)
-    context = _context_length(model, tokenizer)
-    if longest + max_tokens > context:
-        fail(f"the longest prompt ({longest} tokens) plus --max-tokens {max_tokens} exceeds the model's context "
+    context = _context_length(opts.model, tokenizer)
+    if longest + opts.max_tokens > context:
+        fail(f"the longest prompt ({longest} tokens) plus --max-tokens {opts.max_tokens} exceeds the model's context "
              f"of {context} tokens")
+    return problems, longest + opts.max_tokens
 
-    verify = _LazyPool(device, workers, timeout)
 
-    async def run():
-        try:
-            if engine_name == "vllm":
-                from drtriton_ray.rollout.vllm_engine import VLLMEngine
-                # CPU: a small explicit KV cache (vLLM-CPU otherwise reserves a share of host memory); GPU: vLLM's
-                engine = VLLMEngine(str(model), dtype=MODEL_DTYPES[dtype], max_model_len=longest + max_tokens,
-                                    kv_cache_bytes=256 << 20 if device == "cpu" else None, seed=seed)
-            else:
-                from drtriton_ray.rollout.hf_engine import HFEngine
-                if static_cache and device == "cuda":
-                    _deterministic_compile()
-                engine = HFEngine(str(model), dtype, device, static_cache=static_cache,
-                                  max_model_len=longest + max_tokens)
-        except OSError as e:  # e.g. a folder with config and tokenizer but no weights
-            raise ModelError(f"cannot load the model in {model}: {' '.join(str(e).split())}") from None
-        try:
-            return await evaluate(engine, tokenizer, problems, verify, samples=samples, temperature=temperature,
-                                  max_tokens=max_tokens, seed=seed, baseline=baseline, timing=timing)
-        finally:
-            await engine.shutdown()
-
-    err.print(f"{count} held-out programs (stream seed {HELDOUT_SEED}, level {level}, profile {profile}), "
-              f"{samples} answer(s) each at temperature {temperature:g}, engine {engine_name} on {device}")
+def _make_engine(opts: EvalModelOptions, max_model_len: int):
+    from drtriton_ray.models import ModelError
     try:
-        report = asyncio.run(run())
+        if opts.engine == "vllm":
+            from drtriton_ray.rollout.vllm_engine import VLLMEngine
+            # CPU: a small explicit KV cache (vLLM-CPU otherwise reserves a share of host memory); GPU: vLLM sizes
+            # the cache itself
+            return VLLMEngine(str(opts.model), dtype=MODEL_DTYPES[opts.dtype], max_model_len=max_model_len,
+                              kv_cache_bytes=256 << 20 if opts.device == "cpu" else None, seed=opts.seed)
+        from drtriton_ray.rollout.hf_engine import HFEngine
+        if opts.static_cache and opts.device == "cuda":
+            _deterministic_compile()
+        return HFEngine(str(opts.model), opts.dtype, opts.device, static_cache=opts.static_cache,
+                        max_model_len=max_model_len)
+    except OSError as e:  # e.g. a folder with config and tokenizer but no weights
+        raise ModelError(f"cannot load the model in {opts.model}: {' '.join(str(e).split())}") from None
+
+
+async def _generate_and_verify(opts: EvalModelOptions, tokenizer, problems, verify, max_model_len: int):
+    from drtriton_ray.eval.policy import evaluate
+    engine = _make_engine(opts, max_model_len)   # built in the event loop that then drives it
+    try:
+        return await evaluate(engine, tokenizer, problems, verify, samples=opts.samples, temperature=opts.temperature,
+                              max_tokens=opts.max_tokens, seed=opts.seed, baseline=opts.baseline, timing=opts.timing)
+    finally:
+        await engine.shutdown()
+
+
+def _evaluate(opts: EvalModelOptions, tokenizer, problems, max_model_len: int):
+    """The report of the model's answers; a model that cannot load, a verifier that cannot start or nothing judged
+    is one line, exit 2."""
+    from drtriton_ray.eval.policy import NothingJudged
+    from drtriton_ray.models import ModelError
+    from drtriton_ray.verify import PoolError
+    verify = _LazyPool(opts.device, opts.workers, opts.timeout)
+    try:
+        return asyncio.run(_generate_and_verify(opts, tokenizer, problems, verify, max_model_len))
     except ModelError as e:
         fail(str(e))
     except PoolError as e:
@@ -237,10 +347,12 @@ def eval_model_cmd(
         fail(str(e))
     finally:
         verify.close()
-    _print_report(report, f"{model.name}: level {level}, {count} held-out programs x {samples}")
-    if out_path is not None:
-        _write_atomic(out_path, json.dumps({"model": str(model), "level": level, "profile": profile,
-                                            "engine": engine_name, "device": device, "dtype": dtype,
-                                            "timing": timing and device == "cuda",
-                                            "heldout_seed": HELDOUT_SEED, **report.to_dict()}, indent=1))
-        err.print(f"wrote {out_path}")
+
+
+def _write_report(opts: EvalModelOptions, report) -> None:
+    from drtriton_ray.eval.heldout import HELDOUT_SEED
+    _write_atomic(opts.out_path, json.dumps({"model": str(opts.model), "level": opts.level, "profile": opts.profile,
+                                             "engine": opts.engine, "device": opts.device, "dtype": opts.dtype,
+                                             "timing": opts.timing and opts.device == "cuda",
+                                             "heldout_seed": HELDOUT_SEED, **report.to_dict()}, indent=1))
+    err.print(f"wrote {opts.out_path}")

@@ -8,6 +8,8 @@ from typing import Optional
 import typer
 from rich.table import Table
 
+from drtriton_ray.cli_common import err, fail, out
+
 
 def register(app: typer.Typer) -> None:
     app.command("prepare-model")(prepare_model_cmd)
@@ -25,8 +27,6 @@ def prepare_model_cmd(
     force: bool = typer.Option(False, "--force", help="replace a non-empty --out folder"),
 ):
     """Write a ready-to-load Hugging Face model folder (safetensors, tokenizer, chat template)."""
-    # Imported here, not at module level: drtriton_ray.cli imports this module while it is still being defined.
-    from drtriton_ray.cli import err, fail, out
     from drtriton_ray.models import MODELS, ModelError, prepare_model
 
     start = time.perf_counter()
@@ -52,7 +52,6 @@ def check_model_cmd(
     max_new_tokens: int = typer.Option(48, "--max-new-tokens", help="length of that reply"),
 ):
     """Load a model folder as training and serving will, print what it is, optionally generate."""
-    from drtriton_ray.cli import fail, out
     from drtriton_ray.models import ModelError, load_model
 
     try:
