@@ -19,6 +19,7 @@ import ray
 import yaml
 from pydantic import ValidationError
 
+from drtriton_ray.overrides import OverrideError, load_yaml_with_overrides
 from drtriton_ray.train.sft import SFTConfig, run_sft
 
 
@@ -29,11 +30,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="override a field, VALUE parsed as YAML (repeatable)")
     args = ap.parse_args(argv)
     try:
-        raw = yaml.safe_load(Path(args.config).read_text()) or {}
-        for item in args.set:
-            key, _, value = item.partition("=")
-            raw[key] = yaml.safe_load(value)
-        cfg = SFTConfig(**raw)
+        cfg = SFTConfig(**load_yaml_with_overrides(args.config, args.set))
+    except OverrideError as e:   # names the --set item (or the config file) itself
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as e:
         print(f"error: {args.config}: {e}", file=sys.stderr)
         return 2

@@ -24,6 +24,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
+from drtriton_ray.overrides import OverrideError
 from drtriton_ray.rl.config import RLConfig, check_cluster, load_config
 from drtriton_ray.rl.topology import build_actors, make_trainer, selection_prior, shutdown
 
@@ -139,6 +140,9 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.set)
+    except OverrideError as e:   # names the --set item itself
+        print(f"error: {e}", file=sys.stderr)
+        return 2
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as e:
         print(f"error: {args.config}: {e}", file=sys.stderr)
         return 2

@@ -12,6 +12,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drtriton_ray.eval.heldout import HELDOUT_SEED, check_training_seed
+from drtriton_ray.overrides import apply_overrides, set_dotted  # noqa: F401 - set_dotted: --set's, re-exported
 from drtriton_ray.rl.curriculum import CurriculumConfig
 from drtriton_ray.synth.config import DType, SynthConfig
 from drtriton_ray.verify.task import Task
@@ -294,22 +295,7 @@ def load_config(path: str, overrides: list[str]) -> RLConfig:
     raw = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(raw, dict):
         raise ValueError("the config file must hold a mapping of sections")
-    for item in overrides:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ValueError(f"--set {item!r}: expected SECTION.KEY=VALUE")
-        set_dotted(raw, key, yaml.safe_load(value))
+    apply_overrides(raw, overrides)   # OverrideError (a ValueError) names a malformed override
     cfg = RLConfig(**raw)
     check_model(cfg)
     return cfg
-
-
-def set_dotted(raw: dict, key: str, value) -> None:
-    """`rollout.group_size=8` → raw['rollout']['group_size'] = 8 (for --set overrides)."""
-    *parents, leaf = key.split(".")
-    node = raw
-    for p in parents:
-        node = node.setdefault(p, {})
-        if not isinstance(node, dict):
-            raise ValueError(f"--set {key}: {p} is not a section")
-    node[leaf] = value
