@@ -9,7 +9,7 @@ paired by problem (the problems are the sample; a problem's answers are not inde
 With an RL run's rollouts (`--rollouts`, the groups it trained on), the difference is split by what the run could
 learn of each problem's operators: "taught", some group of the operator had right and wrong answers (the only groups
 that teach correctness); "trained, never taught", groups all right or all wrong; "not trained". Where RL learns and
-where it drifts show apart: the eleventh H100 attempt gained on the first and lost on the other two (docs/rl.md).
+where it drifts show apart: an unanchored run gains on the first and loses on the other two (docs/rl.md).
 A problem counts as taught when any of its operators was, else as trained when any was.
 
 Reports without answer hashes (before `answer_sha`) compare answers by token count: equal counts are taken for the

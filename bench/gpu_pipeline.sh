@@ -19,7 +19,7 @@
 #   bash bench/gpu_pipeline.sh rl-wait 570    # ... in the next calls: wait up to 570 s; once done, rl's files come back
 #   bash bench/gpu_pipeline.sh sft-send K     # the SFT model back here in 15 MiB pieces, 4 a call (K = 1..6 for
 #                                             # SmolLM2); then, here, `bash bench/gpu_pack.sh sft-model DIR...`
-#   bash bench/gpu_pipeline.sh recv-sft K     # a later session: carry .gpu-sftK/ (K = 1..N) before `setup`, which
+#   bash bench/gpu_pipeline.sh recv-sft K     # another machine later: carry .gpu-sftK/ (K = 1..N) before `setup`, which
 #                                             # then makes /tmp/models/sft of it (no base model, no `sft` needed)
 #   bash bench/gpu_pipeline.sh eval-rl        # held-out pass@1 after RL
 #   bash bench/gpu_pipeline.sh replay "" "algo.lr=1e-6"   # bench/rl_replay.py from the SFT model: an RL run's first
@@ -34,14 +34,13 @@
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
 #   bash bench/gpu_pipeline.sh lowering 2 480 90  # ... from program 90 on (a run its budget cut); L2, L5: counts;
 #                                                 # LOWER_OPTS: more bench/lowering.py options (--timing-trials 10)
-# Every stage fits one 10-minute device call; `sft && eval-sft` together may not (2026-11-25: 5.0 + 4.6 min, cut at
-# 600 s). SFT pairs made on CPU (`bash bench/gpu_pack.sh sft-data`: 800 pairs verified by the interpreter in ~3 min,
+# Every stage fits one 10-minute device call; `sft && eval-sft` together may not (~5 + ~4.6 min). SFT pairs made on CPU (`bash bench/gpu_pack.sh sft-data`: 800 pairs verified by the interpreter in ~3 min,
 # into .gpu-data/) come along with `setup`'s call when .gpu-data is carried, and `data` can be skipped.
 # Held-out evaluation: the first 201 level-1 programs of the held-out stream (three per operator; EVAL_COUNT=67 for
 # one each), decoded with the static cache as the RL job's engine does (configs/gpu-1.yaml), correctness alone
 # (--no-timing): greedily (eval-X.json), then 4 answers each at the RL job's temperature 0.3 (eval-X_sampled.json;
-# EVAL_SAMPLED sets those options, empty skips it). One program is 0.005 of pass@1 at 201: at 67, one RL step
-# reshuffled 22 greedy outcomes (docs/rl.md).
+# EVAL_SAMPLED sets those options, empty skips it). One program is 0.005 of pass@1 at 201: at 67, one RL step can
+# reshuffle a third of the greedy outcomes with no net change (docs/rl.md).
 set -euo pipefail
 T=${GPU_TMP:-/tmp}   # where the stages keep their state (a test points it elsewhere)
 OUT=${OUT:-$T/gpu-out}
@@ -51,8 +50,8 @@ export PYTHONPATH=$T/site:$PWD HF_HUB_OFFLINE=1 RAY_AUTH_MODE=disabled RAY_USAGE
   PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 unset TRITON_INTERPRET
 CLI="python3 -m drtriton_ray.cli"
-# --timeout: the RL job's verifier's (configs/gpu-1.yaml); at eval-model's 300 s one answer that hung took the twelfth
-# attempt's sampled evaluation to the call's 600 s limit (docs/rl.md)
+# --timeout: the RL job's verifier's (configs/gpu-1.yaml); at eval-model's default 300 s one answer that hangs can take
+# a sampled evaluation past the call's 600 s limit
 EVAL="$CLI eval-model --level 1 --count ${EVAL_COUNT:-201} --engine hf --device cuda --dtype bf16 --static-cache \
   --max-tokens 1792 --workers ${EVAL_WORKERS:-12} --timeout ${EVAL_TIMEOUT:-120} --no-timing ${EVAL_OPTS:-}"
 EVAL_SAMPLED=${EVAL_SAMPLED---samples 4 --temperature 0.3}
@@ -75,16 +74,15 @@ rl_collect() {   # the RL model for eval-rl, the metrics, the actors' own logs (
   if [ -f $T/rl_gpu_memory.csv ]; then cp $T/rl_gpu_memory.csv "$OUT/"; fi
 }
 gpu_watch() {   # rl-start's job: every process's GPU memory every 5 s until the job is done, into rl_gpu_memory.csv
-                # (engine, trainer and verifier share the GPU; the thirteenth attempt's trainer ran out beside them)
+                # (engine, trainer and verifier share the GPU and can run it out of memory)
   while [ ! -f $T/rl.done ]; do
     nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader \
       | sed "s/^/$(date +%s), /" >> $T/rl_gpu_memory.csv
     sleep 5
   done
 }
-gpu_apps() {   # what holds the GPU before a stage starts, into $OUT/NAME.gpu.txt: an eval-replay after `replay`
-               # (2026-11-25) could not start its verifier workers (CUDA out of memory at their context) once its
-               # generation was done
+gpu_apps() {   # what holds the GPU before a stage starts, into $OUT/NAME.gpu.txt: a process left from an earlier stage
+               # (an eval-replay after `replay`) can leave the verifier workers no memory for their CUDA context
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tee "$OUT/$1.gpu.txt" || true
 }
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
@@ -192,7 +190,7 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     for s in "$@"; do settings+=(--setting "$s"); done
     rollouts=$T/runs/gpu-1/rollouts
     if [ -d .gpu-replay ]; then rollouts=.gpu-replay; fi
-    rollouts=${REPLAY_ROLLOUTS:-$rollouts}   # e.g. a recorded run in the repository: docs/logs/*/rollouts
+    rollouts=${REPLAY_ROLLOUTS:-$rollouts}   # e.g. a kept copy of a run's RUN/rollouts
     python3 bench/rl_replay.py --model $T/models/sft --rollouts $rollouts --steps "${REPLAY_STEPS:-1,2}" \
       --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" ${REPLAY_SAVE:+--save $T/models/replay} \
       "${settings[@]}" 2>&1 \

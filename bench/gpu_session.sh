@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU session (the device tool's machine: torch + triton, no Ray/pydantic/OR-Tools, no network).
-# Carry .wheels/ (pure wheels for Python 3.12: ortools, pydantic, ...; see docs/benchmarks.md); the verifier's
+# Carry .wheels/ (pure wheels for Python 3.12: ortools, pydantic, ...; bench/gpu_pack.sh makes such wheels); the verifier's
 # own runs (tests -m gpu, verify, timing) need none of them.
 #   bash bench/gpu_session.sh tests     # verify/exploit/fault suites on CUDA, GPU-only tests included
 #   bash bench/gpu_session.sh gputests  # only the gpu-marked verifier tests (no wheels needed)

@@ -8,7 +8,7 @@ push the shared template down lowers both.
 
 With `--bystander` the policy also answers Sigmoid programs, always with one wrong kernel (the ReLU kernel's
 template with a sign error in the sigmoid), and RL samples both operators: the Sigmoid groups are all wrong and
-teach nothing, as the GPU attempts' operators that drifted (docs/rl.md, eleventh attempt). Whatever moves
+teach nothing, like the operators that drifted on the GPU while others were taught (docs/rl.md). Whatever moves
 log p(bystander) on unseen Sigmoid programs is drift through the shared weights; the anchor to the starting model
 (`algo.ref_kl`) should hold it while the ReLU kernel is still learned.
 

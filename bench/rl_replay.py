@@ -1,8 +1,8 @@
 """Replays the groups an RL run recorded (RUN/rollouts/step_N.parquet) through the trainer's own update, from one
 starting model, under several settings, and measures what each setting does to held-out reference solutions.
 
-Why: the GPU attempts (docs/rl.md) lost held-out pass@1 by a collapse onto the fused-elementwise kernel template
-after one or two steps, and a whole RL run plus two evaluations costs ~17 minutes of a GPU machine. Replaying the
+Why: at too large a learning rate RL loses held-out pass@1 by a collapse onto the fused-elementwise kernel template
+within one or two steps (docs/rl.md), and a whole RL run plus two evaluations costs ~17 minutes of a GPU machine. Replaying the
 first steps' recorded answers (made by the starting weights) costs seconds per setting, so settings (learning rate,
 updates per batch, the anchor to the starting model) are compared side by side from the same model and the same
 answers. The measure is the reference probe (drtriton_ray/eval/probe.py, also logged by the RL job with

@@ -4,7 +4,7 @@ Greedy pass@1 (`drtriton eval-model`) costs minutes of generation and verificati
 per program. The reference lowering of a synthesized program is verified, so a reference whose every answer token is
 the model's greedy choice is one that greedy decoding writes and the verifier accepts. Counting them, apart for
 programs whose operators are all elementwise and the others, shows what an RL step keeps and loses of what SFT
-taught: the GPU attempts' collapse onto the elementwise kernel template (docs/rl.md) is the second count falling.
+taught: a collapse onto the elementwise kernel template (docs/rl.md) is the second count falling.
 A proxy for greedy pass@1, not pass@1: a model may write another correct kernel than the reference.
 
 The sequences are built as SFT builds its pairs (prompt, answer tokens, end token), so the SFT model is probed on the

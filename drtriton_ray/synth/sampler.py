@@ -152,7 +152,7 @@ class Sampler:
                 error = e
             finally:
                 # a paper-size program's float32 and float64 runs leave tens of GB in the caching allocator,
-                # which a verifier on the same GPU then lacks (the first H100 lowering runs: reference OOMs)
+                # which a verifier on the same GPU then lacks (its references ran out of memory)
                 free_cache(cfg.device)
         raise SynthesisError(f"program {index} (attempt {attempt}, operators {'+'.join(program.ops)}) ran out of "
                              f"memory in validation on {cfg.device} {1 + len(OOM_RETRY_WAITS_S)} times; not redrawn, "
