@@ -1,0 +1,97 @@
+"""The command line's structure, read from the source with ast: no import cycle runs through the CLI modules (the
+stage CLIs share helpers through cli_common, never through cli.py), and no CLI function is longer than 80 lines."""
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "drtriton_ray"
+CLI_MODULES = {"drtriton_ray.cli", "drtriton_ray.cli_common", "drtriton_ray.overrides", "drtriton_ray.eval.cli",
+               "drtriton_ray.verify.cli", "drtriton_ray.models.cli"}
+MAX_LINES = 80
+
+
+def modules() -> dict[str, Path]:
+    found = {}
+    for f in PACKAGE.rglob("*.py"):
+        parts = list(f.relative_to(ROOT).with_suffix("").parts)
+        found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = f
+    return found
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Module -> the package's modules it imports anywhere in its source (function-level imports too)."""
+    mods = modules()
+    graph = {m: set() for m in mods}
+    for m, f in mods.items():
+        package = m.split(".") if f.name == "__init__.py" else m.split(".")[:-1]
+        for node in ast.walk(ast.parse(f.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom):
+                base = node.module or ""
+                if node.level:
+                    base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                names = [base] + [f"{base}.{a.name}" for a in node.names]
+            else:
+                continue
+            for name in names:
+                while name and name not in mods:   # `from pkg.mod import func` -> pkg.mod
+                    name = name.rpartition(".")[0]
+                if name and name != m:
+                    graph[m].add(name)
+    return graph
+
+
+def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The strongly connected groups of more than one module (Tarjan), i.e. the import cycles."""
+    index, low, stack, on_stack, found = {}, {}, [], set(), []
+
+    def visit(v):
+        index[v] = low[v] = len(index)
+        stack.append(v)
+        on_stack.add(v)
+        for w in graph[v]:
+            if w not in index:
+                visit(w)
+                low[v] = min(low[v], low[w])
+            elif w in on_stack:
+                low[v] = min(low[v], index[w])
+        if low[v] == index[v]:
+            group = []
+            while True:
+                w = stack.pop()
+                on_stack.discard(w)
+                group.append(w)
+                if w == v:
+                    break
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for v in sorted(graph):
+        if v not in index:
+            visit(v)
+    return found
+
+
+def test_the_graph_sees_the_cli_imports():
+    graph = import_graph()
+    assert {"drtriton_ray.eval.cli", "drtriton_ray.verify.cli", "drtriton_ray.models.cli",
+            "drtriton_ray.cli_common"} <= graph["drtriton_ray.cli"]
+    assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+def test_no_import_cycle_through_the_cli():
+    through_cli = [group for group in cycles(import_graph()) if CLI_MODULES & set(group)]
+    assert through_cli == []
+
+
+def test_cli_functions_are_short():
+    long = []
+    for name in sorted(CLI_MODULES):
+        path = modules()[name]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines} lines)")
+    assert long == []
