@@ -2,9 +2,9 @@
 updates' gradient norms stay finite and within `--max-ratio` of the same setting replayed without the anchor, so that
 the correct answers' pull still makes a fair part of each update. Prints the value, for `--set algo.ref_kl=...`.
 
-Why: on the CPU testbed (bench/rl_learns.py --bystander, docs/results/rl-cpu-testbed.md), once the policy had moved, an update with the
-anchor at ref_kl 1 had gradient norm 1.7 against 0.02-0.03 without it, and the clip (1.0) then left the update to the
-anchor. Its size depends on the temperature and on how unlikely the sampled tokens are, so it is measured on the
+Why: on the CPU testbed (bench/rl_learns.py --bystander, docs/results/rl-cpu-testbed.md), once the policy had
+moved, an update with the anchor at ref_kl 1 had gradient norm 1.7 against 0.02-0.03 without it, and the clip (1.0)
+then left the update to the anchor. Its size depends on the temperature and on how unlikely the sampled tokens are, so it is measured on the
 run's own answers before the run, in seconds, rather than guessed.
 
 A setting's baseline is the same overrides with `algo.ref_kl=0` where the replay has it (needed when --config sets

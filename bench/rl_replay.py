@@ -2,8 +2,8 @@
 starting model, under several settings, and measures what each setting does to held-out reference solutions.
 
 Why: at too large a learning rate RL loses held-out pass@1 by a collapse onto the fused-elementwise kernel template
-within one or two steps (docs/rl.md), and a whole RL run plus two evaluations costs ~17 minutes of a GPU machine. Replaying the
-first steps' recorded answers (made by the starting weights) costs seconds per setting, so settings (learning rate,
+within one or two steps (docs/rl.md), and a whole RL run plus two evaluations costs ~17 minutes of a GPU machine.
+Replaying the first steps' recorded answers (made by the starting weights) costs seconds per setting, so settings (learning rate,
 updates per batch, the anchor to the starting model) are compared side by side from the same model and the same
 answers. The measure is the reference probe (drtriton_ray/eval/probe.py, also logged by the RL job with
 curriculum.probe_count): how many held-out level-1 reference lowerings the model writes greedily, token for token,
