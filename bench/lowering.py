@@ -136,6 +136,20 @@ def environment(device: str) -> dict:
     return info
 
 
+def report_memory(info: dict) -> None:
+    """GPU memory per worker (peak reserved over its jobs, and what it held after its last one), reference jobs that
+    ran out of memory, and jobs run again alone after running out of memory."""
+    memory = info.get("worker_memory") or {}
+    for name, m in sorted(memory.items()):
+        print(f"worker {name}: peak {m['peak_gib']:.1f} GiB, held after its last job {m['held_gib']:.2f} GiB, "
+              f"{m['jobs']} jobs", flush=True)
+    oom = [r for r in info.get("reference_jobs", []) if "out of memory" in (r.get("error") or "").lower()]
+    alone = [f"{e['name']} ({e['kind']}): {e.get('alone')}" for e in info.get("run_alone", [])]
+    if memory or oom or alone:
+        print(f"reference jobs out of memory: {len(oom)} of {len(info.get('reference_jobs', []))}; run again alone: "
+              f"{len(alone)} ({', '.join(alone) or 'none'})", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="small")
@@ -173,6 +187,7 @@ def main() -> None:
         with WorkerPool(args.device, size=workers, limits=Limits(task_timeout_s=args.task_timeout_s)) as pool:
             # the log keeps them as they grow: where reference timing spent its time, and tasks run again alone
             info["reference_jobs"], info["run_alone"] = pool.reference_log, pool.solo_log
+            info["worker_memory"] = pool.worker_memory
             for n, level in enumerate(levels):
                 count, t0 = source.count(level), time.monotonic()
                 first = min(args.first, count)
@@ -214,6 +229,7 @@ def main() -> None:
     if args.out:
         write_log(args.out, args, rows, programs, info)
     render(args, rows, failures)
+    report_memory(info)
     if durations := [p["duration_s"] for p in programs if p.get("duration_s")]:
         print(f"per-program verification: median {statistics.median(durations):.1f} s, max {max(durations):.1f} s, "
               f"total run {time.monotonic() - start:.0f} s", flush=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from drtriton_ray.ops import families as f
+import drtriton_ray.ops.families as f
 from drtriton_ray.ops.spec import OpSpec
 
 

@@ -29,13 +29,9 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 from drtriton_ray.synth.dag import Program
-from drtriton_ray.verify.compare import NullCandidates, as_list, compare
+from drtriton_ray.verify.compare import CONDITIONING_MARGIN, NullCandidates, as_list, compare
 from drtriton_ray.verify.inputs import make_inputs
-from drtriton_ray.verify.task import DISTRIBUTIONS
-
-
-# PyTorch's float32 error may use at most this share of the verifier's tolerance; decisions need this much room
-CONDITIONING_MARGIN = 4.0
+from drtriton_ray.verify.task import BASE_DISTRIBUTIONS
 
 
 class InvalidProgram(Exception):
@@ -172,7 +168,7 @@ def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int,
     tol = getattr(mod, "TOLERANCE", None)
     rng = random.Random(f"conditioning/{seed}")
     nulls = NullCandidates(tol)
-    for dist in DISTRIBUTIONS:
+    for dist in BASE_DISTRIBUTIONS:   # the verifier picks stress scales at which the program is well-conditioned
         for _ in range(trials):
             inputs = make_inputs(mod.get_inputs, dist, rng.randrange(2**31), device)
             decisions = Decisions() if wide_model is not None else None

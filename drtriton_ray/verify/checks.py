@@ -42,24 +42,27 @@ import sys
 import time
 from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
+from typing import Optional
 
 import torch
 
-from drtriton_ray.verify import timing
-from drtriton_ray.verify.compare import NullCandidates, compare
+import drtriton_ray.verify.timing as timing
+from drtriton_ray.verify.compare import CONDITIONING_MARGIN, NullCandidates, as_list, compare
 from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_memory
-from drtriton_ray.verify.inputs import clone_inputs, free_cache, inputs_unchanged, make_inputs
-from drtriton_ray.verify.task import Task
+from drtriton_ray.verify.inputs import STRESS_SCALES, clone_inputs, free_cache, inputs_unchanged, make_inputs
+from drtriton_ray.verify.protocol import Acquire, Granted, Release
+from drtriton_ray.verify.task import BASE_DISTRIBUTIONS, STRESS_DISTRIBUTIONS, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 
 # A trial needing more than this share of the GPU's memory runs its checks alone on the GPU (exclusive section).
 BIG_SHARE = 0.25
 
 
-class Gate:
-    """The worker's side of the pool's per-GPU reader/writer section. GPU work that is not timing holds it shared
-    (several workers at once); timing holds it exclusive (no other worker's kernels run meanwhile). The parent
-    arbitrates over the task pipe, so a worker killed while holding it releases it with its death."""
+class GpuSection:
+    """The worker's side of the pool's per-GPU reader/writer section (pool.SectionArbiter). GPU work that is not
+    timing holds it shared (several workers at once); timing holds it exclusive (no other worker's kernels run
+    meanwhile). The parent arbitrates over the task pipe, so a worker killed while holding it releases it with its
+    death. Without a pipe (an ungated pool) holding it is a no-op."""
 
     def __init__(self, conn=None):
         self.conn = conn
@@ -71,15 +74,15 @@ class Gate:
             yield
             return
         t0 = time.perf_counter()
-        self.conn.send(("acquire", kind))
+        self.conn.send(Acquire(kind))
         message = self.conn.recv()
-        if message[0] != "granted":
-            raise RuntimeError(f"verifier pool protocol: expected a grant, got {message[0]!r}")
+        if not isinstance(message, Granted):
+            raise RuntimeError(f"verifier pool protocol: expected a grant, got {type(message).__name__}")
         self.waited += time.perf_counter() - t0
         try:
             yield
         finally:
-            self.conn.send(("release", kind))
+            self.conn.send(Release(kind))
 
     def shared(self):
         return self.hold("shared")
@@ -99,11 +102,37 @@ class WorkerContext:
     sandbox: Sandbox
     audit_cls: type
     tasks_run: int = 0
-    gate: Gate = field(default_factory=Gate)
+    gate: GpuSection = field(default_factory=GpuSection)
     gpu_bytes: int = 0   # the GPU's memory (0 on CPU)
-    # problem sha256 -> result of its self-test: (None if usable, else the reason it is not; output sizes in bytes;
-    # the reference's peak device memory over a forward and its output checks)
-    problems: dict = field(default_factory=dict)
+    problems: dict = field(default_factory=dict)   # problem sha256 -> ProblemCheck
+
+
+@dataclass
+class ProblemCheck:
+    """What a worker learnt of a problem once, before its first candidate."""
+    reason: Optional[str]            # None if usable, else why no candidate can be judged on it
+    out_nbytes: list = field(default_factory=list)   # output sizes, for poisoning freed blocks of those sizes
+    peak: int = 0                    # the reference's peak device memory over a forward and its output checks
+    scales: Optional[dict] = None    # stress distribution -> scale, None where no scale is usable; None: not chosen
+
+
+def _null_reason(nulls: NullCandidates, dists: str) -> Optional[str]:
+    """Why a problem that a null candidate matches on every input distribution cannot judge candidates, or None."""
+    if nulls.zeros:
+        return (f"the problem is unusable: an all-zeros output matches the reference on every input distribution "
+                f"({dists}), so a candidate that computes nothing would pass")
+    if nulls.constant:
+        return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in nulls.constants)}) "
+                f"matches the reference on every input distribution ({dists}): it does not depend on its inputs")
+    if nulls.fixed:
+        return (f"the problem is unusable: its outputs are the same on every input distribution ({dists}): they do "
+                "not depend on its inputs, so a candidate that replays a stored answer would pass")
+    return None
+
+
+def _describe_scales(scales: dict) -> str:
+    return ", ".join(f"{dist} x{scale:g}" if scale else f"{dist} none (no scale keeps the reference finite and "
+                     "well-conditioned)" for dist, scale in scales.items())
 
 
 class Rejected(Exception):
@@ -160,6 +189,8 @@ class _Run:
         self.out_nbytes: list[int] = []
         self.gpu = self.device.startswith("cuda")
         self.big = False               # the problem's trials run alone on the GPU (BIG_SHARE)
+        self.scales: dict = {}         # stress distribution -> scale (ProblemCheck.scales)
+        self.buffers = None            # the candidate's input tensors, refilled by every trial
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
         self.verdict.checks.append(CheckResult(name, passed, detail))
@@ -207,33 +238,50 @@ class _Run:
             self.ref = self.Model(*copy.deepcopy(self.init_inputs))
         except Exception as e:  # any failure of trusted problem code makes the problem unusable
             self.reject("problem", Status.BAD_PROBLEM, f"the problem is unusable: {_describe(e)}")
-        key = hashlib.sha256(self.task.problem_source.encode()).hexdigest()
+        self.key = hashlib.sha256(self.task.problem_source.encode()).hexdigest()
+        # copies to the device and the self-test's forwards
+        self._memory_retry(self._prepare, "shared", self._reference_limit)
+        known = self.ctx.problems[self.key]
+        if known.reason is not None:
+            self.reject("problem", Status.BAD_PROBLEM, known.reason)
+        self.out_nbytes = known.out_nbytes
+        # candidate and reference side by side take about twice what the reference took alone
+        self.big = self.gpu and 2 * known.peak > BIG_SHARE * self.ctx.gpu_bytes
+        if known.scales is None:
+            self._memory_retry(self._choose_scales, "exclusive" if self.big else "shared", self._no_scales)
+        self.scales = known.scales
+        self.check("problem", True, "self-test passed: deterministic; no all-zeros or constant output matches; "
+                   f"stress inputs: {_describe_scales(self.scales)}"
+                   + ("; checked alone on the GPU (large problem)" if self.big else ""))
+
+    def _memory_retry(self, fn, kind: str, on_limit) -> None:
+        """fn() in the GPU section `kind`; out of device memory, once more alone on the GPU (other workers' tasks
+        hold memory too), and out of memory again, on_limit(error)."""
         try:
-            with self.gpu_section():   # copies to the device and the self-test's forwards
-                self._prepare(key)
+            with self.gpu_section(kind):
+                return fn()
         except Exception as e:
             if not _out_of_memory(e):
                 raise
-            free_cache(self.device)   # other workers' tasks hold memory too: once more, alone on the GPU
-            try:
-                with self.gpu_section("exclusive"):
-                    self._prepare(key)
-            except Exception as e:
-                if not _out_of_memory(e):
-                    raise
-                free_cache(self.device)
-                self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory with no other "
-                            f"worker's kernels running, so no candidate can be judged here: {_describe(e)}"
-                            f"{_memory_note(self.device)}")
-        reason, self.out_nbytes, peak = self.ctx.problems[key]
-        if reason is not None:
-            self.reject("problem", Status.BAD_PROBLEM, reason)
-        # candidate and reference side by side take about twice what the reference took alone
-        self.big = self.gpu and 2 * peak > BIG_SHARE * self.ctx.gpu_bytes
-        self.check("problem", True, "self-test passed: deterministic; no all-zeros or constant output matches"
-                   + ("; checked alone on the GPU (large problem)" if self.big else ""))
+        free_cache(self.device)
+        try:
+            with self.gpu_section("exclusive"):
+                return fn()
+        except Exception as e:
+            if not _out_of_memory(e):
+                raise
+            free_cache(self.device)
+            on_limit(e)
 
-    def _prepare(self, key: str) -> None:
+    def _reference_limit(self, e: BaseException) -> None:
+        self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory with no other worker's "
+                    f"kernels running, so no candidate can be judged here: {_describe(e)}{_memory_note(self.device)}")
+
+    def _no_scales(self, e: BaseException) -> None:
+        """The float64 evaluation does not fit beside the reference: the problem is checked without stress inputs."""
+        self.ctx.problems[self.key].scales = {dist: None for dist in STRESS_DISTRIBUTIONS}
+
+    def _prepare(self) -> None:
         """The reference on the device, and the problem's self-test once per worker. Running out of memory is
         raised, never cached: it says how busy the device is, not what the problem is."""
         try:
@@ -241,24 +289,28 @@ class _Run:
         except Exception as e:
             if _out_of_memory(e):
                 raise
-            self.ctx.problems[key] = (f"the problem is unusable: {_describe(e)}", [], 0)
-        if key not in self.ctx.problems:
-            self.ctx.problems[key] = self._self_test()
+            self.ctx.problems[self.key] = ProblemCheck(f"the problem is unusable: {_describe(e)}")
+        if self.key not in self.ctx.problems:
+            self.ctx.problems[self.key] = self._self_test()
 
-    def _self_test(self) -> tuple:
-        """(None, output sizes, peak device bytes) for a usable problem, else (reason, [], 0). On a throwaway
-        instance built under the same seed, in training mode, so the graded reference keeps its fresh state (running
-        statistics). Running out of memory is raised (see _prepare)."""
+    def _throwaway(self):
+        """A reference instance built under the graded one's seed, in training mode, for the worker's own checks: the
+        graded reference keeps its fresh state (running statistics)."""
+        torch.manual_seed(self.verdict.seed)
+        return self.Model(*copy.deepcopy(self.init_inputs)).to(self.device).train()
+
+    def _self_test(self) -> ProblemCheck:
+        """Whether the problem can judge candidates, on the base input distributions. Running out of memory is
+        raised (see _prepare)."""
         rng = random.Random(f"self-test/{self.verdict.seed}")  # the trials' draws do not depend on the cache
         if self.gpu:
             _sync(self.device)
             torch.cuda.reset_peak_memory_stats(self.device)
             base = torch.cuda.memory_allocated(self.device)
         try:
-            torch.manual_seed(self.verdict.seed)
-            model = self.Model(*copy.deepcopy(self.init_inputs)).to(self.device).train()
+            model = self._throwaway()
             nulls, out_nbytes = NullCandidates(self.tol), []
-            for dist in self.task.distributions:
+            for dist in self._base_distributions():
                 inputs = make_inputs(self.get_inputs, dist, rng.randrange(2**31), self.device)
                 with torch.no_grad():
                     out = model(*clone_inputs(inputs))
@@ -270,28 +322,56 @@ class _Run:
                     raise TypeError("Model.forward must return a tensor or a tuple of tensors")
                 out_nbytes = [o.numel() * o.element_size() for o in outs]
                 if not compare(again, out, self.tol).ok:
-                    return (f"the problem is unusable: two calls on the same {dist} inputs disagree (random "
-                            "layers such as Dropout in training mode?): no candidate can match it", [], 0)
+                    return ProblemCheck(f"the problem is unusable: two calls on the same {dist} inputs disagree "
+                                        "(random layers such as Dropout in training mode?): no candidate can match it")
                 del again
                 nulls.observe(list(outs))
                 del out, outs
         except Exception as e:
             if _out_of_memory(e):
                 raise
-            return f"the problem is unusable: {_describe(e)}", [], 0
+            return ProblemCheck(f"the problem is unusable: {_describe(e)}")
         peak = torch.cuda.max_memory_allocated(self.device) - base if self.gpu else 0
-        dists = ", ".join(self.task.distributions)
-        if nulls.zeros:
-            return (f"the problem is unusable: an all-zeros output matches the reference on every input "
-                    f"distribution ({dists}), so a candidate that computes nothing would pass", [], 0)
-        if nulls.constant:
-            return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in nulls.constants)}) "
-                    f"matches the reference on every input distribution ({dists}): it does not depend on its "
-                    "inputs", [], 0)
-        if nulls.fixed:
-            return (f"the problem is unusable: its outputs are the same on every input distribution ({dists}): they "
-                    "do not depend on its inputs, so a candidate that replays a stored answer would pass", [], 0)
-        return None, out_nbytes, peak
+        reason = _null_reason(nulls, ", ".join(self._base_distributions()))
+        return ProblemCheck(reason) if reason else ProblemCheck(None, out_nbytes, peak)
+
+    def _base_distributions(self) -> tuple:
+        return tuple(d for d in self.task.distributions if d in BASE_DISTRIBUTIONS) or BASE_DISTRIBUTIONS[:1]
+
+    def _choose_scales(self) -> None:
+        """Per stress distribution, the largest of STRESS_SCALES at which the reference gives finite outputs within
+        1/CONDITIONING_MARGIN of the tolerance of its own float64 evaluation: inputs as large as the problem can take
+        while every correct kernel can still match it. Once per problem and worker, on a throwaway instance."""
+        rng = random.Random(f"stress/{self.key}")
+        model = self._throwaway()
+        try:
+            wide = copy.deepcopy(model).double()
+        except Exception as e:
+            if _out_of_memory(e):
+                raise
+            wide = None
+        self.ctx.problems[self.key].scales = {
+            dist: next((s for s in STRESS_SCALES if wide is not None and self._conditioned(model, wide, dist, s, rng)),
+                       None)
+            for dist in STRESS_DISTRIBUTIONS}
+
+    def _conditioned(self, model, wide, dist: str, scale: float, rng: random.Random) -> bool:
+        inputs = make_inputs(self.get_inputs, dist, rng.randrange(2**31), self.device, scale)
+        try:
+            with torch.no_grad():
+                got = as_list(model(*clone_inputs(inputs)))
+                want = as_list(wide(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
+                                      for x in inputs]))
+            _sync(self.device)
+        except Exception as e:   # an operator without a float64 kernel: no stress inputs for this problem
+            if _out_of_memory(e):
+                raise
+            return False
+        del inputs
+        if any(g.is_floating_point() and not bool(torch.isfinite(g).all()) for g in got):
+            return False
+        want = [w.to(g.dtype) for w, g in zip(want, got)]
+        return compare(got, want, self.tol, tol_scale=1 / CONDITIONING_MARGIN).ok
 
     # -- 2, 3. candidate --
     def load_candidate(self, module_name: str) -> None:
@@ -382,11 +462,28 @@ class _Run:
                         f"{_memory_note(self.device)}")
         return out
 
-    def trial(self, label: str, distribution: str) -> None:
+    def candidate_inputs(self, pristine: list) -> list:
+        """The candidate's copy of a trial's inputs: the very tensors of its previous trial, refilled in place, so a
+        candidate that keys a cache on an input's address or identity replays a stale answer and fails. Refilled
+        through `.data`, which leaves the tensors' version counters where they were: a cache keyed on
+        (address, version) misses the change as well."""
+        held = self.buffers
+        if held is None or len(held) != len(pristine) or any(
+                isinstance(h, torch.Tensor) != isinstance(p, torch.Tensor) or isinstance(p, torch.Tensor)
+                and (h.shape != p.shape or h.dtype != p.dtype or h.device != p.device) for h, p in zip(held, pristine)):
+            self.buffers = clone_inputs(pristine)
+            return self.buffers
+        for h, p in zip(held, pristine):
+            if isinstance(h, torch.Tensor):
+                h.data.copy_(p)
+        self.buffers = [h if isinstance(h, torch.Tensor) else copy.deepcopy(p) for h, p in zip(held, pristine)]
+        return self.buffers
+
+    def trial(self, label: str, distribution: str, scale: float = 1.0) -> None:
         # The drawn inputs stay the pristine copy: a freed copy of them would hold the answer of identity-like
         # problems (ReLU on [0, 1) inputs), ready for a candidate's torch.empty to pick up.
-        pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device)
-        mine = clone_inputs(pristine)
+        pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
+        mine = self.candidate_inputs(pristine)
         try:
             out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
         except BaseException as e:
@@ -399,7 +496,6 @@ class _Run:
                         f"{label}: PyTorch ran {', '.join(ops[:6])} outside Triton kernels (policy strict)")
         if not inputs_unchanged(pristine, mine):
             self.reject("inputs_unchanged", Status.INPUT_MUTATED, f"{label}: forward modified its inputs")
-        del mine
         cmp = compare(out, self.reference(pristine, label), self.tol)
         self.verdict.max_abs_error = max(self.verdict.max_abs_error or 0.0, cmp.max_abs)
         self.verdict.max_rel_error = max(self.verdict.max_rel_error or 0.0, cmp.max_rel)
@@ -470,8 +566,15 @@ class _Run:
             self.trial("trial problem (eval mode)", "problem")
             self.set_mode(training=True)
             for dist in self.task.distributions:
+                scale = self.scales.get(dist, 1.0)
+                if scale is None:
+                    self.check(f"trial {dist}", True, "skipped: no scale keeps the reference finite and "
+                               "well-conditioned")
+                    continue
                 for k in range(self.task.trials_per_distribution):
-                    self.trial(f"trial {dist}#{k}", dist)
+                    self.trial(f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}",
+                               dist, scale)
+            self.buffers = None
         with self.phase("faithfulness"), self.gpu_section(checks_section):
             self.faithfulness()
         if self.gpu and self.task.timing:
@@ -502,12 +605,23 @@ def run_task(task: Task, ctx: WorkerContext) -> Verdict:
         verdict.status, verdict.reason = Status.RUNTIME_ERROR.value, f"verification failed: {_describe(e)}"
     finally:
         _cleanup(ctx)
-    if run.gpu:   # its models, inputs and outputs go now, and their cached blocks back to the other workers
-        del run
-        gc.collect()
-        free_cache(ctx.device)
     verdict.duration_s = time.perf_counter() - t0
     return verdict
+
+
+def release_memory(device: str, compiled: bool = False) -> tuple[float, float]:
+    """After a task, when its models, inputs and outputs are garbage: hand every cached block back to the driver (the
+    pool's other workers share this GPU), and with `compiled` drop torch.compile's graphs too. Returns the GiB this
+    process reserved at its peak since the last call and still holds now (0, 0 on CPU)."""
+    gc.collect()
+    if compiled:
+        torch._dynamo.reset()
+    if not device.startswith("cuda"):
+        return 0.0, 0.0
+    free_cache(device)
+    peak, held = torch.cuda.max_memory_reserved(device), torch.cuda.memory_reserved(device)
+    torch.cuda.reset_peak_memory_stats(device)
+    return peak / 2**30, held / 2**30
 
 
 def run_reference(task: Task, ctx: WorkerContext) -> dict:
@@ -533,7 +647,6 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
                                                      with_compile=task.compile_reference))
             finally:
                 ctx.sandbox.trusted_depth -= 1
-                free_cache(ctx.device)
     except Rejected as r:
         result["error"] = r.reason
     except Exception as e:

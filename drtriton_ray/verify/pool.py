@@ -12,10 +12,13 @@ of that problem run meanwhile on other workers and get their speedups when the r
 the times are kept on disk (`reference_cache`), keyed by problem sha256, GPU model, torch and triton versions and
 the timing method's version.
 
-Memory is not arbitrated: a worker waiting for the section still holds its models and inputs on the GPU. So a task
-whose reference ran out of memory (verdict verifier_limit) is run once more alone, after every other job has ended
-and handed its memory back, before anything else is sent; only a reference that runs out of memory then is the
-verifier's limit on this GPU (`solo_log` keeps both verdicts).
+Memory is not arbitrated: a worker waiting for the section still holds its models and inputs on the GPU. Every
+worker hands its allocator's cache back to the driver after each job (and torch.compile's graphs after a reference
+job), and reports its peak and what it still holds (`Verdict.gpu_peak_gib`/`gpu_held_gib`; per worker in
+`worker_memory`). A job that runs out of device memory on a gated pool (a task's verdict verifier_limit, or
+resource_limit for the candidate's out-of-memory error, or a reference job's out-of-memory error) is run once more
+alone, after every other job has ended and handed its memory back, before anything else is sent; only a failure
+then is judged (`solo_log` keeps both outcomes).
 
 A worker that crashes, exceeds a limit, times out, reports a CUDA error or has served `max_tasks_per_worker`
 tasks is replaced (fresh process, fresh scratch directory); the task it was serving gets a verdict saying why,
@@ -39,10 +42,12 @@ import signal
 import tempfile
 import time
 from collections import deque
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Optional
 
+from drtriton_ray.verify.protocol import (Acquire, Granted, Ready, ReferenceReady, Release, RunReference, RunTask,
+                                          Stop, VerdictReady)
 from drtriton_ray.verify.static import SourceError, check_candidate, check_problem, summarize
 from drtriton_ray.verify.task import TIMING_VERSION, Limits, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
@@ -107,7 +112,7 @@ class _Job:
     waiting_since: Optional[float] = None   # waiting for the GPU section: the deadline is paused
 
 
-class Gate:
+class SectionArbiter:
     """Reader/writer section of one GPU, FIFO (a queued exclusive request holds back later shared ones)."""
 
     def __init__(self):
@@ -145,6 +150,30 @@ class Gate:
         return granted
 
 
+@dataclass
+class _Schedule:
+    """The state of one map() call: what waits, what runs where, and what has been answered."""
+    tasks: list
+    results: list                                        # Verdict or None per task, in input order
+    queue: deque = field(default_factory=deque)          # task indices waiting for a worker
+    keys: dict = field(default_factory=dict)             # task index -> (problem sha256, GPU model)
+    busy: dict = field(default_factory=dict)             # worker slot -> _Job
+    section: SectionArbiter = field(default_factory=SectionArbiter)
+    measuring: set = field(default_factory=set)          # problem keys whose reference job is in flight or queued
+    failed: set = field(default_factory=set)             # problem keys whose reference gave no times (this call)
+    solo: deque = field(default_factory=deque)           # (kind, index): to run again alone, after a memory failure
+    alone: set = field(default_factory=set)              # (kind, index) that run, or ran, alone
+
+    def running_alone(self) -> bool:
+        return any((j.kind, j.index) in self.alone for j in self.busy.values())
+
+
+def memory_failure(status: str, reason: str) -> bool:
+    """A job that ran out of device memory: on a shared GPU other workers' tensors may be the cause."""
+    return status == Status.VERIFIER_LIMIT.value or \
+        (status == Status.RESOURCE_LIMIT.value and "out of memory" in reason.lower())
+
+
 class WorkerPool:
     def __init__(self, device: str = "cpu", size: Optional[int] = None, max_tasks_per_worker: int = 100,
                  limits: Optional[Limits] = None, root: Optional[str] = None, name: str = "pool",
@@ -165,7 +194,8 @@ class WorkerPool:
         self.reference_times: dict[tuple[str, str], dict] = {}
         self.reference_log: list[dict] = []   # one entry per reference job: times, phases, error
         self.startup_log: list[dict] = []     # one entry per worker start: the worker's phases + spawn-to-ready
-        self.solo_log: list[dict] = []        # one entry per task run again alone after a verifier_limit verdict
+        self.solo_log: list[dict] = []        # one entry per job run again alone after a memory failure
+        self.worker_memory: dict[str, dict] = {}   # worker name -> GPU peak and held GiB over its jobs
         self.duplicates = 0                   # tasks answered with a copy of an identical task's verdict
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
@@ -206,8 +236,8 @@ class WorkerPool:
             if w.info is None and w.conn.poll(self.limits.startup_timeout_s):
                 try:
                     message = w.conn.recv()
-                    if message[0] == "ready":
-                        w.info = message[1]
+                    if isinstance(message, Ready):
+                        w.info = message.info
                         self.startup_log.append(dict(w.info.get("startup", {}),
                                                      spawn_to_ready=time.perf_counter() - w.started))
                         return w
@@ -222,7 +252,7 @@ class WorkerPool:
     def _stop(self, w: _Worker, graceful: bool = False) -> Optional[int]:
         if graceful and w.process.is_alive():
             try:
-                w.conn.send(("stop",))
+                w.conn.send(Stop())
             except (OSError, ValueError):
                 pass
             w.process.join(5)
@@ -272,106 +302,86 @@ class WorkerPool:
         return out
 
     def _map_distinct(self, tasks: list[Task]) -> list[Verdict]:
-        results: list[Optional[Verdict]] = [static_verdict(t) for t in tasks]
-        queue = deque(i for i, v in enumerate(results) if v is None)
-        keys: dict[int, tuple] = {}
-        busy: dict[int, _Job] = {}      # slot -> job
-        gate = Gate()
-        measuring: set[tuple] = set()   # reference jobs in flight
-        failed: set[tuple] = set()      # reference jobs that gave no times (not retried in this call)
-        solo: deque = deque()           # tasks to run again alone (a first verifier_limit)
-        alone: set[int] = set()         # tasks that ran alone, or are running alone
-        while queue or busy or solo:
-            if solo and not busy:   # everything else has ended: the GPU's memory is this task's
-                i = solo.popleft()
-                alone.add(i)
-                w = self._ready(self._workers[0])
-                now = time.perf_counter()
-                w.conn.send(("task", self._with_reference_times(tasks[i], keys[i])))
-                busy[0] = _Job("task", i, keys[i], now, now + self.limits.task_timeout_s)
-            running_alone = any(j.index in alone for j in busy.values())
-            for slot in range(len(self._workers)):
-                if queue and slot not in busy and not solo and not running_alone:
-                    w = self._ready(self._workers[slot])
-                    i = queue.popleft()
-                    key = keys[i] = self._key(tasks[i], w)
-                    now = time.perf_counter()
-                    if self._needs_reference(tasks[i], key) and key not in measuring and key not in failed:
-                        measuring.add(key)
-                        queue.appendleft(i)
-                        w.conn.send(("reference", replace(tasks[i], ref_times=None)))
-                        busy[slot] = _Job("reference", i, key, now, now + self.limits.task_timeout_s)
-                    else:
-                        w.conn.send(("task", self._with_reference_times(tasks[i], key)))
-                        busy[slot] = _Job("task", i, key, now, now + self.limits.task_timeout_s)
-            if not busy:
-                continue
-            conns = {self._workers[s].conn: s for s in busy}
-            running = [j.deadline for j in busy.values() if j.waiting_since is None]
-            timeout = max(0.0, min(running) - time.perf_counter()) if running else None
-            for conn in wait(list(conns), timeout):
-                slot = conns[conn]
-                if slot in busy and (done := self._serve(slot, busy, gate, tasks, results, measuring, failed)) \
-                        is not None:
-                    self._rerun_alone(done, results, solo, alone, tasks)
-            now = time.perf_counter()
-            for slot, job in list(busy.items()):
-                if job.waiting_since is None and now >= job.deadline:
-                    self._end(slot, busy, gate, tasks, results, measuring, failed, timed_out=True)
-        for i, v in enumerate(results):   # tasks that ran before their problem's (complete) reference times arrived
-            refs = self.reference_times.get(keys.get(i))
+        s = _Schedule(tasks, [static_verdict(t) for t in tasks])
+        s.queue.extend(i for i, v in enumerate(s.results) if v is None)
+        while s.queue or s.busy or s.solo:
+            if s.solo and not s.busy:   # everything else has ended: the GPU's memory is this job's
+                self._start_alone(s)
+            if not s.solo and not s.running_alone():
+                self._fill(s)
+            if s.busy:
+                self._wait(s)
+        for i, v in enumerate(s.results):   # tasks that ran before their problem's (complete) reference times came
+            refs = self.reference_times.get(s.keys.get(i))
             if v is not None and refs and v.candidate_ms is not None and (v.eager_ms is None or v.compile_ms is None):
                 v.set_reference(refs["eager_ms"], refs["compile_ms"])
-        return results
+        return s.results
 
-    def _rerun_alone(self, i: int, results: list, solo: deque, alone: set, tasks: list[Task]) -> None:
-        """Task i's verdict came back: a first verifier_limit on a shared GPU queues it to run alone; the verdict of
-        its run alone is recorded."""
-        v = results[i]
-        if not self.gated:
-            return
-        if i in alone:
-            self.solo_log[-1]["alone"] = v.status
-            if v.status == Status.VERIFIER_LIMIT.value:
-                v.reason = f"{v.reason} (so again when run alone, no other task in flight)"
-            return
-        if v.status == Status.VERIFIER_LIMIT.value:
-            self.solo_log.append({"name": tasks[i].name, "first": v.reason})
-            results[i] = None
-            solo.append(i)
+    def _send(self, s: _Schedule, slot: int, kind: str, i: int) -> None:
+        w = self._workers[slot]
+        message = RunReference(replace(s.tasks[i], ref_times=None)) if kind == "reference" \
+            else RunTask(self._with_reference_times(s.tasks[i], s.keys[i]))
+        w.conn.send(message)
+        now = time.perf_counter()
+        s.busy[slot] = _Job(kind, i, s.keys[i], now, now + self.limits.task_timeout_s)
 
-    def _serve(self, slot, busy, gate, tasks, results, measuring, failed) -> Optional[int]:
-        """Every message the worker has sent: section requests and releases, then its answer (returns the index of
-        the task whose verdict came, if one did)."""
-        w, job = self._workers[slot], busy[slot]
+    def _start_alone(self, s: _Schedule) -> None:
+        kind, i = s.solo.popleft()
+        s.alone.add((kind, i))
+        self._ready(self._workers[0])
+        self._send(s, 0, kind, i)
+
+    def _fill(self, s: _Schedule) -> None:
+        """Every idle worker takes the next task, or first its problem's reference job where times are missing."""
+        for slot in range(len(self._workers)):
+            if not s.queue or slot in s.busy:
+                continue
+            w = self._ready(self._workers[slot])
+            i = s.queue.popleft()
+            key = s.keys[i] = self._key(s.tasks[i], w)
+            if self._needs_reference(s.tasks[i], key) and key not in s.measuring and key not in s.failed:
+                s.measuring.add(key)
+                s.queue.appendleft(i)
+                self._send(s, slot, "reference", i)
+            else:
+                self._send(s, slot, "task", i)
+
+    def _wait(self, s: _Schedule) -> None:
+        """Serve what the busy workers sent; end jobs past their wall clock (waits for the section excepted)."""
+        conns = {self._workers[slot].conn: slot for slot in s.busy}
+        running = [j.deadline for j in s.busy.values() if j.waiting_since is None]
+        timeout = max(0.0, min(running) - time.perf_counter()) if running else None
+        for conn in wait(list(conns), timeout):
+            if conns[conn] in s.busy:
+                self._serve(conns[conn], s)
+        now = time.perf_counter()
+        for slot, job in list(s.busy.items()):
+            if job.waiting_since is None and now >= job.deadline:
+                self._end(slot, s, timed_out=True)
+
+    def _serve(self, slot: int, s: _Schedule) -> None:
+        """Every message the worker has sent: section requests and releases, then its answer."""
+        w, job = self._workers[slot], s.busy[slot]
         while True:
             try:
                 if not w.conn.poll():
                     return
                 message = w.conn.recv()
             except (EOFError, OSError):
-                self._end(slot, busy, gate, tasks, results, measuring, failed, timed_out=False)
+                self._end(slot, s, timed_out=False)
                 return
-            kind = message[0]
-            if kind == "acquire":
+            if isinstance(message, Acquire):
                 job.waiting_since = time.perf_counter()
-                self._grant(gate.request(slot, message[1]), busy)
-            elif kind == "release":
-                self._grant(gate.release(slot), busy)
-            elif kind == "verdict":
-                _, payload, retire = message
-                del busy[slot]
-                self._grant(gate.drop(slot), busy)
-                results[job.index] = self._accept(w, Verdict.from_dict(payload), retire)
-                return job.index
-            elif kind == "reference":
-                _, result, retire = message
-                del busy[slot]
-                self._grant(gate.drop(slot), busy)
-                measuring.discard(job.key)
-                self._accept_reference(job.key, tasks[job.index], w, result, failed)
-                if retire:
-                    self._replace(w)
+                self._grant(s.section.request(slot, message.kind), s.busy)
+            elif isinstance(message, Release):
+                self._grant(s.section.release(slot), s.busy)
+            elif isinstance(message, (VerdictReady, ReferenceReady)):
+                del s.busy[slot]
+                self._grant(s.section.drop(slot), s.busy)
+                if isinstance(message, VerdictReady):
+                    self._accept_verdict(s, job, w, Verdict.from_dict(message.verdict), message.retire)
+                else:
+                    self._accept_reference(s, job, w, message.result, message.retire)
                 return
 
     def _grant(self, slots: list[int], busy: dict) -> None:
@@ -384,36 +394,75 @@ class WorkerPool:
                 job.deadline += now - job.waiting_since
                 job.waiting_since = None
             try:
-                self._workers[slot].conn.send(("granted",))
+                self._workers[slot].conn.send(Granted())
             except (OSError, ValueError):
                 pass   # it died meanwhile: its EOF ends the job
 
-    def _end(self, slot, busy, gate, tasks, results, measuring, failed, timed_out: bool) -> None:
+    def _end(self, slot: int, s: _Schedule, timed_out: bool) -> None:
         """The worker died or ran out of time: replace it, release its section, answer for its job."""
-        job = busy.pop(slot)
-        w = self._workers[slot]
-        verdict = self._death_verdict(w, tasks[job.index], job.start, timed_out)
-        self._grant(gate.drop(slot), busy)
+        job = s.busy.pop(slot)
+        verdict = self._death_verdict(self._workers[slot], s.tasks[job.index], job.start, timed_out)
+        self._grant(s.section.drop(slot), s.busy)
         if job.kind == "task":
-            results[job.index] = verdict
+            s.results[job.index] = verdict
         else:
-            measuring.discard(job.key)
-            failed.add(job.key)
+            s.measuring.discard(job.key)
+            s.failed.add(job.key)
             self.reference_log.append({"key": job.key, "error": verdict.reason, "phases": {}})
 
-    def _accept(self, w: _Worker, verdict: Verdict, retire: bool) -> Verdict:
+    def _run_again_alone(self, s: _Schedule, job: _Job, status: str, reason: str) -> bool:
+        """A first memory failure on a gated pool's shared GPU queues the job to run alone once everything else has
+        ended and handed its memory back; only a failure alone is the verifier's (or the candidate's) limit."""
+        if not self.gated or (job.kind, job.index) in s.alone or not memory_failure(status, reason):
+            return False
+        self.solo_log.append({"name": s.tasks[job.index].name, "kind": job.kind, "index": job.index, "first": reason})
+        s.solo.append((job.kind, job.index))
+        return True
+
+    def _solo_entry(self, job: _Job) -> dict:
+        return next(e for e in reversed(self.solo_log) if (e["kind"], e["index"]) == (job.kind, job.index)
+                    and "alone" not in e)
+
+    def _note_memory(self, w: _Worker, peak: Optional[float], held: Optional[float]) -> None:
+        if peak is None:
+            return
+        m = self.worker_memory.setdefault(w.name, {"peak_gib": 0.0, "held_gib": 0.0, "jobs": 0})
+        m["peak_gib"], m["held_gib"], m["jobs"] = max(m["peak_gib"], peak), held or 0.0, m["jobs"] + 1
+
+    def _accept_verdict(self, s: _Schedule, job: _Job, w: _Worker, verdict: Verdict, retire: bool) -> None:
+        self._note_memory(w, verdict.gpu_peak_gib, verdict.gpu_held_gib)
         w.served += 1
         if retire or w.served >= self.max_tasks:
             self._replace(w, graceful=not retire)
-        return verdict
-
-    def _accept_reference(self, key, task: Task, w: _Worker, result: dict, failed: set) -> None:
-        self.reference_log.append({"key": key, "error": result.get("error"), "phases": result.get("phases", {}),
-                                   "eager_ms": result.get("eager_ms"), "compile_ms": result.get("compile_ms")})
-        if result.get("eager_ms") is None or (task.compile_reference and result.get("compile_ms") is None):
-            failed.add(key)
+        if (job.kind, job.index) in s.alone:
+            self._solo_entry(job)["alone"] = verdict.status
+            if memory_failure(verdict.status, verdict.reason):
+                verdict.reason = f"{verdict.reason} (so again when run alone, no other task in flight)"
+        elif self._run_again_alone(s, job, verdict.status, verdict.reason):
             return
-        times = {"eager_ms": result["eager_ms"], "compile_ms": result["compile_ms"]}
+        s.results[job.index] = verdict
+
+    def _accept_reference(self, s: _Schedule, job: _Job, w: _Worker, result: dict, retire: bool) -> None:
+        self._note_memory(w, result.get("gpu_peak_gib"), result.get("gpu_held_gib"))
+        if retire:
+            self._replace(w)
+        error = result.get("error") or ""
+        if (job.kind, job.index) in s.alone:
+            self._solo_entry(job)["alone"] = error or "measured"
+        elif self._run_again_alone(s, job, Status.VERIFIER_LIMIT.value if "out of memory" in error.lower() else "",
+                                   error):
+            return   # the key stays in `measuring`: no second reference job starts meanwhile
+        s.measuring.discard(job.key)
+        self.reference_log.append({"key": job.key, "error": result.get("error"), "phases": result.get("phases", {}),
+                                   "eager_ms": result.get("eager_ms"), "compile_ms": result.get("compile_ms"),
+                                   "gpu_peak_gib": result.get("gpu_peak_gib")})
+        task = s.tasks[job.index]
+        if result.get("eager_ms") is None or (task.compile_reference and result.get("compile_ms") is None):
+            s.failed.add(job.key)
+            return
+        self._store_reference(job.key, w, {"eager_ms": result["eager_ms"], "compile_ms": result["compile_ms"]})
+
+    def _store_reference(self, key: tuple, w: _Worker, times: dict) -> None:
         self.reference_times[key] = times
         path = self._cache_path(key, w)
         if path is not None:

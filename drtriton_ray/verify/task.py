@@ -4,7 +4,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Optional
 
-DISTRIBUTIONS = ("problem", "normal_wide", "uniform_signed")
+# Input distributions of the trials (inputs.py). The stress ones take a per-problem scale the worker's self-test picks.
+BASE_DISTRIBUTIONS = ("problem", "normal_wide", "uniform_signed")
+STRESS_DISTRIBUTIONS = ("large", "offset")
+DISTRIBUTIONS = BASE_DISTRIBUTIONS + STRESS_DISTRIBUTIONS
 # Bumped whenever timing.py measures differently: cached reference times of another version are not reused.
 TIMING_VERSION = 3
 

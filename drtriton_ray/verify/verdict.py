@@ -65,6 +65,8 @@ class Verdict:
     speedup_vs_compile: Optional[float] = None
     speedup_flagged: bool = False          # > 10x: implausible, review before trusting
     gpu_kernel_ms: Optional[float] = None  # device time spent in kernels during the task (GPU only)
+    gpu_peak_gib: Optional[float] = None   # the worker's peak reserved device memory during the task (GPU only)
+    gpu_held_gib: Optional[float] = None   # what it still reserved after handing its cache back (GPU only)
     worker: str = ""
     device: str = ""
     duration_s: float = 0.0
@@ -109,7 +111,8 @@ def arrow_schema():
         ("max_abs_error", pa.float64()), ("max_rel_error", pa.float64()),
         ("candidate_ms", pa.float64()), ("eager_ms", pa.float64()), ("compile_ms", pa.float64()),
         ("speedup_vs_eager", pa.float64()), ("speedup_vs_compile", pa.float64()), ("speedup_flagged", pa.bool_()),
-        ("gpu_kernel_ms", pa.float64()), ("worker", pa.string()), ("device", pa.string()),
+        ("gpu_kernel_ms", pa.float64()), ("gpu_peak_gib", pa.float64()), ("gpu_held_gib", pa.float64()),
+        ("worker", pa.string()), ("device", pa.string()),
         ("duration_s", pa.float64()), ("seed", pa.int64()), ("phases", pa.map_(pa.string(), pa.float64())),
     ])
 

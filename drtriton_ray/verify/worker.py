@@ -120,11 +120,12 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
     from drtriton_ray.verify.warmup import warm_up
     warm_up(device)
     lap("first_kernel")
-    from drtriton_ray.verify.checks import Gate, WorkerContext, run_reference, run_task
+    from drtriton_ray.verify.checks import GpuSection, WorkerContext, release_memory, run_reference, run_task
+    from drtriton_ray.verify.protocol import Ready, ReferenceReady, RunReference, RunTask, VerdictReady
     from drtriton_ray.verify.verdict import Status
     ctx = WorkerContext(name=name, device=device, scratch=scratch, monitor=monitor, trusted=Trusted(monitor),
                         sandbox=Sandbox(scratch, monitor, allow_compiler_processes=device != "cpu"),
-                        audit_cls=make_torch_audit(monitor), gate=Gate(conn if gated else None),
+                        audit_cls=make_torch_audit(monitor), gate=GpuSection(conn if gated else None),
                         gpu_bytes=torch.cuda.get_device_properties(device).total_memory
                         if device.startswith("cuda") else 0)
     ctx.sandbox.install()
@@ -132,28 +133,30 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
     lap("sandbox")
     info = {"pid": os.getpid(), "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
             else "cpu-interpreter", "torch": torch.__version__, "triton": triton.__version__, "startup": startup}
-    conn.send(("ready", info))
+    conn.send(Ready(info))
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if message[0] == "stop":
+        if not isinstance(message, (RunTask, RunReference)):   # Stop, or nothing this worker understands
             return
         _arm_cpu_limit(limits.cpu_s)
-        if message[0] == "reference":
-            result = run_reference(message[1], ctx)
+        if isinstance(message, RunReference):
+            result = run_reference(message.task, ctx)
+            result["gpu_peak_gib"], result["gpu_held_gib"] = release_memory(device, compiled=True)
             poisoned = _device_poisoned(device, None)
-            conn.send(("reference", result, poisoned))
+            conn.send(ReferenceReady(result, poisoned))
             if poisoned:
                 return
             continue
-        verdict = run_task(message[1], ctx)
+        verdict = run_task(message.task, ctx)
+        verdict.gpu_peak_gib, verdict.gpu_held_gib = release_memory(device)
         poisoned = _device_poisoned(device, verdict)
         if poisoned and verdict.status == Status.RUNTIME_ERROR.value:
             verdict.status = Status.DEVICE_ERROR.value
         # A tampered process cannot be trusted to grade the next candidate either.
         retire = poisoned or verdict.status == Status.TAMPERING.value
-        conn.send(("verdict", verdict.to_dict(), retire))
+        conn.send(VerdictReady(verdict.to_dict(), retire))
         if retire:
             return

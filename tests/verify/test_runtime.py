@@ -35,7 +35,8 @@ def test_known_good_accepted(good_verdicts, name):
     v = good_verdicts[name]
     assert v.correct, (v.status, v.reason)
     assert v.speedup_vs_eager is None and v.candidate_ms is None   # the interpreter measures no speed
-    assert v.max_abs_error is not None and v.max_abs_error <= 1e-3 * 50
+    # errors relative to each output's scale: stress inputs of 1e4 make absolute errors of order 1e-2 in float32
+    assert v.max_rel_error is not None and v.max_rel_error <= 1e-3
     assert [c.name for c in v.checks][-1] == "faithfulness"
     assert v.device == "cpu" and v.worker.startswith("verify/")
 

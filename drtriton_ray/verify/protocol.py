@@ -1,0 +1,55 @@
+"""The messages between a verifier pool (pool.py) and its worker processes (worker.py), over one pipe per worker.
+
+Plain dataclasses of the standard library: they pickle across the pipe and import nowhere (the worker loads this
+module before torch). Parent to worker: RunTask, RunReference, Granted, Stop. Worker to parent: Ready once, then
+per job any number of Acquire / Release of the GPU's section and one VerdictReady or ReferenceReady."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class RunTask:
+    task: object              # task.Task
+
+
+@dataclass
+class RunReference:
+    task: object              # task.Task: its problem's reference is timed, its candidate ignored
+
+
+@dataclass
+class Granted:
+    """The section the worker asked for is its own now."""
+
+
+@dataclass
+class Stop:
+    """Finish: the worker returns from its loop."""
+
+
+@dataclass
+class Ready:
+    info: dict = field(default_factory=dict)   # pid, device name, torch and triton versions, start-up phases
+
+
+@dataclass
+class Acquire:
+    kind: str                 # "shared" (checks) or "exclusive" (timing, large problems)
+
+
+@dataclass
+class Release:
+    kind: str
+
+
+@dataclass
+class VerdictReady:
+    verdict: dict             # Verdict.to_dict()
+    retire: bool              # the worker cannot serve another task (CUDA error, tampering) and has exited
+
+
+@dataclass
+class ReferenceReady:
+    result: dict              # eager_ms, compile_ms, error, phases, gpu_peak_gib, gpu_held_gib
+    retire: bool
