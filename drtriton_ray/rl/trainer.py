@@ -26,7 +26,7 @@ from pathlib import Path
 from drtriton_ray.rl.config import RLConfig
 from drtriton_ray.rl.curriculum import Curriculum
 from drtriton_ray.rl.records import Group, groups_table
-from drtriton_ray.train.sft import _full_state_dict
+from drtriton_ray.train.checkpoint import full_state_dict
 
 log = logging.getLogger("drtriton.trainer")
 WAIT_LOG_S = 60.0  # how often a trainer starved of groups says so
@@ -432,7 +432,7 @@ def rl_train_loop(config: dict) -> None:
             log.info("trainer restarted at step %d: engines held version %d, %d groups dropped", step, engines_at,
                      dropped)
     if _all_max(int(engines_at != step), device):   # every rank gathers the weights (FSDP)
-        push_weights(_full_state_dict(model), step, wait=True)
+        push_weights(full_state_dict(model), step, wait=True)
     if rank == 0:
         run_dir.mkdir(parents=True, exist_ok=True)
         # rows past where training starts again: those of a trainer restarted before its first registered checkpoint
@@ -472,7 +472,7 @@ def rl_train_loop(config: dict) -> None:
         t2 = time.perf_counter()
         step += 1
         curriculum.step()
-        full = _full_state_dict(model)   # every rank gathers (FSDP); the sync and the checkpoint share it
+        full = full_state_dict(model)   # every rank gathers (FSDP); the sync and the checkpoint share it
         sync = push_weights(full, step, wait=False)
         metrics = {"step": step, "version": step, "time/wait_s": t1 - t0, "time/train_s": t2 - t1,
                    "train_tokens_per_s": stats["train_tokens"] * world / max(t2 - t1, 1e-9), **sync}

@@ -1,26 +1,29 @@
 """Supervised fine-tuning on (prompt, answer) chat pairs with Ray Train's TorchTrainer.
 
-DDP on CPU (gloo) or on 1..N GPUs, FSDP for models one GPU cannot hold; loss on answer tokens
-only; length-bucketed micro-batches; cosine schedule with warm-up; bf16 autocast on GPU; gradient
-accumulation. Every `checkpoint_every` steps rank 0 writes the model as a Hugging Face folder plus
-the optimizer, scheduler and step, through `ray.train.report`; running again with the same run name
-and storage path resumes from the latest checkpoint (the batch order is a function of the seed and
-the step, so a resumed run sees what the uninterrupted one would have). Metrics go to TensorBoard
-and a JSONL file on rank 0.
+DDP on CPU (gloo) or on 1..N GPUs, FSDP for models one GPU cannot hold (on CPU too, over gloo); loss on answer
+tokens only; length-bucketed micro-batches; cosine schedule with warm-up; bf16 autocast on GPU; gradient
+accumulation. Every `checkpoint_every` steps a checkpoint (train/checkpoint.py: the model as a Hugging Face folder
+plus the full optimizer state, scheduler and step) goes through `ray.train.report`; running again with the same run
+name and storage path resumes from the latest checkpoint (the batch order is a function of the seed and the step, so
+a resumed run sees what the uninterrupted one would have). Metrics go to TensorBoard and a JSONL file on rank 0
+(train/metrics.py).
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import random
-import tempfile
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
 import pyarrow.parquet as pq
 from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from drtriton_ray.train.checkpoint import CheckpointManager, Restored
+from drtriton_ray.train.metrics import MetricsLogger
+from drtriton_ray.train.parallel import clip_grad_norm, prepare_model
 
 
 class SFTConfig(BaseModel):
@@ -48,8 +51,6 @@ class SFTConfig(BaseModel):
         missing = [d for d in self.data if not Path(d).is_file()]
         if missing:
             raise ValueError(f"data file(s) not found: {', '.join(missing)}")
-        if self.strategy == "fsdp" and not self.use_gpu:
-            raise ValueError("fsdp needs GPUs (use_gpu: true); on CPU use ddp")
         return self
 
 
@@ -94,24 +95,78 @@ def plan_batches(lengths: list[int], micro_batch: int, seed: int, epoch: int) ->
     return batches
 
 
-def _full_state_dict(model):
-    """Every rank must call this (FSDP gathers); the result is complete on rank 0."""
+@dataclass
+class Shard:
+    """This rank's examples and the step plan over them: equal shards, so every rank steps (and reports) equally
+    often; the batch order is a function of the seed, the rank and the epoch."""
+    examples: list[tuple[list[int], list[int]]]
+    steps_per_epoch: int
+    total: int
+
+    @classmethod
+    def load(cls, cfg: SFTConfig, tokenizer, rank: int, world: int) -> "Shard":
+        examples = tokenize_pairs(read_pairs(cfg.data), tokenizer, cfg.max_len)
+        per_rank = len(examples) // world
+        if per_rank < cfg.micro_batch:
+            raise ValueError(f"{len(examples)} examples cannot fill a micro-batch of {cfg.micro_batch} on {world} "
+                             "workers")
+        steps_per_epoch = per_rank // cfg.micro_batch // cfg.grad_accum
+        return cls(examples[rank * per_rank:(rank + 1) * per_rank], steps_per_epoch,
+                   min(cfg.max_steps or math.inf, steps_per_epoch * cfg.epochs))
+
+    def micro_batches(self, cfg: SFTConfig, rank: int, step: int) -> list[list[int]]:
+        """The micro-batches (indices into `examples`) of optimizer step `step` (0-based)."""
+        epoch, in_epoch = divmod(step, self.steps_per_epoch)
+        batches = plan_batches([len(ids) for ids, _ in self.examples], cfg.micro_batch, cfg.seed + rank, epoch)
+        return batches[in_epoch * cfg.grad_accum:(in_epoch + 1) * cfg.grad_accum]
+
+
+def setup(cfg: SFTConfig, restored: Restored, total: int):
+    """The model (wrapped for `cfg.strategy`), optimizer and cosine schedule, from the checkpoint `restored` when
+    there is one; and the step to start from."""
     import torch
-    from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
-    if isinstance(model, FullyShardedDataParallel):
-        with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT,
-                                                      FullStateDictConfig(offload_to_cpu=True, rank0_only=True)):
-            return model.state_dict()
-    inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
-    return inner.state_dict()
+    from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
+    model = AutoModelForCausalLM.from_pretrained(restored.model_dir, dtype=torch.float32)
+    model = prepare_model(model, cfg.strategy)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
+    scheduler = get_cosine_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
+    return model, optimizer, scheduler, CheckpointManager.load(restored, model, optimizer, scheduler)
+
+
+def micro_batch_loss(model, batch: list[tuple[list[int], list[int]]], pad: int, device, bf16: bool):
+    """Mean cross-entropy over the answer tokens of `batch` (padded to its longest), and its tokens."""
+    import torch
+    width = max(len(ids) for ids, _ in batch)
+    ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch], device=device)
+    labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch], device=device)
+    attn = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch], device=device)
+    with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
+        logits = model(input_ids=ids, attention_mask=attn).logits
+    loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
+                                             labels[:, 1:].reshape(-1), ignore_index=-100)
+    return loss, int(attn.sum())
+
+
+def train_step(model, optimizer, scheduler, batches: list[list], grad_accum: int, pad: int, device,
+               bf16: bool) -> tuple[float, int]:
+    """One optimizer step over `grad_accum` micro-batches: the loss and the tokens seen."""
+    loss_sum, tokens = 0.0, 0
+    for batch in batches:
+        loss, n = micro_batch_loss(model, batch, pad, device, bf16)
+        (loss / grad_accum).backward()
+        loss_sum += loss.item() / grad_accum
+        tokens += n
+    clip_grad_norm(model, 1.0)
+    optimizer.step()
+    scheduler.step()
+    optimizer.zero_grad(set_to_none=True)
+    return loss_sum, tokens
 
 
 def train_loop(config: dict) -> None:
     import ray.train
     import ray.train.torch
     import torch
-    from torch.utils.tensorboard import SummaryWriter
-    from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
 
     from drtriton_ray.models import load_tokenizer
 
@@ -121,93 +176,24 @@ def train_loop(config: dict) -> None:
     device = ray.train.torch.get_device()
     torch.manual_seed(cfg.seed)
     tokenizer = load_tokenizer(cfg.model)
-    examples = tokenize_pairs(read_pairs(cfg.data), tokenizer, cfg.max_len)
-    per_rank = len(examples) // world  # equal shards: every rank steps (and reports) equally often
-    if per_rank < cfg.micro_batch:
-        raise ValueError(f"{len(examples)} examples cannot fill a micro-batch of {cfg.micro_batch} on {world} workers")
-    shard = examples[rank * per_rank:(rank + 1) * per_rank]
-    steps_per_epoch = per_rank // cfg.micro_batch // cfg.grad_accum
-    total = min(cfg.max_steps or math.inf, steps_per_epoch * cfg.epochs)
-
-    start_dir, state = cfg.model, None
-    checkpoint = ray.train.get_checkpoint()
-    resume_dir = None
-    if checkpoint:
-        # a folder of this rank's own: ranks copying into Ray's shared default folder at once read each
-        # other's half-written files (seen in CI as a safetensors "header too small")
-        resume_dir = checkpoint.to_directory(tempfile.mkdtemp(prefix=f"resume-rank{rank}-"))
-        start_dir = resume_dir
-        state = torch.load(os.path.join(resume_dir, "trainer_state.pt"), weights_only=False)
+    pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
+    shard = Shard.load(cfg, tokenizer, rank, world)
+    checkpoints = CheckpointManager(rank, cfg.model)
+    model, optimizer, scheduler, step = setup(cfg, checkpoints.restore(), shard.total)
     bf16 = cfg.use_gpu and torch.cuda.is_available()
-    model = AutoModelForCausalLM.from_pretrained(start_dir, dtype=torch.float32)
-    model = ray.train.torch.prepare_model(model, parallel_strategy=cfg.strategy)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
-    scheduler = get_cosine_schedule_with_warmup(optimizer, int(cfg.warmup_ratio * total), total)
-    step = 0
-    if state:
-        optimizer.load_state_dict(state["optimizer"])
-        scheduler.load_state_dict(state["scheduler"])
-        step = state["step"]
-        random.setstate(state["python_rng"])
-        torch.set_rng_state(state["torch_rng"])
-
-    writer = jsonl = None
-    run_dir = Path(cfg.storage_path).absolute() / cfg.run_name
-    if rank == 0:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        writer = SummaryWriter(str(run_dir / "tensorboard"))
-        jsonl = open(run_dir / "metrics.jsonl", "a", encoding="utf-8")
-    lengths = [len(ids) for ids, _ in shard]
+    log = MetricsLogger(Path(cfg.storage_path).absolute() / cfg.run_name, rank, step, scalar_prefix="sft/")
     model.train()
-    while step < total:
-        epoch, in_epoch = divmod(step, steps_per_epoch)
-        batches = plan_batches(lengths, cfg.micro_batch, cfg.seed + rank, epoch)
+    while step < shard.total:
         t0 = time.perf_counter()
-        tokens = 0
-        loss_sum = 0.0
-        for micro in batches[in_epoch * cfg.grad_accum:(in_epoch + 1) * cfg.grad_accum]:
-            width = max(len(shard[j][0]) for j in micro)
-            pad = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-            ids = torch.tensor([shard[j][0] + [pad] * (width - len(shard[j][0])) for j in micro], device=device)
-            labels = torch.tensor([shard[j][1] + [-100] * (width - len(shard[j][1])) for j in micro], device=device)
-            attn = torch.tensor([[1] * len(shard[j][0]) + [0] * (width - len(shard[j][0])) for j in micro], device=device)
-            with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = model(input_ids=ids, attention_mask=attn).logits
-            loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                                     labels[:, 1:].reshape(-1), ignore_index=-100)
-            (loss / cfg.grad_accum).backward()
-            loss_sum += loss.item() / cfg.grad_accum
-            tokens += int(attn.sum())
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
-        scheduler.step()
-        optimizer.zero_grad(set_to_none=True)
+        batches = [[shard.examples[j] for j in micro] for micro in shard.micro_batches(cfg, rank, step)]
+        loss, tokens = train_step(model, optimizer, scheduler, batches, cfg.grad_accum, pad, device, bf16)
         step += 1
-        metrics = {"step": step, "loss": loss_sum, "lr": scheduler.get_last_lr()[0],
+        metrics = {"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
                    "tokens_per_s": tokens * world / (time.perf_counter() - t0)}
-        if rank == 0:
-            for k, v in metrics.items():
-                writer.add_scalar(f"sft/{k}", v, step)
-            jsonl.write(json.dumps(metrics) + "\n")
-            jsonl.flush()
-        if step % cfg.checkpoint_every == 0 or step == total:
-            full = _full_state_dict(model)
-            with tempfile.TemporaryDirectory() as tmp:
-                ckpt = None
-                if rank == 0:
-                    inner = model.module if hasattr(model, "module") else model
-                    inner.save_pretrained(tmp, state_dict=full)
-                    tokenizer.save_pretrained(tmp)
-                    torch.save({"optimizer": optimizer.state_dict(), "scheduler": scheduler.state_dict(), "step": step,
-                                "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()},
-                               os.path.join(tmp, "trainer_state.pt"))
-                    ckpt = ray.train.Checkpoint.from_directory(tmp)
-                ray.train.report(metrics, checkpoint=ckpt)
-        else:
-            ray.train.report(metrics)
-    if rank == 0:
-        writer.close()
-        jsonl.close()
+        log.log(metrics, step)
+        due = step % cfg.checkpoint_every == 0 or step == shard.total
+        checkpoints.report(metrics, checkpoints.save(step, model, optimizer, scheduler, tokenizer) if due else None)
+    log.close()
 
 
 def run_sft(cfg: SFTConfig):
