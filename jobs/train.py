@@ -14,7 +14,6 @@ RUN/tensorboard; the job ends with a summary table."""
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import threading
@@ -26,7 +25,8 @@ from pydantic import ValidationError
 
 from drtriton_ray.overrides import OverrideError
 from drtriton_ray.rl.config import RLConfig, check_cluster, load_config
-from drtriton_ray.rl.topology import build_actors, make_trainer, selection_prior, shutdown
+from drtriton_ray.rl.topology import build_actors, make_trainer, selection_prior, shutdown, warm_up
+from drtriton_ray.train.metrics import read_metrics
 
 # Settings that the actors need as the driver has them (the Makefile exports them; a Ray cluster's
 # workers otherwise inherit whatever environment `ray start` had).
@@ -35,12 +35,6 @@ FORWARDED_ENV = ("TRITON_INTERPRET", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_NO_
 
 
 STOP_WAIT_S = 600   # after Ctrl-C, how long the driver waits for the step in progress to finish
-
-
-def read_metrics(path: Path) -> list[dict]:
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
 def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
@@ -164,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics_path = Path(cfg.run.storage_path) / cfg.run.name / "metrics.jsonl"
     t0 = time.perf_counter()
     actors = build_actors(cfg, prior)
-    actors["generator"].warm_up.remote()   # engines get ready while Ray Train starts the trainer
+    warm_up(cfg, actors)   # engines get ready while Ray Train starts the trainer
     result, interrupted = None, False
     try:
         result = fit_with_progress(make_trainer(cfg, actors), metrics_path, cfg.run.total_steps, actors["buffer"])

@@ -123,7 +123,7 @@ class Learnability:
     def from_rollouts(cls, folders: list[str], floor: float, ops_of: Callable[[str], list[str]]) -> "Learnability":
         """Counts from the answers earlier runs trained on (`rollout_groups`), so that selection knows from its
         first program what the policy solves: counted afresh, a run spends its first pass over the operators (64
-        programs, four steps of the GPU attempts) finding out."""
+        programs at level 1: four steps of configs/gpu-1.yaml) finding out."""
         prior = cls(floor)
         for ops, answers, correct in rollout_groups(folders, ops_of, "curriculum.select_prior"):
             prior.observe(ops, answers, correct)

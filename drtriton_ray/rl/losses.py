@@ -28,8 +28,8 @@ flat or collapsed it, and at weight 0 raised it.
 
 Either loss can learn from a selection of answer tokens only (`select`; `algo.entropy_top`, `high_entropy_tokens`):
 the policy-gradient term sees those, the KL term every answer token. Wang et al. (arXiv 2506.01939) restrict RL to
-the 20% of tokens with the highest entropy under the sampling policy, the forks where the answer is decided. On the
-GPU attempts (docs/rl.md) an answer's correctness is decided at a few such tokens (which kernel template to write
+the 20% of tokens with the highest entropy under the sampling policy, the forks where the answer is decided. In the
+GPU runs (docs/rl.md) an answer's correctness is decided at a few such tokens (which kernel template to write
 after the preamble, which dim or op code the forward passes) and the rest follows at log-probability ~-0.001 a
 token. The hope: the negatives' term then pushes down the wrong forks, not the template the wrong answers share with
 the right one. On the CPU testbed it taught no better than all tokens (docs/rl.md).

@@ -1,6 +1,7 @@
-"""The RL job's actors and trainer, built from one RLConfig: the buffer, the rollout engines, the
-verifier actors, the generator that ties them together, and the Ray Train TorchTrainer that updates
-the policy. jobs/train.py is the driver around these; tests build the same topology."""
+"""The RL job's actors and trainer, built from one RLConfig: the buffer, the rollout engines and the engine pool
+that fronts them (generation, weight sync), the verifier actors, the generator that turns programs into scored
+groups, and the Ray Train TorchTrainer whose workers run the run controller (controller.py). Each actor is given the
+config sections it reads. jobs/train.py is the driver around these; tests build the same topology."""
 from __future__ import annotations
 
 import time
@@ -29,11 +30,12 @@ def selection_prior(cfg: RLConfig) -> dict | None:
 
 
 def build_actors(cfg: RLConfig, prior: dict | None = None) -> dict:
-    """Buffer, engines, verifiers and the generator that ties them together; `prior`: prompt selection's starting
-    counts (`selection_prior`)."""
+    """Buffer, engines and their pool, verifiers and the generator; `prior`: prompt selection's starting counts
+    (`selection_prior`)."""
     from drtriton_ray.rl.buffer import GroupBuffer
     from drtriton_ray.rl.generator import Generator
     from drtriton_ray.rollout.actor import rollout_actor
+    from drtriton_ray.rollout.pool import EnginePool
     from drtriton_ray.verify.service import CPUVerifier, Verifier
     from drtriton_ray.verify.task import Limits
 
@@ -58,9 +60,16 @@ def build_actors(cfg: RLConfig, prior: dict | None = None) -> dict:
     else:
         verifiers = [CPUVerifier.options(num_cpus=v.num_cpus, max_restarts=v.max_restarts)
                      .remote("cpu", v.workers_per_actor, 100, limits) for _ in range(v.actors)]
-    generator = ray.remote(num_cpus=0)(Generator).remote(cfg.model_dump(mode="json"), engines, verifiers, buffer,
-                                                         prior)
-    return {"buffer": buffer, "engines": engines, "verifiers": verifiers, "generator": generator}
+    pool = ray.remote(num_cpus=0)(EnginePool).remote(engines, r.restart_wait_s)
+    generator = ray.remote(num_cpus=0)(Generator).remote(cfg.model.path, cfg.synth, r, v, cfg.algo, cfg.curriculum,
+                                                         pool, verifiers, buffer, prior)
+    return {"buffer": buffer, "engines": engines, "pool": pool, "verifiers": verifiers, "generator": generator}
+
+
+def warm_up(cfg: RLConfig, actors: dict):
+    """Start getting the engines ready (EnginePool.warm_up) while Ray Train starts the trainer; the call's ref."""
+    from drtriton_ray.rl.generator import train_sampling
+    return actors["pool"].warm_up.remote(train_sampling(cfg.rollout))
 
 
 def shutdown(actors: dict) -> None:
@@ -70,7 +79,7 @@ def shutdown(actors: dict) -> None:
                 timeout=60)
     except Exception:  # noqa: BLE001 - a dead or hung actor is killed below all the same
         pass
-    for handle in [*actors["engines"], *actors["verifiers"], actors["generator"], actors["buffer"]]:
+    for handle in [*actors["engines"], *actors["verifiers"], actors["pool"], actors["generator"], actors["buffer"]]:
         ray.kill(handle)
 
 
@@ -78,16 +87,15 @@ def make_trainer(cfg: RLConfig, actors: dict):
     from ray.train import CheckpointConfig, FailureConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
 
-    from drtriton_ray.rl.trainer import rl_train_loop
+    from drtriton_ray.rl.controller import rl_train_loop
     t = cfg.trainer
     per_worker = {"CPU": t.num_cpus, **({"GPU": t.num_gpus} if t.use_gpu else {})}
     # the wall budget runs on the driver's clock from here: a trainer group restarted after a failure keeps the
-    # deadline instead of starting a new budget (the ninth GPU attempt ran past its 6 minutes that way, docs/rl.md)
+    # deadline instead of starting a new budget (a budget restarted with the trainer let a run overrun it, docs/rl.md)
     deadline = time.time() + cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else None
     return TorchTrainer(
         rl_train_loop,
-        train_loop_config={"rl": cfg.model_dump(mode="json"), "generator": actors["generator"],
-                           "buffer": actors["buffer"], "deadline": deadline},
+        train_loop_config={"rl": cfg.model_dump(mode="json"), "actors": actors, "deadline": deadline},
         scaling_config=ScalingConfig(num_workers=t.num_workers, use_gpu=t.use_gpu, resources_per_worker=per_worker),
         torch_config=TorchConfig(backend="nccl" if t.use_gpu else "gloo"),
         run_config=RunConfig(name=cfg.run.name, storage_path=str(Path(cfg.run.storage_path).absolute()),

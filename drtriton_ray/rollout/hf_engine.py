@@ -39,7 +39,7 @@ class HFEngine:
                  batch_wait_s: float = 0.0, static_cache: bool = False, max_model_len: int | None = None):
         """static_cache: decode with transformers' static KV cache, which on a GPU makes `generate` compile the
         decoding step into CUDA graphs (a small model's eager decoding is likely bound by Python and kernel launches:
-        the first H100 runs took ~115 ms per step for 135M parameters). A compile costs about a minute (docs/rl.md)
+        ~115 ms per step for 135M parameters on an H100). A compile costs about a minute (docs/rl.md)
         and every new shape compiles again, so each call has the same shape: max_batch sequences (padded with copies
         of its last prompt, stopped after one token so that they never outlast the real ones, then dropped) and a
         cache of max_model_len tokens (prompt plus answer; a longer call grows it, and transformers keeps the
@@ -158,8 +158,8 @@ class HFEngine:
                    for a, lp in zip(answers, logprobs)]
         if self.device.startswith("cuda"):
             # hand back what PyTorch's allocator cached at the call's peak (decoding, the log-prob pass's logits): on
-            # a shared GPU the trainer needs it while the engine waits, and the thirteenth H100 attempt's trainer ran
-            # out of memory beside an idle engine holding 46 GiB (docs/rl.md). The static cache and the CUDA graphs'
+            # a shared GPU the trainer needs it while the engine waits (kept, it left the trainer out of memory
+            # beside an idle engine, docs/rl.md). The static cache and the CUDA graphs'
             # pools stay allocated
             torch.cuda.empty_cache()
         return [samples[i * cfg.n:(i + 1) * cfg.n] for i in range(len(prompt_ids))]

@@ -1,4 +1,4 @@
-"""Weight sync from the trainer to every rollout engine, the generator's side (push.py is the trainer's).
+"""Weight sync from the trainer to every rollout engine, the engines' side (pool.py hosts it; push.py is the trainer's).
 
 Object store (`sync.method: object_store`): the trainer puts the new weights as safetensors buckets
 (`engine.pack_buckets`) and hands the refs over; `push` sends them to every engine at once (each engine pauses,

@@ -49,7 +49,7 @@ def test_killed_engine_restarts_with_latest_weights(topology, ray_local):
     for p in model.parameters():
         p.data.mul_(0.5)
     sd = model.state_dict()
-    ray.get(gen.sync_weights.remote([ray.put(b) for b in pack_buckets(sd, 1 << 20)], 1, list(sd)))
+    ray.get(actors["pool"].sync_weights.remote([ray.put(b) for b in pack_buckets(sd, 1 << 20)], 1, list(sd)))
     ray.kill(engine, no_restart=False)   # Ray restarts it with its start-up weights (version 0)
 
     deadline = time.monotonic() + 300
@@ -85,7 +85,7 @@ def test_trainer_gives_up_on_prompts_that_keep_failing(ray_local, tmp_path):
     prompt after prompt: the trainer's wait gives up with the generator's last error (Ray Train then restarts the
     trainer) instead of waiting forever. A wait that outlasts the budget ends with no step."""
     from drtriton_ray.rl.topology import build_actors, shutdown
-    from drtriton_ray.rl.trainer import GenerationStalled, wait_for_groups
+    from drtriton_ray.rl.controller import GenerationStalled, wait_for_groups
     ray = ray_local
     tiny = str(prepare_model("tiny", tmp_path / "tiny", seed=7))
     cfg = RLConfig(model={"path": tiny}, synth={"num_cpus": 0.1},

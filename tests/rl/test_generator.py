@@ -27,10 +27,16 @@ def setup(ray_local, tmp_path_factory):
     ray_local.kill(verifier)
 
 
+def sections(cfg: RLConfig, verifiers: list, learnability=None) -> tuple:
+    """The Generator's arguments from `cfg`: the sections it reads, no engine pool, no buffer."""
+    return (cfg.model.path, cfg.synth, cfg.rollout, cfg.verify, cfg.algo, cfg.curriculum, None, verifiers, None,
+            learnability)
+
+
 def generator(ray, tiny, verifier, **verify):
     from drtriton_ray.rl.generator import Generator
     cfg = RLConfig(model={"path": tiny}, verify=verify)
-    return ray.remote(num_cpus=0)(Generator).remote(cfg.model_dump(mode="json"), [], [verifier], None)
+    return ray.remote(num_cpus=0)(Generator).remote(*sections(cfg, [verifier]))
 
 
 def test_groups_arriving_together_share_one_call(setup):
@@ -56,17 +62,20 @@ def test_batch_tasks_caps_a_call(setup):
 def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
     """Every prompt loop asks for the guard when a level starts (32 at once on gpu-1): one drawing serves them
     all, and a drawing that failed is made again by the next ask."""
+    from collections import Counter
+
     import drtriton_ray.eval.heldout as heldout
-    from drtriton_ray.rl import generator as module
+    from drtriton_ray.rl import programs as module
     _, tiny, _, _, _ = setup
-    gen = module.Generator(RLConfig(model={"path": tiny}).model_dump(mode="json"), [], [], None)
+    cfg = RLConfig(model={"path": tiny})
+    gen = module.ProgramSource(cfg.synth, cfg.curriculum, Counter())
     drawn = []
     real = heldout.heldout_programs
     monkeypatch.setattr(heldout, "heldout_programs", lambda *a: drawn.append(a) or real(*a))
     monkeypatch.setattr(module, "HELDOUT_GUARD", 5)
 
     async def many():
-        return await asyncio.gather(*(gen._heldout_guard(1) for _ in range(8)))
+        return await asyncio.gather(*(gen.heldout_guard(1) for _ in range(8)))
     guards = asyncio.run(many())
     assert len(drawn) == 1 and all(g == guards[0] for g in guards) and len(guards[0]) == 5
     assert guards[0] == {p.source for p in real(1, 5, "small", "fp32")}
@@ -76,17 +85,17 @@ def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
         raise RuntimeError("solver unavailable")
     monkeypatch.setattr(heldout, "heldout_programs", failing)
     with pytest.raises(RuntimeError, match="solver unavailable"):
-        asyncio.run(gen._heldout_guard(2))
+        asyncio.run(gen.heldout_guard(2))
     monkeypatch.setattr(heldout, "heldout_programs", lambda *a: drawn.append(a) or real(*a))
-    assert len(asyncio.run(gen._heldout_guard(2))) == 5 and len(drawn) == 3
+    assert len(asyncio.run(gen.heldout_guard(2))) == 5 and len(drawn) == 3
 
 
 def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
     """Level 1 cycles every operator. With every operator but one answered wrong 1,000 times, the one unseen is
     always kept, the others about one time in ten (the floor); the decisions are the same on every run (seeded by
     the index), and the counts come back from the checkpoint state."""
-    from drtriton_ray.rl import generator as module
     from drtriton_ray.rl.curriculum import Learnability
+    from drtriton_ray.rl.generator import Generator
     from drtriton_ray.ops import REGISTRY
     _, tiny, _, _, _ = setup
     cfg = RLConfig(model={"path": tiny}, curriculum={"select": "learnable", "select_floor": 0.1})
@@ -95,12 +104,12 @@ def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
 
     async def draw(gen, n):
         await gen.start(1, {"next_index": {1: 0}, "learnability": {"floor": 0.1, "counts": counts}})
-        kept = [await gen._next_program() for _ in range(n)]
+        kept = [await gen.programs.next_program() for _ in range(n)]
         return kept, await gen.stats(), await gen.state()
 
     runs = []
     for _ in range(2):
-        gen = module.Generator(cfg.model_dump(mode="json"), [], [], None)
+        gen = Generator(*sections(cfg, []))
         gen._workers = [None]   # no prompt loops: this test asks for the programs itself
         runs.append(asyncio.run(draw(gen, 8)))
     (kept, stats, state), (again, _, _) = runs
@@ -113,7 +122,7 @@ def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
     assert Learnability.from_state_dict(state["learnability"]).counts == counts
     assert stats["select_operators_seen"] == len(ops) - 1
     # the driver's starting counts (curriculum.select_prior), replaced by a checkpoint's on resume (above)
-    primed = module.Generator(cfg.model_dump(mode="json"), [], [], None, {"floor": 0.1, "counts": {"ReLU": [8, 1]}})
-    assert primed.learnability.counts == {"ReLU": [8, 1]}
-    uniform = module.Generator(RLConfig(model={"path": tiny}).model_dump(mode="json"), [], [], None)
-    assert uniform.learnability is None and asyncio.run(uniform.state())["learnability"] is None
+    primed = Generator(*sections(cfg, [], {"floor": 0.1, "counts": {"ReLU": [8, 1]}}))
+    assert primed.programs.learnability.counts == {"ReLU": [8, 1]}
+    uniform = Generator(*sections(RLConfig(model={"path": tiny}), []))
+    assert uniform.programs.learnability is None and asyncio.run(uniform.state())["learnability"] is None

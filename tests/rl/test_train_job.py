@@ -87,7 +87,8 @@ def test_train_on_policy_with_the_reference_probe(tiny, tmp_path):
     """algo.max_staleness 0: every step trains on groups its own starting weights sampled, and none is wasted (the
     prompt loops wait for the new weights instead of sampling with the old). The reference probe is logged after
     every step, the starting model's in the first row. Prompt selection is `learnable`, its counts started from an
-    earlier run's rollouts (curriculum.select_prior), and this run's rollouts name each program's operators."""
+    earlier run's rollouts (curriculum.select_prior), and this run's rollouts name each program's operators. The
+held-out evaluation runs every 2 steps."""
     import math
 
     from drtriton_ray.rl.records import Group, ScoredSample, groups_table
@@ -99,7 +100,8 @@ def test_train_on_policy_with_the_reference_probe(tiny, tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
     done = subprocess.run(job(tiny, runs, "--set", "run.name=probe", "--set", "run.total_steps=2",
                               "--set", "algo.max_staleness=0", "--set", "curriculum.probe_count=2",
-                              "--set", "curriculum.select=learnable", "--set", f"curriculum.select_prior=[{prior}]"),
+                              "--set", "curriculum.select=learnable", "--set", f"curriculum.select_prior=[{prior}]",
+                              "--set", "curriculum.eval_every=2", "--set", "curriculum.heldout_count=2"),
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert "prompt selection starts from earlier runs' answers: 1 operators, 8 operator-answers" in done.stdout
@@ -120,6 +122,9 @@ def test_train_on_policy_with_the_reference_probe(tiny, tmp_path):
             assert row[f"{prefix}/mismatches_other"] > 0 and row[f"{prefix}/logp_other"] < 0
         assert row["time/probe_s"] > 0
     assert "probe_start/exact_other" not in rows[1]
+    # the held-out evaluation every 2 steps (rl/evaluation.py, on the trainer's rank 0 through the engine pool)
+    assert "heldout/pass_at_1_l1" not in rows[0] and 0.0 <= rows[1]["heldout/pass_at_1_l1"] <= 1.0
+    assert rows[1]["time/eval_s"] > 0
 
 
 def registered_steps(run_dir: Path) -> list[int]:
@@ -144,7 +149,7 @@ def trainer_workers(driver: psutil.Process) -> list[psutil.Process]:
 
 
 def test_trainer_killed_mid_run_restarts_from_its_checkpoint(tiny, tmp_path):
-    """The trainer's worker process is killed (as the ninth GPU attempt's ran out of GPU memory, docs/rl.md) once step
+    """The trainer's worker process is killed (as one that runs out of GPU memory dies, docs/rl.md) once step
     2's checkpoint exists. Ray Train starts a new worker group (run.max_failures), which resumes from the latest
     checkpoint while the job's generator, engines and buffer run on: their groups made with weights the new trainer
     never had are dropped, the engines take the checkpoint's weights, and on-policy training (max_staleness 0, whose

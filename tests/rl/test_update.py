@@ -13,8 +13,9 @@ from drtriton_ray.models import load_model, prepare_model
 from drtriton_ray.rl.config import RLConfig
 from drtriton_ray.rl.losses import DRPOConfig, drpo_loss, high_entropy_tokens
 from drtriton_ray.rl.records import Group, ScoredSample
-from drtriton_ray.rl.trainer import (_out_of_time, _sequences, _token_logprobs, expected_step_s, has_signal,
-                                     micro_batches, update)
+from drtriton_ray.rl.controller import expected_step_s, out_of_time
+from drtriton_ray.rl.trainer import update
+from drtriton_ray.rl.update import has_signal, micro_batches, sequences, token_logprobs
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,8 @@ def step_delta(tiny, batch, micro, micro_tokens=None, entropy_top=None):
 def test_two_pass_gradient_is_exact(tiny):
     batch = groups([(True, False, False), (False, True), (False, False)])
     model, tok = load_model(tiny)
-    seqs = _sequences(batch)
-    logp, mask = _token_logprobs(model, seqs, tok.eos_token_id, torch.device("cpu"), False, 1.0)
+    seqs = sequences(batch)
+    logp, mask = token_logprobs(model, seqs, tok.eos_token_id, torch.device("cpu"), False, 1.0)
     group = torch.tensor([0, 0, 0, 1, 1, 2, 2])
     correct = torch.tensor([s.correct for g in batch for s in g.samples])
     loss, _ = drpo_loss(logp, logp.detach(), mask, group, correct, torch.full((7,), math.nan))
@@ -67,7 +68,7 @@ def test_entropy_top_learns_from_the_forks_only(tiny):
     # the gradient of DRPO over the answers' highest-entropy 30% of tokens, computed directly, is the update's
     batch = groups([(True, False, False), (False, True)])
     model, tok = load_model(tiny)
-    logp, mask, ent = _token_logprobs(model, _sequences(batch), tok.eos_token_id, torch.device("cpu"), False, 1.0,
+    logp, mask, ent = token_logprobs(model, sequences(batch), tok.eos_token_id, torch.device("cpu"), False, 1.0,
                                       entropy=True)
     # the entropy is that of each token's distribution: log(vocab) at most
     assert float(ent.max()) <= math.log(model.config.vocab_size) + 1e-4 and float((ent * (1 - mask)).abs().max()) == 0
@@ -160,15 +161,15 @@ def test_ref_kl_anchor_holds_the_policy_near_the_starting_model(tiny):
 
 
 def test_the_budget_starts_no_step_expected_to_overrun_it():
-    # the twelfth GPU attempt's step ends (s from the trainer's start): 142 (engine warm-up), then about 60 s each
+    # a GPU run's step ends (s from the trainer's start): 142 (engine warm-up), then about 60 s each
     ends = [1000.0 + t for t in (0, 142, 212, 270, 330, 390, 448, 504, 566)]
     assert expected_step_s(ends[:1]) == 0
     assert expected_step_s(ends[:2]) == 142          # one step so far: its length, warm-up included
     assert expected_step_s(ends) == 62               # the longest of the last three (56, 62 and 58 s before)
     now = time.time()
     # run.max_minutes 9.5 is 570 s: 4 s are left at 566 s, and a step expected to take 62 s would end at 628 s, so
-    # none starts (the old rule, past the deadline only, started a ninth step, and the job ran to 635 s)
-    assert _out_of_time(now + 4, 1, "cpu", expected_step_s(ends))
-    assert not _out_of_time(now + 4, 1, "cpu")
-    assert not _out_of_time(now + 63, 1, "cpu", expected_step_s(ends))
-    assert not _out_of_time(None, 1, "cpu", 1e9)     # no budget
+    # none starts (a rule that looked at the deadline only would start a ninth step and end the job at ~635 s)
+    assert out_of_time(now + 4, 1, "cpu", expected_step_s(ends))
+    assert not out_of_time(now + 4, 1, "cpu")
+    assert not out_of_time(now + 63, 1, "cpu", expected_step_s(ends))
+    assert not out_of_time(None, 1, "cpu", 1e9)     # no budget

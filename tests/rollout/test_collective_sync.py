@@ -41,12 +41,10 @@ def greedy_matches(ray, engine, model, tok, version: int) -> None:
     assert sample.token_ids == want[:len(sample.token_ids)] and sample.weight_version == version
 
 
-def generator_for(ray, tiny: str, engine):
-    """The RL job's generator actor, which owns the engine side of the sync; its rollout loop is never started."""
-    from drtriton_ray.rl.config import RLConfig
-    from drtriton_ray.rl.generator import Generator
-    return ray.remote(num_cpus=0)(Generator).remote(RLConfig(model={"path": tiny}).model_dump(mode="json"),
-                                                    [engine], [], None)
+def pool_for(ray, engine):
+    """The RL job's engine pool actor, which owns the engine side of the sync."""
+    from drtriton_ray.rollout.pool import EnginePool
+    return ray.remote(num_cpus=0)(EnginePool).remote([engine])
 
 
 @pytest.mark.parametrize("kind,options", [("hf", {}), ("vllm", {"max_model_len": 512, "kv_cache_bytes": 64 << 20})])
@@ -55,7 +53,7 @@ def test_broadcast_round_trip_and_restart(ray_local, tiny, kind, options):
     from drtriton_ray.rollout.actor import rollout_actor
     from drtriton_ray.rollout.push import CollectivePush
     engine = rollout_actor(0.25, 0, 1).remote(kind, tiny, options)
-    host = generator_for(ray, tiny, engine)
+    host = pool_for(ray, engine)
     pusher = CollectivePush(host, engines=1, bucket_bytes=1 << 20, backend="gloo", timeout_s=120, device="cpu")
     try:
         model, tok = perturbed(tiny, 0)
@@ -88,7 +86,7 @@ def test_nccl_broadcast_between_two_gpus(ray_local, tiny):
     from drtriton_ray.rollout.actor import rollout_actor
     from drtriton_ray.rollout.push import CollectivePush
     engine = rollout_actor(0.25, 1, 0).remote("hf", tiny, {"device": "cuda"})
-    host = generator_for(ray, tiny, engine)
+    host = pool_for(ray, engine)
     gpu = ray.get(engine.__ray_call__.remote(lambda self: ray.get_gpu_ids()))[0]
     mine = next(i for i in range(torch.cuda.device_count()) if str(i) != str(gpu))
     pusher = CollectivePush(host, engines=1, bucket_bytes=1 << 20, backend="nccl", timeout_s=120,
