@@ -20,6 +20,7 @@ import yaml
 from pydantic import ValidationError
 
 from drtriton_ray.overrides import OverrideError, load_yaml_with_overrides
+from drtriton_ray.train.metrics import read_metrics
 from drtriton_ray.train.sft import SFTConfig, run_sft
 
 
@@ -39,8 +40,8 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ray.init(address=os.environ.get("RAY_ADDRESS"), ignore_reinit_error=True, log_to_driver=False)
     result = run_sft(cfg)
-    log = Path(cfg.storage_path).absolute() / cfg.run_name / "metrics.jsonl"
-    last = json.loads(log.read_text().splitlines()[-1]) if log.exists() else {}
+    rows = read_metrics(Path(cfg.storage_path).absolute() / cfg.run_name / "metrics.jsonl")
+    last = rows[-1] if rows else {}
     print(json.dumps({"run": cfg.run_name, "step": last.get("step"), "loss": last.get("loss"),
                       "checkpoint": result.checkpoint.path if result.checkpoint else None}))
     return 0
