@@ -54,6 +54,7 @@ from drtriton_ray.verify.protocol import Acquire, Granted, Release
 from drtriton_ray.verify.task import BASE_DISTRIBUTIONS, STRESS_DISTRIBUTIONS, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 
+NO_SCALE = "at no scale are the reference's outputs finite, well-conditioned and different from draw to draw"
 # A trial needing more than this share of the GPU's memory runs its checks alone on the GPU (exclusive section).
 BIG_SHARE = 0.25
 
@@ -131,8 +132,7 @@ def _null_reason(nulls: NullCandidates, dists: str) -> Optional[str]:
 
 
 def _describe_scales(scales: dict) -> str:
-    return ", ".join(f"{dist} x{scale:g}" if scale else f"{dist} none (no scale keeps the reference finite and "
-                     "well-conditioned)" for dist, scale in scales.items())
+    return ", ".join(f"{dist} x{scale:g}" if scale else f"{dist} none ({NO_SCALE})" for dist, scale in scales.items())
 
 
 class Rejected(Exception):
@@ -339,9 +339,9 @@ class _Run:
         return tuple(d for d in self.task.distributions if d in BASE_DISTRIBUTIONS) or BASE_DISTRIBUTIONS[:1]
 
     def _choose_scales(self) -> None:
-        """Per stress distribution, the largest of STRESS_SCALES at which the reference gives finite outputs within
-        1/CONDITIONING_MARGIN of the tolerance of its own float64 evaluation: inputs as large as the problem can take
-        while every correct kernel can still match it. Once per problem and worker, on a throwaway instance."""
+        """Per stress distribution, the largest of STRESS_SCALES at which the reference is usable (_usable_scale):
+        inputs as large as the problem can take while every correct kernel can still match it. Once per problem and
+        worker, on a throwaway instance."""
         rng = random.Random(f"stress/{self.key}")
         model = self._throwaway()
         try:
@@ -351,11 +351,20 @@ class _Run:
                 raise
             wide = None
         self.ctx.problems[self.key].scales = {
-            dist: next((s for s in STRESS_SCALES if wide is not None and self._conditioned(model, wide, dist, s, rng)),
+            dist: next((s for s in STRESS_SCALES if wide is not None and self._usable_scale(model, wide, dist, s, rng)),
                        None)
             for dist in STRESS_DISTRIBUTIONS}
 
-    def _conditioned(self, model, wide, dist: str, scale: float, rng: random.Random) -> bool:
+    def _usable_scale(self, model, wide, dist: str, scale: float, rng: random.Random) -> bool:
+        """On two draws: finite outputs, within 1/CONDITIONING_MARGIN of the tolerance of the float64 evaluation, and
+        different from one draw to the other. Outputs that stay the same whatever the draw mean the inputs no longer
+        reach the computation (a clamp saturated everywhere): such data is degenerate, and the kernel's rounding
+        decides (a group norm of a constant group divides rounding noise by sqrt(eps))."""
+        outs = [self._conditioned_outputs(model, wide, dist, scale, rng) for _ in range(2)]
+        return all(o is not None for o in outs) and not compare(outs[0], outs[1], self.tol).ok
+
+    def _conditioned_outputs(self, model, wide, dist: str, scale: float, rng: random.Random):
+        """The reference's outputs on one draw, or None where they are not finite or not well-conditioned."""
         inputs = make_inputs(self.get_inputs, dist, rng.randrange(2**31), self.device, scale)
         try:
             with torch.no_grad():
@@ -366,12 +375,12 @@ class _Run:
         except Exception as e:   # an operator without a float64 kernel: no stress inputs for this problem
             if _out_of_memory(e):
                 raise
-            return False
+            return None
         del inputs
         if any(g.is_floating_point() and not bool(torch.isfinite(g).all()) for g in got):
-            return False
+            return None
         want = [w.to(g.dtype) for w, g in zip(want, got)]
-        return compare(got, want, self.tol, tol_scale=1 / CONDITIONING_MARGIN).ok
+        return got if compare(got, want, self.tol, tol_scale=1 / CONDITIONING_MARGIN).ok else None
 
     # -- 2, 3. candidate --
     def load_candidate(self, module_name: str) -> None:
@@ -568,8 +577,7 @@ class _Run:
             for dist in self.task.distributions:
                 scale = self.scales.get(dist, 1.0)
                 if scale is None:
-                    self.check(f"trial {dist}", True, "skipped: no scale keeps the reference finite and "
-                               "well-conditioned")
+                    self.check(f"trial {dist}", True, f"skipped: {NO_SCALE}")
                     continue
                 for k in range(self.task.trials_per_distribution):
                     self.trial(f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}",
