@@ -37,6 +37,11 @@ def rl_train_loop(config: dict) -> None:
 
 
 class RunController:
+    """The run on one trainer rank. Its parts: `policy` (PolicyTrainer: the model, its update, its weights to the
+    engines), `checkpoints` (train/checkpoint.py), `curriculum` and `probes`; on rank 0 also the metrics `log`
+    (train/metrics.py), the held-out `evaluator` and the job's generator, buffer and engine pool actors. `train` is
+    the step loop."""
+
     def __init__(self, cfg: RLConfig, actors: dict, deadline: float | None):
         import ray.train
         import ray.train.torch
