@@ -47,6 +47,7 @@ demo: $(STAMP) $(DEMO_MODEL)/config.json
 	$(PY) jobs/train.py --config configs/cpu-demo.yaml
 
 test: $(STAMP)
+	.venv/bin/ruff check .
 	$(PY) -m pytest -q -m "not gpu" tests
 
 clean:

@@ -5,7 +5,8 @@ of held-out level-1 programs, side by side in one run.
     python bench/hf_generate.py --model models/smollm2                                  # CPU: a smoke run
     python bench/hf_generate.py --model /tmp/models/sft --device cuda --dtype bf16 --batches 64,128 --max-tokens 256
 
-Each (mode, batch) gets a fresh engine in a process of its own: a short call first (CUDA start-up), then a timed call (for the static cache
+Each (mode, batch) gets a fresh engine in a process of its own: a short call first (CUDA start-up), then a timed
+call (for the static cache
 it compiles: reported as `first call`), then the same call again (steady state). Greedy decoding; `steps` is the
 longest answer of the batch (generate runs until every sequence has stopped). On a GPU, the memory PyTorch's allocator
 held at the engine's peak (what an engine kept between calls before it handed its cache back) and what it keeps

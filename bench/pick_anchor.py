@@ -4,8 +4,8 @@ the correct answers' pull still makes a fair part of each update. Prints the val
 
 Why: on the CPU testbed (bench/rl_learns.py --bystander, docs/results/rl-cpu-testbed.md), once the policy had
 moved, an update with the anchor at ref_kl 1 had gradient norm 1.7 against 0.02-0.03 without it, and the clip (1.0)
-then left the update to the anchor. Its size depends on the temperature and on how unlikely the sampled tokens are, so it is measured on the
-run's own answers before the run, in seconds, rather than guessed.
+then left the update to the anchor. Its size depends on the temperature and on how unlikely the sampled tokens are,
+so it is measured on the run's own answers before the run, in seconds, rather than guessed.
 
 A setting's baseline is the same overrides with `algo.ref_kl=0` where the replay has it (needed when --config sets
 an anchor, as configs/gpu-1.yaml does), else the same overrides without `algo.ref_kl` ("" for the config as it is).

@@ -3,9 +3,9 @@ starting model, under several settings, and measures what each setting does to h
 
 Why: at too large a learning rate RL loses held-out pass@1 by a collapse onto the fused-elementwise kernel template
 within one or two steps (docs/rl.md), and a whole RL run plus two evaluations costs ~17 minutes of a GPU machine.
-Replaying the first steps' recorded answers (made by the starting weights) costs seconds per setting, so settings (learning rate,
-updates per batch, the anchor to the starting model) are compared side by side from the same model and the same
-answers. The measure is the reference probe (drtriton_ray/eval/probe.py, also logged by the RL job with
+Replaying the first steps' recorded answers (made by the starting weights) costs seconds per setting, so settings
+(learning rate, updates per batch, the anchor to the starting model) are compared side by side from the same model
+and the same answers. The measure is the reference probe (drtriton_ray/eval/probe.py, also logged by the RL job with
 curriculum.probe_count): how many held-out level-1 reference lowerings the model writes greedily, token for token,
 for elementwise programs (the template that RL favoured) and the others (what it lost).
 
@@ -64,7 +64,8 @@ def recorded_groups(path: Path, tokenizer, profile: str) -> list[Group]:
             except ValueError as e:
                 raise SystemExit(f"{path}: {e}") from None
             sampler = samplers.setdefault((level, seed), Sampler(SynthConfig(level=level, profile=profile), seed))
-            groups[pid] = Group(pid, r["weight_version"], [], level, prompt_ids(tokenizer, sampler.sample(index).source))
+            source = sampler.sample(index).source
+            groups[pid] = Group(pid, r["weight_version"], [], level, prompt_ids(tokenizer, source))
         ids = tokenizer(r["text"], add_special_tokens=False).input_ids
         if r["finish_reason"] == "stop":
             ids.append(tokenizer.eos_token_id)

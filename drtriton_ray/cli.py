@@ -61,7 +61,8 @@ def synth_cmd(
     count: int = typer.Option(..., "--count", "-n", help="number of programs"),
     out_path: Path = typer.Option(..., "--out", "-o", help="Parquet file to write"),
     seed: int = typer.Option(0, "--seed", "-s", help="same seed, same programs"),
-    profile: str = typer.Option("small", "--profile", help="size profile: small (CPU interpreter) or paper (DRTriton's)"),
+    profile: str = typer.Option("small", "--profile",
+                                help="size profile: small (CPU interpreter) or paper (DRTriton's)"),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16"),
     workers: int = typer.Option(0, "--workers", "-w", help="Ray sampler actors (0: in this process)"),
     fanout: float = typer.Option(0.3, "--fanout", help="chance an input may reuse any existing tensor"),
@@ -97,7 +98,8 @@ def synth_cmd(
     try:
         size = SizeProfile(**{**PROFILES[profile].model_dump(), **overrides}) if overrides else profile
         config = SynthConfig(level=level, profile=size, dtype=dtype, fanout_prob=fanout, validate=validate,
-                             conditioning_trials=conditioning, device=device, ops=tuple(o.strip() for o in ops.split(",")) if ops else None)
+                             conditioning_trials=conditioning, device=device,
+                             ops=tuple(o.strip() for o in ops.split(",")) if ops else None)
         check_writable(out_path)
     except ValidationError as e:
         fail(validation_message(e))

@@ -69,7 +69,8 @@ def kernelbench_source(p: Program, title: str = "") -> str:
     out += ["", f"    {forward_signature(p)}"]
     out += [f"        {line}" for line in _body(p, lambda w: f"self.weight_{w}")]
     out += [f"        return {_returned(p)}", "", "", "def get_inputs():"]
-    out += ["    return [" + ", ".join(f"torch.randn({_shape_const(p.tensors[i])}, dtype=DTYPE)" for i in p.inputs) + "]"]
+    draws = ", ".join(f"torch.randn({_shape_const(p.tensors[i])}, dtype=DTYPE)" for i in p.inputs)
+    out += ["    return [" + draws + "]"]
     out += ["", "", "def get_init_inputs():", "    return []", ""]
     return "\n".join(out)
 

@@ -53,8 +53,8 @@ def _fits(plan: Plan, t: int, spec, chosen: list[int]) -> bool:
     the whole plan plus this node (its other slots and its output as yet unconstrained)."""
     n, free = len(plan.tensors), spec.arity - len(chosen) - 1
     ranks = [set(pt.ranks) for pt in plan.tensors] + [set(ALL_RANKS) for _ in range(free + 1)]
-    trial = Plan(plan.ops[: len(plan.inputs)] + [spec.name], inputs=plan.inputs + [chosen + [t] + list(range(n, n + free))],
-                 outputs=plan.outputs + [n + free])
+    trial = Plan(plan.ops[: len(plan.inputs)] + [spec.name],
+                 inputs=plan.inputs + [chosen + [t] + list(range(n, n + free))], outputs=plan.outputs + [n + free])
     return _propagate(trial, ranks)
 
 

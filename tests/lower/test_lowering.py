@@ -87,7 +87,8 @@ def test_lowering_from_source_alone(tmp_path):
             {k: (t.shape, t.role) for k, t in original.tensors.items()}
         assert lower_source(rec.source) == lower_program(original, rec.source)
     with pytest.raises(UnsupportedProblem, match="no operator of the registry"):
-        program_from_source(rec.source.replace("return tensor_", "tensor_99 = torch.fft.fft(tensor_0)\n        return tensor_", 1))
+        program_from_source(rec.source.replace("return tensor_",
+                                               "tensor_99 = torch.fft.fft(tensor_0)\n        return tensor_", 1))
     with pytest.raises(UnsupportedProblem, match="does not load"):
         program_from_source("def broken(:\n")
 

@@ -22,7 +22,7 @@ def test_prepare_smollm2_writes_plain_folder(smollm2_cli):
     assert [p.name for p in out.parent.iterdir()] == ["smollm2"]  # the temp folder was renamed, nothing left
     for name in files:
         assert name in result.output  # the CLI lists what it wrote
-    assert f"wrote 6 files" in result.output and str(out) in result.output
+    assert "wrote 6 files" in result.output and str(out) in result.output
     config = json.loads((out / "config.json").read_text())
     assert "quantization_config" not in config and config["tie_word_embeddings"] is False
     assert json.loads((out / "tokenizer_config.json").read_text())["model_max_length"] == 8192

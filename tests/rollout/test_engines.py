@@ -183,7 +183,8 @@ def test_vllm_matches_hf_greedy_and_weight_sync(tiny, vllm_engine, loop):
 
     got = loop.run_until_complete(vllm_engine.generate(ids, greedy))
     assert [g[0].token_ids for g in got] == hf_greedy(model)
-    sampled = loop.run_until_complete(vllm_engine.generate(ids, SamplingConfig(n=4, temperature=1.0, max_tokens=8, seed=1)))
+    config = SamplingConfig(n=4, temperature=1.0, max_tokens=8, seed=1)
+    sampled = loop.run_until_complete(vllm_engine.generate(ids, config))
     assert all(len(g) == 4 and all(math.isfinite(x) and x <= 0 for s in g for x in s.logprobs) for g in sampled)
     # at another temperature the log-probs are those of the tempered distribution that sampled (the trainer's)
     tempered = loop.run_until_complete(vllm_engine.generate(ids[:1], SamplingConfig(n=2, temperature=0.5, max_tokens=8,

@@ -65,8 +65,10 @@ def test_coverage_command(tmp_path):
     (["--count", "-3"], "--count must be a positive number"),
     (["--count", "2", "--ops", "ReLU,Convolve"], "unknown operator(s) Convolve"),
     (["--count", "2", "--profile", "huge"], "unknown size profile 'huge'"),
-    (["--count", "2", "--min-elems", "100", "--max-elems", "10"], "size bounds nothing can meet: min_elems 100 > max_elems 10"),
-    (["--count", "2", "--ops", "MaxPool3d", "--min-elems", "1", "--max-elems", "4"], "infeasible under the size bounds"),
+    (["--count", "2", "--min-elems", "100", "--max-elems", "10"],
+     "size bounds nothing can meet: min_elems 100 > max_elems 10"),
+    (["--count", "2", "--ops", "MaxPool3d", "--min-elems", "1", "--max-elems", "4"],
+     "infeasible under the size bounds"),
     (["--count", "2", "--dtype", "float64"], "dtype"),
 ])
 def test_synth_bad_input(tmp_path, args, message):

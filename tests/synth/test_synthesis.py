@@ -220,7 +220,8 @@ def test_impossible_bounds_say_why():
     with pytest.raises(ValueError, match="size bounds nothing can meet"):
         SizeProfile(min_elems=100, max_elems=10, max_dim=8, min_flops=0, max_flops=1, max_total_elems=1000)
     tight = SizeProfile(min_elems=1, max_elems=4, max_dim=8, min_flops=0, max_flops=2**20, max_total_elems=100)
-    with pytest.raises(SynthesisError, match=r"MaxPool3d.*infeasible under the size bounds.*elements per tensor 1\.\.4"):
+    words = r"MaxPool3d.*infeasible under the size bounds.*elements per tensor 1\.\.4"
+    with pytest.raises(SynthesisError, match=words):
         Sampler(SynthConfig(level=1, profile=tight, ops=("MaxPool3d",), max_attempts=3), seed=0).sample(0)
 
 

@@ -21,7 +21,8 @@ def sft_data(tmp_path_factory):
     rows = []
     for i in range(8):
         rec = sampler.sample(i)
-        rows.append({"prompt": json.dumps(build_messages(rec.source)), "answer": format_answer(lower_source(rec.source))})
+        answer = format_answer(lower_source(rec.source))
+        rows.append({"prompt": json.dumps(build_messages(rec.source)), "answer": answer})
     path = d / "pairs.parquet"
     pq.write_table(pa.Table.from_pylist(rows), path)
     return str(path), str(prepare_model("tiny", d / "tiny", seed=1))

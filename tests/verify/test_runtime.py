@@ -70,9 +70,10 @@ def test_mismatched_parameters_rejected(pool, source):
     # Same names, different init order: the grader copies the reference's values by name, so it still passes;
     # a candidate that makes its own (different) weights under another name does not.
     text = source("candidates", "good_fused_linear")
+    w_line = "self.w = nn.Parameter(torch.randn(OUT, IN) * 0.2)"
+    b_line = "self.b = nn.Parameter(0.1 * torch.randn(OUT))"
     renamed = text.replace("self.weight", "self.w").replace("self.bias", "self.b") \
-        .replace("self.w = nn.Parameter(torch.randn(OUT, IN) * 0.2)\n        self.b = nn.Parameter(0.1 * torch.randn(OUT))",
-                 "self.b = nn.Parameter(0.1 * torch.randn(OUT))\n        self.w = nn.Parameter(torch.randn(OUT, IN) * 0.2)")
+        .replace(f"{w_line}\n        {b_line}", f"{b_line}\n        {w_line}")
     v = pool.verify(Task(source("problems", "fused_linear"), renamed))
     assert v.status == Status.VALUE_MISMATCH.value, (v.status, v.reason)
 
