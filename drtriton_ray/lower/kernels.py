@@ -182,13 +182,15 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
         d = tl.where(mask, x - mean[:, None], 0.0)
         acc += d * d
     scale = tl.load(w_ptr + c, mask=c_ok, other=0.0).to(tl.float32) / tl.sqrt(tl.sum(acc, axis=1) / count + eps)
-    shift = tl.load(b_ptr + c, mask=c_ok, other=0.0).to(tl.float32) - mean * scale
+    # centred before scaling: x * scale + (b - mean * scale) cancels catastrophically where |mean| >> std
+    bias = tl.load(b_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
     for m0 in range(0, count, BLOCK):
         m = m0 + tl.arange(0, BLOCK)
         mask = c_ok[:, None] & (m < count)[None, :]
         offs = c[:, None] * S + (m // S * C * S + m % S)[None, :]
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        tl.store(out_ptr + offs, (x * scale[:, None] + shift[:, None]).to(out_ptr.dtype.element_ty), mask=mask)
+        y = (x - mean[:, None]) * scale[:, None] + bias[:, None]
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 
 @triton.jit

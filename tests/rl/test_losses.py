@@ -70,7 +70,8 @@ def test_drpo_all_correct_group_teaches_speed():
     # tau * logsumexp(-1/5, -1/5) = -1 + 5 log 2.
     logp, mask = batch([[-0.2], [-0.4], [-1.0], [-1.0]])
     speed = torch.tensor([math.log(3), math.log(2), 0.0, 0.0], dtype=torch.float64)
-    loss, info = drpo_loss(logp, logp.detach(), mask, torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=torch.bool), speed)
+    groups, correct = torch.zeros(4, dtype=torch.long), torch.ones(4, dtype=torch.bool)
+    loss, info = drpo_loss(logp, logp.detach(), mask, groups, correct, speed)
     w3, w2 = 3**10 / (3**10 + 2**10), 2**10 / (3**10 + 2**10)
     j = w3 * -0.2 + w2 * -0.4 - (-1 + 5 * math.log(2))
     assert loss.item() == pytest.approx(-j, rel=1e-10)

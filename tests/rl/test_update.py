@@ -1,7 +1,7 @@
 """The trainer's two-pass update gives exactly the gradient of the loss over the whole batch (computed here
-directly, with one graph), whatever the micro-batches (by sequences or by tokens), while answers without a gradient skip pass 2; batches
-without signal skip the passes; the trainer's log-probs are those of the tempered distribution the engine sampled
-from."""
+directly, with one graph), whatever the micro-batches (by sequences or by tokens), while answers without a gradient
+skip pass 2; batches without signal skip the passes; the trainer's log-probs are those of the tempered distribution
+the engine sampled from."""
 import asyncio
 import math
 import time
