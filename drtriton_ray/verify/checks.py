@@ -256,17 +256,22 @@ class _Run:
 
     def _memory_retry(self, fn, kind: str, on_limit) -> None:
         """fn() in the GPU section `kind`; out of device memory, once more alone on the GPU (other workers' tasks
-        hold memory too), and out of memory again, on_limit(error)."""
+        hold memory too), and out of memory again, on_limit(error). Its throwaway tensors' cached blocks go back to
+        the driver before the section is released, so the next worker's allocations find them free."""
         try:
             with self.gpu_section(kind):
-                return fn()
+                fn()
+                free_cache(self.device)
+                return
         except Exception as e:
             if not _out_of_memory(e):
                 raise
         free_cache(self.device)
         try:
             with self.gpu_section("exclusive"):
-                return fn()
+                fn()
+                free_cache(self.device)
+                return
         except Exception as e:
             if not _out_of_memory(e):
                 raise
@@ -512,6 +517,28 @@ class _Run:
             self.reject(label, cmp.status, f"{label}: {cmp.detail}")
         self.check(label, True, f"{launches} launches; max abs err {cmp.max_abs:.3g}")
 
+    def trials(self) -> None:
+        # eval mode first, while both models hold the state they were built with (running statistics)
+        self.set_mode(training=False)
+        self.trial("trial problem (eval mode)", "problem")
+        self.set_mode(training=True)
+        for dist in self.task.distributions:
+            scale = self.scales.get(dist, 1.0)
+            if scale is None:
+                self.check(f"trial {dist}", True, f"skipped: {NO_SCALE}")
+                continue
+            for k in range(self.task.trials_per_distribution):
+                self.trial(f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}",
+                           dist, scale)
+        self.buffers = None
+
+    def hand_back(self) -> None:
+        """A large problem's trials leave gigabytes in the allocator's cache: they go back to the driver before its
+        exclusive section ends, or the next worker's first allocation finds the GPU full (an H200 run: 127 GiB held
+        so by one worker, another's reference out of memory)."""
+        if self.big:
+            free_cache(self.device)
+
     # -- 6. faithfulness --
     def faithfulness(self) -> None:
         inputs = make_inputs(self.get_inputs, "uniform_signed", self.rng.randrange(2**31), self.device)
@@ -570,21 +597,11 @@ class _Run:
                 self.compile_pass()
         checks_section = "exclusive" if self.big else "shared"
         with self.phase("checks"), self.gpu_section(checks_section):
-            # eval mode first, while both models hold the state they were built with (running statistics)
-            self.set_mode(training=False)
-            self.trial("trial problem (eval mode)", "problem")
-            self.set_mode(training=True)
-            for dist in self.task.distributions:
-                scale = self.scales.get(dist, 1.0)
-                if scale is None:
-                    self.check(f"trial {dist}", True, f"skipped: {NO_SCALE}")
-                    continue
-                for k in range(self.task.trials_per_distribution):
-                    self.trial(f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}",
-                               dist, scale)
-            self.buffers = None
+            self.trials()
+            self.hand_back()
         with self.phase("faithfulness"), self.gpu_section(checks_section):
             self.faithfulness()
+            self.hand_back()
         if self.gpu and self.task.timing:
             with self.phase("timing"):
                 self.time_it()
