@@ -58,6 +58,7 @@ def token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: fl
 
 
 def all_max(value: int, device) -> int:
+    """The largest `value` over the trainer's ranks (the value itself outside a process group)."""
     import torch
     import torch.distributed as dist
     if not (dist.is_available() and dist.is_initialized()):
