@@ -271,39 +271,11 @@ def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOC
 
 
 @triton.jit
-def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
-                SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH, IW,
-                TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
-                BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr):
-    """Direct (transposed) convolution over (N, C, D, H, W); 1-d and 2-d convs come as D = H = 1 with unit
-    kernel, stride and dilation there. A program computes a [BLOCK_CO, BLOCK_P] tile (a block of one group's
-    output channels x a block of output positions, images included: a large batch of small images makes few
-    programs) as an implicit GEMM over the group's input
-    channels x kernel taps, BLOCK_K = BLOCK_CI x BLOCK_J of them per step: [BLOCK_CO, BLOCK_K] weights times a
-    gathered [BLOCK_K, BLOCK_P] input tile. Taps are the outer loop: their index math runs once per tap block.
-
-    A transposed conv is computed as a gather too: output o takes input (o + pad - tap * dil) / stride when the
-    division is exact. Exactness depends on o only modulo the stride, so each program owns the outputs of one
-    residue r (phase) per dim, o = r + q * stride (R residues: those below the output size), and enumerates only
-    the taps that reach them: the first one, then every T-th (J of them). A direct conv has q = o and all taps
-    (R = T = 1, J = K).
-
-    Written for the interpreter too: int64 index math (it checks every int32 add and multiply for overflow, at
-    several numpy operations each) and no calls of jit functions such as tl.cdiv or tl.min (it re-patches
-    triton.language on each)."""
-    pid = tl.program_id(0).to(tl.int64)
-    n_pblocks = (N * QD * QH * QW + BLOCK_P - 1) // BLOCK_P
-    q = (pid % n_pblocks) * BLOCK_P + tl.arange(0, BLOCK_P)
-    qw = q % QW
-    qh = (q // QW) % QH
-    qd = (q // (QW * QH)) % QD
-    n = q // (QW * QH * QD)
-    n_cblocks = (COUT_G + BLOCK_CO - 1) // BLOCK_CO
-    g = tl.program_id(1).to(tl.int64) // n_cblocks
-    cg = (tl.program_id(1) % n_cblocks) * BLOCK_CO + tl.arange(0, BLOCK_CO).to(tl.int64)  # channel in group
-    co = g * COUT_G + cg
-    co_ok = cg < COUT_G
-    taps = KD * KH * KW
+def conv_phase(pid, n_pblocks, qd, qh, qw, g, cg, co, CIN_G, COUT_G, taps, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+               RH, RW, TD, TH, TW, ID, IH, IW, TRANSPOSED: tl.constexpr):
+    """conv_kernel's setup per program: for the per-dim positions q, the outputs o they stand for and the gather's
+    base b; the phase's residues r (0 for a direct conv, which never reads them) and first taps k0; the weight row
+    of each output channel and the weight stride of an input channel."""
     # the input position per dim is b + a: b from the output position, a from the tap, so the gather's offsets
     # and bounds are sums and compares of a [BLOCK_P] and a [BLOCK_K] vector
     if TRANSPOSED:
@@ -325,6 +297,9 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
         w_row = (g * CIN_G * COUT_G + cg) * taps  # weight (C, COUT_G, KD, KH, KW)
         w_cs = COUT_G * taps
     else:
+        rd = 0
+        rh = 0
+        rw = 0
         od = qd
         oh = qh
         ow = qw
@@ -336,6 +311,67 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
         kw0 = 0
         w_row = co * CIN_G * taps  # weight (CO, CIN_G, KD, KH, KW)
         w_cs = taps
+    return od, oh, ow, bd, bh, bw, rd, rh, rw, kd0, kh0, kw0, w_row, w_cs
+
+
+@triton.jit
+def conv_taps(j, kd0, kh0, kw0, rd, rh, rw, KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, JD, JH, JW,
+              TD, TH, TW, TRANSPOSED: tl.constexpr):
+    """conv_kernel's taps j (indices among those that reach the phase): the tap k and input offset a per dim, and
+    which taps exist."""
+    kd = kd0 + j // (JW * JH) * TD
+    kh = kh0 + (j // JW) % JH * TH
+    kw = kw0 + j % JW * TW
+    if TRANSPOSED:  # exact divisions for the taps that exist
+        ad = (rd + PD - kd * DD) // SD
+        ah = (rh + PH - kh * DH) // SH
+        aw = (rw + PW - kw * DW) // SW
+    else:
+        ad = kd * DD
+        ah = kh * DH
+        aw = kw * DW
+    tap_ok = (j < JD * JH * JW) & (kd < KD) & (kh < KH) & (kw < KW)
+    return kd, kh, kw, ad, ah, aw, tap_ok
+
+
+@triton.jit
+def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
+                SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH, IW,
+                TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
+                BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Direct (transposed) convolution over (N, C, D, H, W); 1-d and 2-d convs come as D = H = 1 with unit
+    kernel, stride and dilation there. A program computes a [BLOCK_CO, BLOCK_P] tile (a block of one group's
+    output channels x a block of output positions, images included: a large batch of small images makes few
+    programs) as an implicit GEMM over the group's input
+    channels x kernel taps, BLOCK_K = BLOCK_CI x BLOCK_J of them per step: [BLOCK_CO, BLOCK_K] weights times a
+    gathered [BLOCK_K, BLOCK_P] input tile. Taps are the outer loop: their index math runs once per tap block.
+
+    A transposed conv is computed as a gather too: output o takes input (o + pad - tap * dil) / stride when the
+    division is exact. Exactness depends on o only modulo the stride, so each program owns the outputs of one
+    residue r (phase) per dim, o = r + q * stride (R residues: those below the output size), and enumerates only
+    the taps that reach them: the first one, then every T-th (J of them). A direct conv has q = o and all taps
+    (R = T = 1, J = K).
+
+    Written for the interpreter too: int64 index math (it checks every int32 add and multiply for overflow, at
+    several numpy operations each) and no calls of jit functions such as tl.cdiv or tl.min (it re-patches
+    triton.language on each) other than its two helpers, which keep functions short (the compiler inlines them):
+    conv_phase once per program, conv_taps once per tap block, neither per channel step."""
+    pid = tl.program_id(0).to(tl.int64)
+    n_pblocks = (N * QD * QH * QW + BLOCK_P - 1) // BLOCK_P
+    q = (pid % n_pblocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    qw = q % QW
+    qh = (q // QW) % QH
+    qd = (q // (QW * QH)) % QD
+    n = q // (QW * QH * QD)
+    n_cblocks = (COUT_G + BLOCK_CO - 1) // BLOCK_CO
+    g = tl.program_id(1).to(tl.int64) // n_cblocks
+    cg = (tl.program_id(1) % n_cblocks) * BLOCK_CO + tl.arange(0, BLOCK_CO).to(tl.int64)  # channel in group
+    co = g * COUT_G + cg
+    co_ok = cg < COUT_G
+    taps = KD * KH * KW
+    od, oh, ow, bd, bh, bw, rd, rh, rw, kd0, kh0, kw0, w_row, w_cs = conv_phase(
+        pid, n_pblocks, qd, qh, qw, g, cg, co, CIN_G, COUT_G, taps, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+        RH, RW, TD, TH, TW, ID, IH, IW, TRANSPOSED)
     p_ok = (n < N) & (od < OD) & (oh < OH) & (ow < OW)
     p_off = ((n * C + g * CIN_G) * D + bd) * H * W + bh * W + bw
     kk = tl.arange(0, BLOCK_CI * BLOCK_J).to(tl.int64)
@@ -343,18 +379,8 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
     acc += tl.load(b_ptr + co, mask=co_ok, other=0.0).to(tl.float32)[:, None]
     for j0 in range(0, JD * JH * JW, BLOCK_J):
         j = j0 + kk % BLOCK_J
-        kd = kd0 + j // (JW * JH) * TD
-        kh = kh0 + (j // JW) % JH * TH
-        kw = kw0 + j % JW * TW
-        if TRANSPOSED:  # exact divisions for the taps that exist
-            ad = (rd + PD - kd * DD) // SD
-            ah = (rh + PH - kh * DH) // SH
-            aw = (rw + PW - kw * DW) // SW
-        else:
-            ad = kd * DD
-            ah = kh * DH
-            aw = kw * DW
-        tap_ok = (j < JD * JH * JW) & (kd < KD) & (kh < KH) & (kw < KW)
+        kd, kh, kw, ad, ah, aw, tap_ok = conv_taps(j, kd0, kh0, kw0, rd, rh, rw, KD, KH, KW, SD, SH, SW, PD, PH, PW,
+                                                   DD, DH, DW, JD, JH, JW, TD, TH, TW, TRANSPOSED)
         ok = (tap_ok[:, None] & p_ok[None, :] & (bd[None, :] >= -ad[:, None]) & (bd[None, :] < (D - ad)[:, None])
               & (bh[None, :] >= -ah[:, None]) & (bh[None, :] < (H - ah)[:, None])
               & (bw[None, :] >= -aw[:, None]) & (bw[None, :] < (W - aw)[:, None]))
@@ -366,6 +392,7 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
             x = tl.load(x_tap + (ci * D * H * W)[:, None], mask=ok & ci_ok[:, None], other=0.0)
             w = tl.load(w_tap[None, :] + w_row[:, None] + (ci * w_cs)[None, :],
                         mask=co_ok[:, None] & (tap_ok & ci_ok)[None, :], other=0.0)
+            # always a dot, ieee float32: the broadcast-product alternative compiled wrong (see conv_blocks)
             acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
     out = out_ptr + (n[None, :] * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
     tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
