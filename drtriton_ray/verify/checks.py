@@ -47,13 +47,15 @@ from typing import Optional
 import torch
 
 import drtriton_ray.verify.timing as timing
-from drtriton_ray.verify.compare import CONDITIONING_MARGIN, NullCandidates, as_list, compare
+from drtriton_ray.verify.compare import NullCandidates, compare
+from drtriton_ray.verify.conditioning import judged_outputs
 from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_memory
 from drtriton_ray.verify.inputs import STRESS_SCALES, clone_inputs, free_cache, inputs_unchanged, make_inputs
 from drtriton_ray.verify.protocol import Acquire, Granted, Release
 from drtriton_ray.verify.task import BASE_DISTRIBUTIONS, STRESS_DISTRIBUTIONS, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 
+STRESS_DRAWS = 4   # draws a stress trial may try before it is skipped
 NO_SCALE = "at no scale are the reference's outputs finite, well-conditioned and different from draw to draw"
 # A trial needing more than this share of the GPU's memory runs its checks alone on the GPU (exclusive section).
 BIG_SHARE = 0.25
@@ -191,6 +193,7 @@ class _Run:
         self.big = False               # the problem's trials run alone on the GPU (BIG_SHARE)
         self.scales: dict = {}         # stress distribution -> scale (ProblemCheck.scales)
         self.buffers = None            # the candidate's input tensors, refilled by every trial
+        self.wide = None               # a float64 copy of the reference, for the stress trials' conditioning
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
         self.verdict.checks.append(CheckResult(name, passed, detail))
@@ -361,31 +364,18 @@ class _Run:
             for dist in STRESS_DISTRIBUTIONS}
 
     def _usable_scale(self, model, wide, dist: str, scale: float, rng: random.Random) -> bool:
-        """On two draws: finite outputs, within 1/CONDITIONING_MARGIN of the tolerance of the float64 evaluation, and
-        different from one draw to the other. Outputs that stay the same whatever the draw mean the inputs no longer
-        reach the computation (a clamp saturated everywhere): such data is degenerate, and the kernel's rounding
-        decides (a group norm of a constant group divides rounding noise by sqrt(eps))."""
+        """On two draws: outputs a kernel can be judged on (conditioning.py), different from one draw to the other.
+        Outputs that stay the same whatever the draw mean the inputs no longer reach the computation (a clamp
+        saturated everywhere): such data is degenerate, and the kernel's rounding decides (a group norm of a constant
+        group divides rounding noise by sqrt(eps))."""
         outs = [self._conditioned_outputs(model, wide, dist, scale, rng) for _ in range(2)]
         return all(o is not None for o in outs) and not compare(outs[0], outs[1], self.tol).ok
 
     def _conditioned_outputs(self, model, wide, dist: str, scale: float, rng: random.Random):
-        """The reference's outputs on one draw, or None where they are not finite or not well-conditioned."""
+        """The reference's outputs on one draw, or None where no correct kernel is sure to match them
+        (conditioning.py)."""
         inputs = make_inputs(self.get_inputs, dist, rng.randrange(2**31), self.device, scale)
-        try:
-            with torch.no_grad():
-                got = as_list(model(*clone_inputs(inputs)))
-                want = as_list(wide(*[x.double() if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                                      for x in inputs]))
-            _sync(self.device)
-        except Exception as e:   # an operator without a float64 kernel: no stress inputs for this problem
-            if _out_of_memory(e):
-                raise
-            return None
-        del inputs
-        if any(g.is_floating_point() and not bool(torch.isfinite(g).all()) for g in got):
-            return None
-        want = [w.to(g.dtype) for w, g in zip(want, got)]
-        return got if compare(got, want, self.tol, tol_scale=1 / CONDITIONING_MARGIN).ok else None
+        return judged_outputs(model, wide, inputs, self.tol, rng.randrange(2**31), self.device)
 
     # -- 2, 3. candidate --
     def load_candidate(self, module_name: str) -> None:
@@ -493,10 +483,33 @@ class _Run:
         self.buffers = [h if isinstance(h, torch.Tensor) else copy.deepcopy(p) for h, p in zip(held, pristine)]
         return self.buffers
 
+    def stress_inputs(self, distribution: str, scale: float) -> Optional[list]:
+        """A draw of a stress distribution on which the reference can judge (conditioning.py), of up to
+        STRESS_DRAWS: the problem's scale was chosen on other draws, and some draws of the same distribution are
+        degenerate (two nearly equal values in a batch norm's channel)."""
+        if self.wide is None:
+            try:
+                self.wide = copy.deepcopy(self.ref).double()
+            except Exception as e:
+                if _out_of_memory(e):
+                    raise
+                return None
+        for _ in range(STRESS_DRAWS):
+            inputs = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
+            if judged_outputs(self.ref, self.wide, inputs, self.tol, self.rng.randrange(2**31), self.device):
+                return inputs
+        return None
+
     def trial(self, label: str, distribution: str, scale: float = 1.0) -> None:
         # The drawn inputs stay the pristine copy: a freed copy of them would hold the answer of identity-like
         # problems (ReLU on [0, 1) inputs), ready for a candidate's torch.empty to pick up.
-        pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
+        if distribution in STRESS_DISTRIBUTIONS:
+            pristine = self.stress_inputs(distribution, scale)
+            if pristine is None:
+                self.check(label, True, f"skipped: none of {STRESS_DRAWS} draws could judge a kernel (conditioning)")
+                return
+        else:
+            pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
         mine = self.candidate_inputs(pristine)
         try:
             out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
@@ -530,7 +543,7 @@ class _Run:
             for k in range(self.task.trials_per_distribution):
                 self.trial(f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}",
                            dist, scale)
-        self.buffers = None
+        self.buffers = self.wide = None
 
     def hand_back(self) -> None:
         """A large problem's trials leave gigabytes in the allocator's cache: they go back to the driver before its
