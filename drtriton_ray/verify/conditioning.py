@@ -44,6 +44,29 @@ class RoundingNoise(TorchFunctionMode):
         return jitter(out, self.gen)
 
 
+class Headroom(TorchFunctionMode):
+    """The largest finite magnitude among the floating tensors torch functions compute (a device tensor: no sync per
+    operator). Beyond sqrt(float32 max), about 1.8e19, a correct kernel may overflow where PyTorch does not: a
+    variance's squares, a norm, a two-pass sum, where PyTorch's own kernel (Welford, scaled norms) stays finite."""
+
+    LIMIT = torch.finfo(torch.float32).max ** 0.5
+
+    def __init__(self):
+        super().__init__()
+        self.peak = None
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        if type(out) is torch.Tensor and out.is_floating_point() and out.numel():
+            m = torch.where(torch.isfinite(out), out.abs(), torch.zeros((), dtype=out.dtype, device=out.device))
+            m = m.amax().float()
+            self.peak = m if self.peak is None else torch.maximum(self.peak, m)
+        return out
+
+    def exceeded(self) -> bool:
+        return self.peak is not None and bool(self.peak > self.LIMIT)
+
+
 def jitter(t: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     u = torch.rand(t.shape, generator=gen, device=t.device, dtype=torch.float32) * 2 - 1
     return (t.float() * (1 + ULPS * EPS * u)).to(t.dtype)
