@@ -32,3 +32,22 @@ def test_within_tolerance_is_correct(monkeypatch):
     _, ref = outputs()
     result = cmp.compare(ref + 1e-5, ref)
     assert result.ok and 0 < result.max_abs < 2e-5
+
+
+def test_rounding_noise_and_headroom_see_intermediates():
+    """The conditioning modes act on what torch functions compute: views and in-place results pass untouched, new
+    tensors carry a few float32 rounding errors; the headroom records the largest finite intermediate."""
+    from drtriton_ray.verify.conditioning import EPS, ULPS, Headroom, RoundingNoise
+    x = torch.full((64,), 3.0)
+    with RoundingNoise(torch.Generator().manual_seed(0)):
+        y = x * 1.0
+        view = y.view(8, 8)
+    assert view.data_ptr() == y.data_ptr()
+    spacing = 2.0 ** -22   # float32's between 2 and 4: the perturbed value rounds once more
+    assert 0 < float((y - 3.0).abs().max()) <= 3.0 * ULPS * EPS + spacing
+    with Headroom() as h:
+        torch.exp2(torch.tensor([10.0, 70.0, float("inf")]))
+    assert h.exceeded() and float(h.peak) == 2.0 ** 70
+    with Headroom() as h:
+        torch.exp2(torch.tensor([10.0, 60.0]))
+    assert not h.exceeded()
