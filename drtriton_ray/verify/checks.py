@@ -262,25 +262,18 @@ class _Run:
         """fn() in the GPU section `kind`; out of device memory, once more alone on the GPU (other workers' tasks
         hold memory too), and out of memory again, on_limit(error). Its throwaway tensors' cached blocks go back to
         the driver before the section is released, so the next worker's allocations find them free."""
-        try:
-            with self.gpu_section(kind):
-                fn()
+        for attempt, section in enumerate((kind, "exclusive")):
+            try:
+                with self.gpu_section(section):
+                    fn()
+                    free_cache(self.device)
+                    return
+            except Exception as e:
+                if not _out_of_memory(e):
+                    raise
                 free_cache(self.device)
-                return
-        except Exception as e:
-            if not _out_of_memory(e):
-                raise
-        free_cache(self.device)
-        try:
-            with self.gpu_section("exclusive"):
-                fn()
-                free_cache(self.device)
-                return
-        except Exception as e:
-            if not _out_of_memory(e):
-                raise
-            free_cache(self.device)
-            on_limit(e)
+                if attempt == 1:
+                    on_limit(e)
 
     def _reference_limit(self, e: BaseException) -> None:
         self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory with no other worker's "
