@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from drtriton_ray.models import load_model, prepare_model  # noqa: E402
 from drtriton_ray.prompts import build_messages, format_answer  # noqa: E402
-from drtriton_ray.rl.trainer import _token_logprobs  # noqa: E402
+from drtriton_ray.rl.update import token_logprobs  # noqa: E402
 from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.train.sft import tokenize_pairs  # noqa: E402
 from rl_turns import run_job  # noqa: E402
@@ -93,7 +93,7 @@ def kernel_logprobs(model_dir: str, measure: dict[str, tuple[str, list[str]]]) -
                                              return_dict=False)
             seqs.append((prompt + reply, len(prompt)))
         with torch.no_grad():
-            logp, _ = _token_logprobs(model, seqs, tok.pad_token_id, torch.device("cpu"), False, 1.0)
+            logp, _ = token_logprobs(model, seqs, tok.pad_token_id, torch.device("cpu"), False, 1.0)
         result[name] = float(logp.sum(-1).mean())
     return result
 

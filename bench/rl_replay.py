@@ -33,7 +33,8 @@ from drtriton_ray.eval.probe import probe_model, reference_probes  # noqa: E402
 from drtriton_ray.models import load_tokenizer  # noqa: E402
 from drtriton_ray.rl.config import RLConfig, load_config  # noqa: E402
 from drtriton_ray.rl.records import Group, ScoredSample  # noqa: E402
-from drtriton_ray.rl.trainer import _loss_fn, _token_logprobs, passes_bf16, reference_model, update  # noqa: E402
+from drtriton_ray.rl.trainer import loss_for, passes_bf16, reference_model, update  # noqa: E402
+from drtriton_ray.rl.update import token_logprobs  # noqa: E402
 from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.synth.sampler import parse_program_id  # noqa: E402
 
@@ -82,7 +83,7 @@ def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> fl
     total = count = 0.0
     with torch.no_grad():
         for i in range(0, len(seqs), 8):
-            lp, mask = _token_logprobs(model, seqs[i:i + 8], pad_id, device, bf16, temperature)
+            lp, mask = token_logprobs(model, seqs[i:i + 8], pad_id, device, bf16, temperature)
             total += float(lp.sum())
             count += float(mask.sum())
     return total / max(count, 1.0)
@@ -100,7 +101,7 @@ def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id:
     bf16 = passes_bf16(cfg, device)
     trained = [g for step in steps for g in step]
     before = train_positives_logp(model, trained, pad_id, device, bf16, cfg.rollout.temperature)
-    loss_fn, started, updates = _loss_fn(cfg), time.perf_counter(), []
+    loss_fn, started, updates = loss_for(cfg), time.perf_counter(), []
     for groups in steps:
         model.train()
         stats = update(model, optimizer, scheduler, groups, loss_fn, cfg, device, pad_id, ref)

@@ -19,9 +19,8 @@ from rich.console import Console
 from rich.table import Table
 
 from drtriton_ray.models import load_model
-from drtriton_ray.rl.config import RLConfig
-from drtriton_ray.rl.generator import Generator
 from drtriton_ray.rollout.engine import SamplingConfig
+from drtriton_ray.rollout.pool import EnginePool
 from drtriton_ray.rollout.push import CollectivePush, ObjectStorePush
 
 
@@ -49,9 +48,8 @@ def main() -> None:
     from drtriton_ray.rollout.actor import rollout_actor
     options = {"max_model_len": 1024, "kv_cache_bytes": 256 << 20} if args.engine == "vllm" else {"device": args.device}
     engine = rollout_actor(1, 1 if args.device.startswith("cuda") else 0, 0).remote(args.engine, args.model, options)
-    # the RL job's generator actor owns the engine side of both methods (its rollout loop is never started)
-    host = ray.remote(num_cpus=0)(Generator).remote(RLConfig(model={"path": args.model}).model_dump(mode="json"),
-                                                    [engine], [], None)
+    # the RL job's engine pool actor owns the engine side of both methods, as in the job
+    host = ray.remote(num_cpus=0)(EnginePool).remote([engine])
     model, tok = load_model(args.model)
     bucket = args.bucket_mb << 20
     pushers = {"object_store": ObjectStorePush(host, bucket),

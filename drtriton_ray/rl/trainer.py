@@ -7,7 +7,7 @@ import random
 
 from drtriton_ray.rl.config import AlgoSection, ModelSection, RLConfig, TrainerSection
 from drtriton_ray.rl.records import Group
-from drtriton_ray.rl.update import PolicyUpdate, bf16_passes, load_reference, make_loss, token_logprobs
+from drtriton_ray.rl.update import PolicyUpdate, bf16_passes, load_reference, make_loss
 from drtriton_ray.train.checkpoint import CheckpointManager, Restored, full_state_dict
 from drtriton_ray.train.parallel import prepare_model
 
@@ -85,7 +85,3 @@ def reference_model(cfg: RLConfig, device):
 
 def loss_for(cfg: RLConfig):
     return make_loss(cfg.algo)
-
-
-# the names bench/rl_replay.py and bench/rl_learns.py import
-_loss_fn, _token_logprobs = loss_for, token_logprobs
