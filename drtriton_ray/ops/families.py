@@ -191,19 +191,23 @@ def _spatial(n):
     return range(SLOTS - n, SLOTS)
 
 
+def _conv_window(s: ShapeModel, x, out, n: int) -> tuple:
+    """What every convolution shares: ranks, the batch dim, and its window variables (kernel, stride, padding,
+    dilation), made in this order (the solver's search, hence every drawn program, depends on it)."""
+    for t in (x, out):
+        s.m.add(t.rank == n + 2)
+    batch = SLOTS - n - 2
+    s.m.add(out.dims[batch] == x.dims[batch])
+    return (s.int_var(1, 7, f"{out.name}.kernel"), s.int_var(1, 3, f"{out.name}.stride"),
+            s.int_var(0, 3, f"{out.name}.padding"), s.int_var(1, 2, f"{out.name}.dilation"))
+
+
 def conv(name, template, n: int) -> OpSpec:
     """Conv{n}d on (N, C, *spatial): groups divide both channel counts; weight [Co, C/g, k^n]."""
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
-        m, b = s.m, s.b
-        for t in (x, out):
-            m.add(t.rank == n + 2)
-        batch, ch = SLOTS - n - 2, SLOTS - n - 1
-        m.add(out.dims[batch] == x.dims[batch])
-        k = s.int_var(1, 7, f"{out.name}.kernel")
-        stride = s.int_var(1, 3, f"{out.name}.stride")
-        pad = s.int_var(0, 3, f"{out.name}.padding")
-        dil = s.int_var(1, 2, f"{out.name}.dilation")
+        m, b, ch = s.m, s.b, SLOTS - n - 1
+        k, stride, pad, dil = _conv_window(s, x, out, n)
         groups = s.int_var(1, 8, f"{out.name}.groups")
         m.add(2 * pad <= k)
         cin_g = s.int_var(1, b.max_dim, f"{out.name}.cin_per_group")
@@ -225,15 +229,8 @@ def conv_transpose(name, template, n: int) -> OpSpec:
     """ConvTranspose{n}d: weight [C, Co/g, k^n]; output_padding < stride."""
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
-        m, b = s.m, s.b
-        for t in (x, out):
-            m.add(t.rank == n + 2)
-        batch, ch = SLOTS - n - 2, SLOTS - n - 1
-        m.add(out.dims[batch] == x.dims[batch])
-        k = s.int_var(1, 7, f"{out.name}.kernel")
-        stride = s.int_var(1, 3, f"{out.name}.stride")
-        pad = s.int_var(0, 3, f"{out.name}.padding")
-        dil = s.int_var(1, 2, f"{out.name}.dilation")
+        m, b, ch = s.m, s.b, SLOTS - n - 1
+        k, stride, pad, dil = _conv_window(s, x, out, n)
         out_pad = s.int_var(0, 2, f"{out.name}.output_padding")
         groups = s.int_var(1, 8, f"{out.name}.groups")
         m.add(out_pad < stride)
