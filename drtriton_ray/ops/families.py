@@ -126,6 +126,17 @@ def _channel(s: ShapeModel, x: TensorVar, name: str):
     return s.dim_at(x, lambda r: SLOTS + 1 - r, name)
 
 
+def _channel_affine(s: ShapeModel, out, c) -> list:
+    """Per-channel weight and bias, made in this order."""
+    w = s.weight(f"{out.name}.weight", [c])
+    return [("weight", w, "one"), ("bias", s.weight(f"{out.name}.bias", [c]), "small")]
+
+
+def _norm(name, template, constrain, min_rank: int) -> OpSpec:
+    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(min_rank, SLOTS + 1)), _same,
+                  per_elem=7, keeps_size=True)
+
+
 def batch_norm(name, template) -> OpSpec:
     """Batch statistics over every dim but C (training-mode batch norm, a pure function)."""
     def constrain(s: ShapeModel, ins, out):
@@ -133,11 +144,8 @@ def batch_norm(name, template) -> OpSpec:
         s.same_shape(x, out)
         c = _channel(s, x, f"{out.name}.C")
         s.m.add(x.size >= 2 * c)  # at least two values per channel statistic
-        w = s.weight(f"{out.name}.weight", [c])
-        b = s.weight(f"{out.name}.bias", [c])
-        return Built(*_elementwise_flops(s, x, 7), weights=[("weight", w, "one"), ("bias", b, "small")])
-    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
-                  per_elem=7, keeps_size=True)
+        return Built(*_elementwise_flops(s, x, 7), weights=_channel_affine(s, out, c))
+    return _norm(name, template, constrain, 2)
 
 
 def group_norm(name, template) -> OpSpec:
@@ -148,12 +156,8 @@ def group_norm(name, template) -> OpSpec:
         groups = s.int_var(1, 32, f"{out.name}.num_groups")
         per_group = s.int_var(2, s.b.max_dim, f"{out.name}.per_group")  # >= 2 values per statistic
         s.m.add_multiplication_equality(c, [groups, per_group])
-        w = s.weight(f"{out.name}.weight", [c])
-        b = s.weight(f"{out.name}.bias", [c])
-        return Built(*_elementwise_flops(s, x, 7), params={"num_groups": groups},
-                     weights=[("weight", w, "one"), ("bias", b, "small")])
-    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
-                  per_elem=7, keeps_size=True)
+        return Built(*_elementwise_flops(s, x, 7), params={"num_groups": groups}, weights=_channel_affine(s, out, c))
+    return _norm(name, template, constrain, 2)
 
 
 def instance_norm(name, template) -> OpSpec:
@@ -162,8 +166,7 @@ def instance_norm(name, template) -> OpSpec:
         s.same_shape(x, out)
         s.m.add(x.dims[SLOTS - 1] >= 2)  # a spatial dim > 1: statistics over at least two values
         return Built(*_elementwise_flops(s, x, 7))
-    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(3, SLOTS + 1)), _same,
-                  per_elem=7, keeps_size=True)
+    return _norm(name, template, constrain, 3)
 
 
 def last_dims_norm(name, template, bias=True) -> OpSpec:
@@ -182,8 +185,7 @@ def last_dims_norm(name, template, bias=True) -> OpSpec:
                 s.m.add(w.dims[i] == x.dims[i]).only_enforce_if(w.active[i])
             weights.append((role, w, init))
         return Built(*_elementwise_flops(s, x, 7), params={"k": k}, weights=weights)
-    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(1, SLOTS + 1)), _same,
-                  per_elem=7, keeps_size=True)
+    return _norm(name, template, constrain, 1)
 
 
 # -- convolutions and pooling ----------------------------------------------------------------
