@@ -204,18 +204,24 @@ def _conv_window(s: ShapeModel, x, out, n: int) -> tuple:
             s.int_var(0, 3, f"{out.name}.padding"), s.int_var(1, 2, f"{out.name}.dilation"))
 
 
+def _conv_groups(s: ShapeModel, x, out, ch: int, groups) -> tuple:
+    """Channels per group in and out: groups divide both channel counts."""
+    cin_g = s.int_var(1, s.b.max_dim, f"{out.name}.cin_per_group")
+    cout_g = s.int_var(1, s.b.max_dim, f"{out.name}.cout_per_group")
+    s.m.add_multiplication_equality(x.dims[ch], [groups, cin_g])
+    s.m.add_multiplication_equality(out.dims[ch], [groups, cout_g])
+    return cin_g, cout_g
+
+
 def conv(name, template, n: int) -> OpSpec:
     """Conv{n}d on (N, C, *spatial): groups divide both channel counts; weight [Co, C/g, k^n]."""
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
-        m, b, ch = s.m, s.b, SLOTS - n - 1
+        m, ch = s.m, SLOTS - n - 1
         k, stride, pad, dil = _conv_window(s, x, out, n)
         groups = s.int_var(1, 8, f"{out.name}.groups")
         m.add(2 * pad <= k)
-        cin_g = s.int_var(1, b.max_dim, f"{out.name}.cin_per_group")
-        cout_g = s.int_var(1, b.max_dim, f"{out.name}.cout_per_group")
-        m.add_multiplication_equality(x.dims[ch], [groups, cin_g])
-        m.add_multiplication_equality(out.dims[ch], [groups, cout_g])
+        cin_g, cout_g = _conv_groups(s, x, out, ch, groups)
         for i in _spatial(n):
             s.window_out(x.dims[i], out.dims[i], k, stride, pad, dil)
         kvol = s.product([k] * n, 7 ** n)
@@ -231,16 +237,13 @@ def conv_transpose(name, template, n: int) -> OpSpec:
     """ConvTranspose{n}d: weight [C, Co/g, k^n]; output_padding < stride."""
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
-        m, b, ch = s.m, s.b, SLOTS - n - 1
+        m, ch = s.m, SLOTS - n - 1
         k, stride, pad, dil = _conv_window(s, x, out, n)
         out_pad = s.int_var(0, 2, f"{out.name}.output_padding")
         groups = s.int_var(1, 8, f"{out.name}.groups")
         m.add(out_pad < stride)
         m.add(2 * pad <= k)
-        cin_g = s.int_var(1, b.max_dim, f"{out.name}.cin_per_group")
-        cout_g = s.int_var(1, b.max_dim, f"{out.name}.cout_per_group")
-        m.add_multiplication_equality(x.dims[ch], [groups, cin_g])
-        m.add_multiplication_equality(out.dims[ch], [groups, cout_g])
+        cin_g, cout_g = _conv_groups(s, x, out, ch, groups)
         for i in _spatial(n):
             s.transposed_window_out(x.dims[i], out.dims[i], k, stride, pad, dil, out_pad)
         kvol = s.product([k] * n, 7 ** n)
