@@ -21,6 +21,12 @@ def _clamp_range(rng: random.Random) -> dict:
     return {"lo": round(rng.uniform(-1.5, -0.1), 3), "hi": round(rng.uniform(0.1, 1.5), 3)}
 
 
+# Templates of the operators that exist in 1, 2 and 3 spatial dims (N, and KIND for pooling, filled in below).
+CONV = "F.convNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"
+CONV_TRANSPOSE = ("F.conv_transposeNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, "
+                  "output_padding={output_padding}, groups={groups}, dilation={dilation})")
+POOL = "F.KIND_poolNd({0}, {kernel}, stride={stride}, padding={padding})"
+
 DRTRITON_OPS = [
     # binary / ternary elementwise with broadcasting
     f.nary("Add", 2, "{0} + {1}"),
@@ -33,12 +39,8 @@ DRTRITON_OPS = [
     # contractions and convolutions
     f.matmul("Matmul", "torch.matmul({0}, {1})"),
     f.bmm("Bmm", "torch.bmm({0}, {1})"),
-    f.conv("Conv1d", "F.conv1d({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})", 1),
-    f.conv("Conv2d", "F.conv2d({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})", 2),
-    f.conv("Conv3d", "F.conv3d({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})", 3),
-    f.conv_transpose("ConvTranspose1d", "F.conv_transpose1d({0}, {w0}, {w1}, stride={stride}, padding={padding}, output_padding={output_padding}, groups={groups}, dilation={dilation})", 1),
-    f.conv_transpose("ConvTranspose2d", "F.conv_transpose2d({0}, {w0}, {w1}, stride={stride}, padding={padding}, output_padding={output_padding}, groups={groups}, dilation={dilation})", 2),
-    f.conv_transpose("ConvTranspose3d", "F.conv_transpose3d({0}, {w0}, {w1}, stride={stride}, padding={padding}, output_padding={output_padding}, groups={groups}, dilation={dilation})", 3),
+    *(f.conv(f"Conv{n}d", CONV.replace("N", str(n)), n) for n in (1, 2, 3)),
+    *(f.conv_transpose(f"ConvTranspose{n}d", CONV_TRANSPOSE.replace("N", str(n)), n) for n in (1, 2, 3)),
     # layout
     f.cat("Cat", "torch.cat([{0}, {1}], dim={dim})"),
     f.stack("Stack", "torch.stack([{0}, {1}], dim={dim})"),
@@ -85,13 +87,10 @@ DRTRITON_OPS = [
     f.group_norm("GroupNorm", "F.group_norm({0}, {num_groups}, {w0}, {w1})"),
     f.instance_norm("InstanceNorm", "F.instance_norm({0})"),
     # pooling
-    f.pool("AvgPool1d", "F.avg_pool1d({0}, {kernel}, stride={stride}, padding={padding})", 1),
-    f.pool("AvgPool2d", "F.avg_pool2d({0}, {kernel}, stride={stride}, padding={padding})", 2),
     # PyTorch's CPU avg_pool3d has no half kernels, and every program must validate on CPU too.
-    f.pool("AvgPool3d", "F.avg_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3, dtypes=("float32",)),
-    f.pool("MaxPool1d", "F.max_pool1d({0}, {kernel}, stride={stride}, padding={padding})", 1),
-    f.pool("MaxPool2d", "F.max_pool2d({0}, {kernel}, stride={stride}, padding={padding})", 2),
-    f.pool("MaxPool3d", "F.max_pool3d({0}, {kernel}, stride={stride}, padding={padding})", 3),
+    *(f.pool(f"{kind.title()}Pool{n}d", POOL.replace("KIND", kind).replace("N", str(n)), n,
+             **({"dtypes": ("float32",)} if (kind, n) == ("avg", 3) else {}))
+      for kind in ("avg", "max") for n in (1, 2, 3)),
 ]
 
 EXTRA_OPS = [
