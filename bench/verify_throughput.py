@@ -29,6 +29,7 @@ import statistics
 import threading
 import time
 from collections import defaultdict
+from pathlib import Path
 from dataclasses import replace
 
 from rich.console import Console
@@ -240,14 +241,24 @@ def timing_report(console: Console, results: dict, repeats: list[float], workers
 
 # -- timing study: the methods timing.measure offers, compared in this process on a few kernels --
 
+def candidate_module(block: int):
+    """The bench's candidate imported into this process, from a file (Triton reads kernel source through inspect).
+    Only the parent imports it: spawned verifier workers re-import this module before they set TRITON_INTERPRET."""
+    import importlib.util
+    import tempfile
+    path = Path(tempfile.mkdtemp(prefix="verify-throughput-")) / "bench_candidate.py"
+    path.write_text(CANDIDATE.format(block=block, extra=""))
+    spec = importlib.util.spec_from_file_location("bench_candidate", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
 def timing_study(console: Console, repeats: int, idle_s: float, trials: int) -> dict:
     import torch
     from drtriton_ray.verify import timing
 
-    def triton_fused(x, y):
-        out = torch.empty_like(x)
-        _fused[(triton.cdiv(x.numel(), 1024),)](x, y, out, x.numel(), BLOCK=1024)  # noqa: F821 (see __main__)
-        return out
+    triton_fused = candidate_module(block=1024).ModelNew()
 
     def eager(x, y):
         return torch.relu(x * y + x)
@@ -360,17 +371,4 @@ def _dump(path, record) -> None:
 
 
 if __name__ == "__main__":
-    # triton only in the parent: spawned workers re-import this module (as __mp_main__) before they set
-    # TRITON_INTERPRET and their cache folders
-    import triton
-    import triton.language as tl
-
-    @triton.jit
-    def _fused(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
-        offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-        mask = offs < n
-        x = tl.load(x_ptr + offs, mask=mask)
-        y = tl.load(y_ptr + offs, mask=mask)
-        tl.store(out_ptr + offs, tl.maximum(x * y + x, 0.0), mask=mask)
-
     main()
