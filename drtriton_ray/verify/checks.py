@@ -491,7 +491,8 @@ class _Run:
                 return None
         for _ in range(STRESS_DRAWS):
             inputs = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
-            if judged_outputs(self.ref, self.wide, inputs, self.tol, self.rng.randrange(2**31), self.device):
+            if judged_outputs(self.ref, self.wide, inputs, self.tol, self.rng.randrange(2**31), self.device) \
+                    is not None:
                 return inputs
         return None
 
@@ -659,12 +660,13 @@ def run_task(task: Task, ctx: WorkerContext) -> Verdict:
 def release_memory(device: str, compiled: bool = False) -> tuple[float, float]:
     """After a task, when its models, inputs and outputs are garbage: hand every cached block back to the driver (the
     pool's other workers share this GPU), and with `compiled` drop torch.compile's graphs too. Returns the GiB this
-    process reserved at its peak since the last call and still holds now (0, 0 on CPU)."""
+    process reserved at its peak since the last call and still holds now (0, 0 on CPU, where there is nothing to
+    hand back)."""
+    if not device.startswith("cuda"):
+        return 0.0, 0.0
     gc.collect()
     if compiled:
         torch._dynamo.reset()
-    if not device.startswith("cuda"):
-        return 0.0, 0.0
     free_cache(device)
     peak, held = torch.cuda.max_memory_reserved(device), torch.cuda.memory_reserved(device)
     torch.cuda.reset_peak_memory_stats(device)

@@ -46,8 +46,9 @@ class RoundingNoise(TorchFunctionMode):
 
 class Headroom(TorchFunctionMode):
     """The largest finite magnitude among the floating tensors torch functions compute (a device tensor: no sync per
-    operator). Beyond sqrt(float32 max), about 1.8e19, a correct kernel may overflow where PyTorch does not: a
-    variance's squares, a norm, a two-pass sum, where PyTorch's own kernel (Welford, scaled norms) stays finite."""
+    operator; one temporary of each tensor's size at a time, as it runs on every trial's reference). Beyond
+    sqrt(float32 max), about 1.8e19, a correct kernel may overflow where PyTorch does not: a variance's squares, a
+    norm, a two-pass sum, where PyTorch's own kernel (Welford, scaled norms) stays finite."""
 
     LIMIT = torch.finfo(torch.float32).max ** 0.5
 
@@ -58,8 +59,7 @@ class Headroom(TorchFunctionMode):
     def __torch_function__(self, func, types, args=(), kwargs=None):
         out = func(*args, **(kwargs or {}))
         if type(out) is torch.Tensor and out.is_floating_point() and out.numel():
-            m = torch.where(torch.isfinite(out), out.abs(), torch.zeros((), dtype=out.dtype, device=out.device))
-            m = m.amax().float()
+            m = out.detach().abs().nan_to_num_(nan=0.0, posinf=0.0, neginf=0.0).amax().float()
             self.peak = m if self.peak is None else torch.maximum(self.peak, m)
         return out
 

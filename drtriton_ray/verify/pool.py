@@ -410,10 +410,10 @@ class WorkerPool:
             s.failed.add(job.key)
             self.reference_log.append({"key": job.key, "error": verdict.reason, "phases": {}})
 
-    def _run_again_alone(self, s: _Schedule, job: _Job, status: str, reason: str) -> bool:
+    def _run_again_alone(self, s: _Schedule, job: _Job, out_of_memory: bool, reason: str) -> bool:
         """A first memory failure on a gated pool's shared GPU queues the job to run alone once everything else has
         ended and handed its memory back; only a failure alone is the verifier's (or the candidate's) limit."""
-        if not self.gated or (job.kind, job.index) in s.alone or not memory_failure(status, reason):
+        if not self.gated or (job.kind, job.index) in s.alone or not out_of_memory:
             return False
         self.solo_log.append({"name": s.tasks[job.index].name, "kind": job.kind, "index": job.index, "first": reason})
         s.solo.append((job.kind, job.index))
@@ -438,7 +438,7 @@ class WorkerPool:
             self._solo_entry(job)["alone"] = verdict.status
             if memory_failure(verdict.status, verdict.reason):
                 verdict.reason = f"{verdict.reason} (so again when run alone, no other task in flight)"
-        elif self._run_again_alone(s, job, verdict.status, verdict.reason):
+        elif self._run_again_alone(s, job, memory_failure(verdict.status, verdict.reason), verdict.reason):
             return
         s.results[job.index] = verdict
 
@@ -449,8 +449,7 @@ class WorkerPool:
         error = result.get("error") or ""
         if (job.kind, job.index) in s.alone:
             self._solo_entry(job)["alone"] = error or "measured"
-        elif self._run_again_alone(s, job, Status.VERIFIER_LIMIT.value if "out of memory" in error.lower() else "",
-                                   error):
+        elif self._run_again_alone(s, job, "out of memory" in error.lower(), error):
             return   # the key stays in `measuring`: no second reference job starts meanwhile
         s.measuring.discard(job.key)
         self.reference_log.append({"key": job.key, "error": result.get("error"), "phases": result.get("phases", {}),
