@@ -25,6 +25,7 @@ from collections import Counter
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from report import finish  # noqa: E402  (bench/, the script's own folder)
 
 SIGNALS = ("taught", "trained, never taught", "not trained")
 
@@ -123,7 +124,6 @@ def main(argv: list[str] | None = None) -> int:
     d = diff(first, second)
     if args.rollouts:
         d["by_training_signal"] = by_training_signal(first, second, args.rollouts, args.profile)
-    from rich.console import Console
     from rich.table import Table
     table = Table(title=f"{args.first} -> {args.second}")
     table.add_column("measure")
@@ -141,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
     table.add_row("lost, by operators", ", ".join(f"{k} {v}" for k, v in d["lost_ops"].items()) or "-")
     if d["only_in_first"] or d["only_in_second"]:
         table.add_row("problems in one report only", f"{d['only_in_first']} / {d['only_in_second']}")
-    Console().print(table)
+    tables = [table]
     if args.rollouts:
         split = Table(title="by what the run's groups taught of the problems' operators")
         for column in ("operators", "count", "problems", "correct", "difference ± se"):
@@ -152,10 +152,8 @@ def main(argv: list[str] | None = None) -> int:
             split.add_row(name, str(len(signal["operators"][name])) if name in signal["operators"] else "-",
                           str(r["problems"]), f"{r['correct'][0]} -> {r['correct'][1]}",
                           f"{r['difference']:+.3f} ± {r['difference_se']:.3f}")
-        Console().print(split)
-    if args.json_out:
-        Path(args.json_out).write_text(json.dumps(d, indent=1))
-    return 0
+        tables.append(split)
+    return finish(tables, d, args.json_out)
 
 
 if __name__ == "__main__":

@@ -16,6 +16,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from report import finish  # bench/, the script's own folder
+
 ROOT = Path(__file__).resolve().parents[1]
 MODES = {"overlap": [], "on-policy": ["--set", "algo.max_staleness=0"]}
 STAGES = ("time/wait_s", "time/generate_s", "time/verify_s", "time/train_s", "time/sync_s")
@@ -59,7 +61,6 @@ def main(argv: list[str] | None = None) -> int:
                 runs[mode].append(run_job(args.config, args.steps, Path(tmp), f"{mode}-{r}", flags + extra))
                 print(f"{mode} #{r}: {runs[mode][-1]['wall_s']:.0f} s", file=sys.stderr)
 
-    from rich.console import Console
     from rich.table import Table
     mean = {m: {k: statistics.mean(x[k] for x in rs if x[k] is not None) if any(x[k] is not None for x in rs)
                 else None for k in rs[0]} for m, rs in runs.items()}
@@ -72,10 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         a, b = mean["overlap"][k], mean["on-policy"][k]
         ratio = f"{b / a:.2f}" if a and b is not None and k not in ("dropped_stale", "staleness_max") else ""
         table.add_row(k, *(f"{v:.2f}" if v is not None else "-" for v in (a, b)), ratio)
-    Console().print(table)
-    if args.out:
-        Path(args.out).write_text(json.dumps(runs, indent=1))
-    return 0
+    return finish([table], runs, args.out)
 
 
 if __name__ == "__main__":

@@ -81,23 +81,10 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
     lines = [
         "@triton.jit",
         f"def {name}(out_ptr, {ptrs}, {sizes}{strides}BLOCK: tl.constexpr, WIDE: tl.constexpr):",
-        "    pid = tl.program_id(0)",
-        "    if WIDE:",
-        "        pid = pid.to(tl.int64)",
-        "    offs = pid * BLOCK + tl.arange(0, BLOCK)",
-        "    mask = offs < n",
+        "    offs, mask = flat_block(n, BLOCK, WIDE)",
     ]
     if broadcast:
-        lines += [
-            "    i4 = offs % d4",
-            "    rest = offs // d4",
-            "    i3 = rest % d3",
-            "    rest = rest // d3",
-            "    i2 = rest % d2",
-            "    rest = rest // d2",
-            "    i1 = rest % d1",
-            "    i0 = rest // d1",
-        ]
+        lines.append("    i0, i1, i2, i3, i4 = unravel5(offs, d1, d2, d3, d4)")
     for k, d in enumerate(dense):
         offset = "offs" if d else " + ".join(f"i{j} * s{k}_{j}" for j in range(5))
         lines.append(f"    v{k} = tl.load(in{k}_ptr + {offset}, mask=mask, other=0.0).to(tl.float32)")

@@ -125,7 +125,7 @@ def _definitions(module) -> dict[str, tuple[str, set[str]]]:
 LIBRARY = {**_definitions(kernels), **_definitions(wrappers)}  # kernels first: wrappers launch them
 
 
-def _library(lines: list[str]) -> str:
+def library_source(lines: list[str]) -> str:
     """The kernels and wrappers the forward lines need, transitively, in library order."""
     needed: set[str] = set()
     frontier = {n.id for line in lines for n in ast.walk(ast.parse(line.strip())) if isinstance(n, ast.Name)}
@@ -168,7 +168,7 @@ def lower_program(p: Program, problem_source: str) -> str:
     outs = [f"tensor_{o}" for o in p.outputs]
     forward.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
     constants, init = _problem_parts(problem_source)
-    library = _library(forward + kernels_src)
+    library = library_source(forward + kernels_src)
     body = [HEADER] + constants + ["", ""] + ([library, ""] if library else []) + ["\n\n".join(kernels_src)]
     body += ["", "class ModelNew(nn.Module):", '    """Reference Triton lowering (drtriton_ray.lower)."""', "",
              "    def __init__(self):", "        super().__init__()"]

@@ -21,6 +21,28 @@ def min_combine(a, b):
 
 
 @triton.jit
+def flat_block(n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """This program's BLOCK flat indices and their mask; WIDE: n >= 2^31, int64 index math."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    offs = pid * BLOCK + tl.arange(0, BLOCK)
+    return offs, offs < n
+
+
+@triton.jit
+def unravel5(offs, d1, d2, d3, d4):
+    """A flat index over (d0, d1, d2, d3, d4) to its five indices (d0 implied by the quotient)."""
+    i4 = offs % d4
+    rest = offs // d4
+    i3 = rest % d3
+    rest = rest // d3
+    i2 = rest % d2
+    rest = rest // d2
+    return rest // d1, rest % d1, i2, i3, i4
+
+
+@triton.jit
 def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Reduce the middle extent of (O, R, I). Each of the O x I columns (stride I, R values) is independent; a
     program takes BLOCK_C consecutive ones, so many short columns make few programs, and loops over R.
@@ -234,19 +256,8 @@ def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4,
     """dst[idx] = src[idx] over a 5-dim index space (d0, d1, ..., d4), both sides by strides:
     transposes, and the slices of cat and stack. WIDE: offsets reach 2^31 (int64 index math, several times
     slower than int32 in the unravelling divisions)."""
-    pid = tl.program_id(0)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    i4 = offs % d4
-    rest = offs // d4
-    i3 = rest % d3
-    rest = rest // d3
-    i2 = rest % d2
-    rest = rest // d2
-    i1 = rest % d1
-    i0 = rest // d1
+    offs, mask = flat_block(n, BLOCK, WIDE)
+    i0, i1, i2, i3, i4 = unravel5(offs, d1, d2, d3, d4)
     x = tl.load(src_ptr + i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3 + i4 * ss4, mask=mask)
     tl.store(dst_ptr + i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3 + i4 * ds4, x, mask=mask)
 
@@ -255,11 +266,7 @@ def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4,
 def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOCK: tl.constexpr,
                     WIDE: tl.constexpr):
     """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math)."""
-    pid = tl.program_id(0)
-    if WIDE:
-        pid = pid.to(tl.int64)
-    offs = pid * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
+    offs, mask = flat_block(n, BLOCK, WIDE)
     col = offs % W
     row = (offs // W) % H
     if UPPER:

@@ -213,46 +213,44 @@ def _conv_groups(s: ShapeModel, x, out, ch: int, groups) -> tuple:
     return cin_g, cout_g
 
 
-def conv(name, template, n: int) -> OpSpec:
-    """Conv{n}d on (N, C, *spatial): groups divide both channel counts; weight [Co, C/g, k^n]."""
-    def constrain(s: ShapeModel, ins, out):
-        (x,) = ins
-        m, ch = s.m, SLOTS - n - 1
-        k, stride, pad, dil = _conv_window(s, x, out, n)
-        groups = s.int_var(1, 8, f"{out.name}.groups")
-        m.add(2 * pad <= k)
-        cin_g, cout_g = _conv_groups(s, x, out, ch, groups)
-        for i in _spatial(n):
+def _conv_node(s: ShapeModel, ins, out, n: int, transposed: bool) -> Built:
+    """Conv{n}d or ConvTranspose{n}d: groups divide both channel counts; a transposed conv's
+    output_padding < stride. Weight [Co, C/g, k^n], transposed [C, Co/g, k^n]."""
+    (x,) = ins
+    m, ch = s.m, SLOTS - n - 1
+    k, stride, pad, dil = _conv_window(s, x, out, n)
+    out_pad = s.int_var(0, 2, f"{out.name}.output_padding") if transposed else None
+    groups = s.int_var(1, 8, f"{out.name}.groups")
+    if transposed:
+        m.add(out_pad < stride)
+    m.add(2 * pad <= k)
+    cin_g, cout_g = _conv_groups(s, x, out, ch, groups)
+    for i in _spatial(n):
+        if transposed:
+            s.transposed_window_out(x.dims[i], out.dims[i], k, stride, pad, dil, out_pad)
+        else:
             s.window_out(x.dims[i], out.dims[i], k, stride, pad, dil)
-        kvol = s.product([k] * n, 7 ** n)
-        w = s.weight(f"{out.name}.weight", [out.dims[ch], cin_g] + [k] * n)
-        bias = s.weight(f"{out.name}.bias", [out.dims[ch]])
-        return Built(*_scaled_flops(s, [out.size, cin_g, kvol], 2),
-                     params={"stride": stride, "padding": pad, "dilation": dil, "groups": groups},
-                     weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+    kvol = s.product([k] * n, 7 ** n)
+    w = s.weight(f"{out.name}.weight", [x.dims[ch], cout_g] + [k] * n if transposed
+                 else [out.dims[ch], cin_g] + [k] * n)
+    bias = s.weight(f"{out.name}.bias", [out.dims[ch]])
+    params = {"stride": stride, "padding": pad, "output_padding": out_pad, "dilation": dil, "groups": groups}
+    if not transposed:
+        del params["output_padding"]
+    flops = [x.size, cout_g, kvol] if transposed else [out.size, cin_g, kvol]
+    return Built(*_scaled_flops(s, flops, 2), params=params,
+                 weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+
+
+def conv(name, template, n: int) -> OpSpec:
+    def constrain(s: ShapeModel, ins, out):
+        return _conv_node(s, ins, out, n, transposed=False)
     return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
 
 
 def conv_transpose(name, template, n: int) -> OpSpec:
-    """ConvTranspose{n}d: weight [C, Co/g, k^n]; output_padding < stride."""
     def constrain(s: ShapeModel, ins, out):
-        (x,) = ins
-        m, ch = s.m, SLOTS - n - 1
-        k, stride, pad, dil = _conv_window(s, x, out, n)
-        out_pad = s.int_var(0, 2, f"{out.name}.output_padding")
-        groups = s.int_var(1, 8, f"{out.name}.groups")
-        m.add(out_pad < stride)
-        m.add(2 * pad <= k)
-        cin_g, cout_g = _conv_groups(s, x, out, ch, groups)
-        for i in _spatial(n):
-            s.transposed_window_out(x.dims[i], out.dims[i], k, stride, pad, dil, out_pad)
-        kvol = s.product([k] * n, 7 ** n)
-        w = s.weight(f"{out.name}.weight", [x.dims[ch], cout_g] + [k] * n)
-        bias = s.weight(f"{out.name}.bias", [out.dims[ch]])
-        return Built(*_scaled_flops(s, [x.size, cout_g, kvol], 2),
-                     params={"stride": stride, "padding": pad, "output_padding": out_pad,
-                             "dilation": dil, "groups": groups},
-                     weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+        return _conv_node(s, ins, out, n, transposed=True)
     return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
 
 

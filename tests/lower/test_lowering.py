@@ -227,6 +227,12 @@ def test_matmul_folds_batches_into_rows(monkeypatch):
         assert launched[-1] == want, (a.shape, b.shape, launched[-1])
 
 
+def _with_library(kernel_source: str) -> str:
+    """A generated kernel as a module: the header and the library helpers it calls."""
+    from drtriton_ray.lower.emit import HEADER, library_source
+    return HEADER + "\n" + library_source([kernel_source]) + "\n\n" + kernel_source
+
+
 def test_elementwise_precision_near_zero(tmp_path):
     """Relative error against PyTorch (float64) over magnitudes 1e-9..1e3 of both signs: tanh, expm1, log1p and
     lerp are computed without the cancellation the naive formulas suffer near zero."""
@@ -239,9 +245,9 @@ def test_elementwise_precision_near_zero(tmp_path):
     mag = torch.logspace(-9, 3, 2000, dtype=torch.float64)
     x = torch.cat([mag, -mag]).float()
     args = ("v0", "v0 / 1024.0", "v0 * 0.0 + 1.0009765625")  # x; lerp's end and weight
-    src = "import torch\nimport triton\nimport triton.language as tl\n\n" + "\n\n".join(
+    src = _with_library("\n\n".join(
         fused_kernel_source(f"k_{name}", [True], [f"t1 = {EXPRESSIONS[name].format(*args, alpha=0.7)}"], "t1")
-        for name in ops)
+        for name in ops))
     mod = _import(src, tmp_path / "ew_precision.py")
     for name, f in ops.items():
         out = torch.empty_like(x)
@@ -256,8 +262,7 @@ def test_fused_kernel_dense_and_broadcast_inputs(tmp_path):
     the index); both index widths give PyTorch's result."""
     from drtriton_ray.lower.elementwise import fused_kernel_source
     from drtriton_ray.lower.wrappers import elementwise_args
-    src = "import torch\nimport triton\nimport triton.language as tl\n\n" + fused_kernel_source(
-        "k_mix", [True, False], ["t2 = v0 * v1 + v0"], "t2")
+    src = _with_library(fused_kernel_source("k_mix", [True, False], ["t2 = v0 * v1 + v0"], "t2"))
     mod = _import(src, tmp_path / "ew_mix.py")
     a, b = torch.randn(3, 5, 7), torch.randn(5, 1)
     out, grid, args, wide = elementwise_args((3, 5, 7), torch.float32, [True, False], a, b)
@@ -282,8 +287,7 @@ def test_broadcast_dims_coalesce(tmp_path):
     assert dims((4, 1, 6), (4, 1, 1)) == ((1, 1, 1, 6), [(1, 0, 0, 0, 0)])
     assert dims((1, 1), (1, 1)) == ((1, 1, 1, 1), [(0, 0, 0, 0, 0)])
 
-    src = "import torch\nimport triton\nimport triton.language as tl\n\n" + fused_kernel_source(
-        "k_three", [False, False, True], ["t3 = v0 * v1 - v2"], "t3")
+    src = _with_library(fused_kernel_source("k_three", [False, False, True], ["t3 = v0 * v1 - v2"], "t3"))
     mod = _import(src, tmp_path / "ew_three.py")
     torch.manual_seed(0)
     cases = [((2, 3, 4, 5), torch.randn(3, 4, 5), torch.randn(2, 1, 1, 1)),
