@@ -48,6 +48,7 @@ demo: $(STAMP) $(DEMO_MODEL)/config.json
 
 test: $(STAMP)
 	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
 	$(PY) -m pytest -q -m "not gpu" tests
 
 clean:

@@ -14,6 +14,7 @@ A problem counts as taught when any of its operators was, else as trained when a
 
 Reports without answer hashes (before `answer_sha`) compare answers by token count: equal counts are taken for the
 same answer."""
+
 from __future__ import annotations
 
 import argparse
@@ -69,21 +70,32 @@ def diff(first: dict, second: dict) -> dict:
                 outcome_changed += 1
                 verdict_only += unchanged
     ops = lambda ids: dict(Counter("+".join(a[i]["ops"]) for i in ids).most_common())  # noqa: E731
-    return {"problems": len(shared), "answers": answers, **change(a, b, shared),
-            "gained": gained, "lost": lost, "gained_ops": ops(gained), "lost_ops": ops(lost),
-            "same_answer": same, "outcome_changed": outcome_changed,
-            "outcome_changed_same_answer": verdict_only,
-            "only_in_first": len(a) - len(shared), "only_in_second": len(b) - len(shared)}
+    return {
+        "problems": len(shared),
+        "answers": answers,
+        **change(a, b, shared),
+        "gained": gained,
+        "lost": lost,
+        "gained_ops": ops(gained),
+        "lost_ops": ops(lost),
+        "same_answer": same,
+        "outcome_changed": outcome_changed,
+        "outcome_changed_same_answer": verdict_only,
+        "only_in_first": len(a) - len(shared),
+        "only_in_second": len(b) - len(shared),
+    }
 
 
 def change(a: dict, b: dict, ids: list[str]) -> dict:
     """Correct answers, pass@1 and its difference with the standard error paired by problem, over `ids`."""
     rate = lambda p: p["correct"] / p["samples"]  # noqa: E731
     delta = [rate(b[i]) - rate(a[i]) for i in ids]
-    return {"correct": [sum(a[i]["correct"] for i in ids), sum(b[i]["correct"] for i in ids)],
-            "pass_at_1": [statistics.fmean(rate(a[i]) for i in ids), statistics.fmean(rate(b[i]) for i in ids)],
-            "difference": statistics.fmean(delta),
-            "difference_se": statistics.stdev(delta) / math.sqrt(len(delta)) if len(delta) > 1 else math.nan}
+    return {
+        "correct": [sum(a[i]["correct"] for i in ids), sum(b[i]["correct"] for i in ids)],
+        "pass_at_1": [statistics.fmean(rate(a[i]) for i in ids), statistics.fmean(rate(b[i]) for i in ids)],
+        "difference": statistics.fmean(delta),
+        "difference_se": statistics.stdev(delta) / math.sqrt(len(delta)) if len(delta) > 1 else math.nan,
+    }
 
 
 def by_training_signal(first: dict, second: dict, rollouts: list[str], profile: str) -> dict:
@@ -91,6 +103,7 @@ def by_training_signal(first: dict, second: dict, rollouts: list[str], profile: 
     from drtriton_ray.rl.curriculum import rollout_groups
     from drtriton_ray.synth import SynthConfig
     from drtriton_ray.synth.sampler import ops_by_id
+
     trained, taught = set(), set()
     ops_of = ops_by_id(lambda level: SynthConfig(level=level, profile=profile))
     try:
@@ -106,8 +119,10 @@ def by_training_signal(first: dict, second: dict, rollouts: list[str], profile: 
     for pid in (pid for pid in a if pid in b):
         ops = set(a[pid]["ops"])
         ids[SIGNALS[0] if ops & taught else SIGNALS[1] if ops & trained else SIGNALS[2]].append(pid)
-    return {"operators": {SIGNALS[0]: sorted(taught), SIGNALS[1]: sorted(trained - taught)},
-            **{s: {"problems": len(v), **change(a, b, v)} for s, v in ids.items() if v}}
+    return {
+        "operators": {SIGNALS[0]: sorted(taught), SIGNALS[1]: sorted(trained - taught)},
+        **{s: {"problems": len(v), **change(a, b, v)} for s, v in ids.items() if v},
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -115,28 +130,39 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("first", help="eval-model --out report (e.g. before RL)")
     ap.add_argument("second", help="eval-model --out report (e.g. after RL)")
     ap.add_argument("--json", dest="json_out", help="write the comparison here too")
-    ap.add_argument("--rollouts", action="append", default=[], help="an RL run's rollouts folder (RUN/rollouts; "
-                    "repeat for several): split the difference by what the run taught of each problem's operators")
-    ap.add_argument("--profile", default="small", help="the run's synthesis profile (finds the operators of "
-                    "rollouts written without an `ops` column)")
+    ap.add_argument(
+        "--rollouts",
+        action="append",
+        default=[],
+        help="an RL run's rollouts folder (RUN/rollouts; "
+        "repeat for several): split the difference by what the run taught of each problem's operators",
+    )
+    ap.add_argument(
+        "--profile",
+        default="small",
+        help="the run's synthesis profile (finds the operators of rollouts written without an `ops` column)",
+    )
     args = ap.parse_args(argv)
     first, second = load(args.first), load(args.second)
     d = diff(first, second)
     if args.rollouts:
         d["by_training_signal"] = by_training_signal(first, second, args.rollouts, args.profile)
     from rich.table import Table
+
     table = Table(title=f"{args.first} -> {args.second}")
     table.add_column("measure")
     table.add_column("value", justify="right")
     table.add_row("problems judged in both", str(d["problems"]))
     table.add_row("correct (first -> second)", f"{d['correct'][0]} -> {d['correct'][1]}")
     table.add_row("pass@1 (first -> second)", f"{d['pass_at_1'][0]:.3f} -> {d['pass_at_1'][1]:.3f}")
-    table.add_row("difference ± standard error (paired by problem)",
-                  f"{d['difference']:+.3f} ± {d['difference_se']:.3f}")
+    table.add_row(
+        "difference ± standard error (paired by problem)", f"{d['difference']:+.3f} ± {d['difference_se']:.3f}"
+    )
     table.add_row("problems gained / lost", f"{len(d['gained'])} / {len(d['lost'])}")
     table.add_row("answers identical", f"{d['same_answer']} of {d['answers']}")
-    table.add_row("outcomes changed (of them, same answer)",
-                  f"{d['outcome_changed']} ({d['outcome_changed_same_answer']})")
+    table.add_row(
+        "outcomes changed (of them, same answer)", f"{d['outcome_changed']} ({d['outcome_changed_same_answer']})"
+    )
     table.add_row("gained, by operators", ", ".join(f"{k} {v}" for k, v in d["gained_ops"].items()) or "-")
     table.add_row("lost, by operators", ", ".join(f"{k} {v}" for k, v in d["lost_ops"].items()) or "-")
     if d["only_in_first"] or d["only_in_second"]:
@@ -149,9 +175,13 @@ def main(argv: list[str] | None = None) -> int:
         signal = d["by_training_signal"]
         for name in (s for s in SIGNALS if s in signal):
             r = signal[name]
-            split.add_row(name, str(len(signal["operators"][name])) if name in signal["operators"] else "-",
-                          str(r["problems"]), f"{r['correct'][0]} -> {r['correct'][1]}",
-                          f"{r['difference']:+.3f} ± {r['difference_se']:.3f}")
+            split.add_row(
+                name,
+                str(len(signal["operators"][name])) if name in signal["operators"] else "-",
+                str(r["problems"]),
+                f"{r['correct'][0]} -> {r['correct'][1]}",
+                f"{r['difference']:+.3f} ± {r['difference_se']:.3f}",
+            )
         tables.append(split)
     return finish(tables, d, args.json_out)
 

@@ -11,6 +11,7 @@ it compiles: reported as `first call`), then the same call again (steady state).
 longest answer of the batch (generate runs until every sequence has stopped). On a GPU, the memory PyTorch's allocator
 held at the engine's peak (what an engine kept between calls before it handed its cache back) and what it keeps
 after a call (the weights, the static cache, the CUDA graphs' pools)."""
+
 from __future__ import annotations
 
 import argparse
@@ -31,6 +32,7 @@ from drtriton_ray.rollout.hf_engine import HFEngine
 
 def timed(engine: HFEngine, prompts: list[list[int]], max_tokens: int) -> tuple[float, list[list[int]]]:
     import torch
+
     cfg = SamplingConfig(n=1, temperature=0.0, max_tokens=max_tokens)
     if engine.device.startswith("cuda"):
         torch.cuda.synchronize()
@@ -41,11 +43,18 @@ def timed(engine: HFEngine, prompts: list[list[int]], max_tokens: int) -> tuple[
     return time.perf_counter() - t0, [g[0].token_ids for g in groups]
 
 
-def measure(model: str, dtype: str, device: str, prompts: list[list[int]], static: bool,
-            max_tokens: int) -> tuple[dict, list[list[int]]]:
+def measure(
+    model: str, dtype: str, device: str, prompts: list[list[int]], static: bool, max_tokens: int
+) -> tuple[dict, list[list[int]]]:
     """A fresh engine: a short call (CUDA start-up), a timed call (the static cache compiles), the same call again."""
-    engine = HFEngine(model, dtype, device, max_batch=len(prompts), static_cache=static,
-                      max_model_len=max(map(len, prompts)) + max_tokens)
+    engine = HFEngine(
+        model,
+        dtype,
+        device,
+        max_batch=len(prompts),
+        static_cache=static,
+        max_model_len=max(map(len, prompts)) + max_tokens,
+    )
     timed(engine, prompts[:1], 4)
     first, _ = timed(engine, prompts, max_tokens)
     steady, out = timed(engine, prompts, max_tokens)
@@ -54,10 +63,12 @@ def measure(model: str, dtype: str, device: str, prompts: list[list[int]], stati
     memory = "-"
     if device.startswith("cuda"):
         import torch
+
         memory = f"{torch.cuda.max_memory_reserved() / 2**30:.1f} / {torch.cuda.memory_reserved() / 2**30:.1f}"
     asyncio.run(engine.shutdown())
-    return dict(first=first, steady=steady, steps=steps, ms_step=1e3 * steady / steps, tok_s=tokens / steady,
-                memory=memory), out
+    return dict(
+        first=first, steady=steady, steps=steps, ms_step=1e3 * steady / steps, tok_s=tokens / steady, memory=memory
+    ), out
 
 
 def main() -> None:
@@ -84,15 +95,28 @@ def main() -> None:
             # a process each: compiled CUDA graphs live in the thread-local state of the thread that recorded them,
             # and a second static-cache engine in one process fails in torch's cudagraph trees (seen on the H100)
             with ProcessPoolExecutor(1, mp_context=mp.get_context("spawn")) as one:
-                row, out = one.submit(measure, args.model, args.dtype, args.device, prompts, mode == "static",
-                                      args.max_tokens).result()
+                row, out = one.submit(
+                    measure, args.model, args.dtype, args.device, prompts, mode == "static", args.max_tokens
+                ).result()
             answers[(batch, mode)] = out
             rows.append(dict(batch=batch, mode=mode, **row))
 
-    table = Table(title=f"HF engine decoding: {args.model} on {args.device} ({args.dtype}), greedy, "
-                        f"up to {args.max_tokens} tokens")
-    for col in ("batch", "cache", "first call s", "steady s", "steps", "ms / step", "tokens / s",
-                "vs dynamic", "same greedy answers", "GiB peak / kept"):
+    table = Table(
+        title=f"HF engine decoding: {args.model} on {args.device} ({args.dtype}), greedy, "
+        f"up to {args.max_tokens} tokens"
+    )
+    for col in (
+        "batch",
+        "cache",
+        "first call s",
+        "steady s",
+        "steps",
+        "ms / step",
+        "tokens / s",
+        "vs dynamic",
+        "same greedy answers",
+        "GiB peak / kept",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         base = next((x for x in rows if x["batch"] == r["batch"] and x["mode"] == "dynamic"), None)
@@ -101,8 +125,18 @@ def main() -> None:
         if base and r is not base:
             a, b = answers[(r["batch"], "dynamic")], answers[(r["batch"], r["mode"])]
             same = f"{sum(x == y for x, y in zip(a, b))}/{len(a)}"
-        table.add_row(str(r["batch"]), r["mode"], f"{r['first']:.1f}", f"{r['steady']:.1f}", str(r["steps"]),
-                      f"{r['ms_step']:.1f}", f"{r['tok_s']:.0f}", ratio, same, r["memory"])
+        table.add_row(
+            str(r["batch"]),
+            r["mode"],
+            f"{r['first']:.1f}",
+            f"{r['steady']:.1f}",
+            str(r["steps"]),
+            f"{r['ms_step']:.1f}",
+            f"{r['tok_s']:.0f}",
+            ratio,
+            same,
+            r["memory"],
+        )
     Console(width=160).print(table)
 
 

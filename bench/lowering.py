@@ -12,6 +12,7 @@ reach are counted as such, not as failures, and --first continues from the first
 An index synthesis could not draw is counted as not drawn, apart from the lowering's failures (the rate is over
 the programs drawn); raising --level2/--level5 past the acceptance's 200/100 draws more. SIGTERM (a timeout's) also
 ends it with the table and log."""
+
 from __future__ import annotations
 
 import argparse
@@ -84,15 +85,23 @@ def level_row(level: int, requested: int, verdicts: list[Verdict], seconds: floa
     of device memory in validation) is no program to lower: it counts as not drawn, and the rate is over the drawn."""
     drawn = [v for v in verdicts if v.status != "synthesis_error"]
     ok = [v for v in drawn if v.correct]
-    row = {"level": level, "requested": requested, "verified": len(verdicts), "not_reached": requested - len(verdicts),
-           "not_drawn": len(verdicts) - len(drawn), "drawn": len(drawn),
-           "correct": len(ok), "rate": len(ok) / len(drawn) if drawn else None,
-           "failures": dict(collections.Counter(v.status for v in drawn if not v.correct)),
-           "geomean_vs_eager": geomean([v.speedup_vs_eager for v in ok]),
-           "geomean_vs_compile": geomean([v.speedup_vs_compile for v in ok]),
-           "fast1_vs_eager": sum((v.speedup_vs_eager or 0) > 1 for v in ok),
-           "fast1_vs_compile": sum((v.speedup_vs_compile or 0) > 1 for v in ok),
-           "timed": sum(v.speedup_vs_eager is not None for v in ok), "seconds": seconds}
+    row = {
+        "level": level,
+        "requested": requested,
+        "verified": len(verdicts),
+        "not_reached": requested - len(verdicts),
+        "not_drawn": len(verdicts) - len(drawn),
+        "drawn": len(drawn),
+        "correct": len(ok),
+        "rate": len(ok) / len(drawn) if drawn else None,
+        "failures": dict(collections.Counter(v.status for v in drawn if not v.correct)),
+        "geomean_vs_eager": geomean([v.speedup_vs_eager for v in ok]),
+        "geomean_vs_compile": geomean([v.speedup_vs_compile for v in ok]),
+        "fast1_vs_eager": sum((v.speedup_vs_eager or 0) > 1 for v in ok),
+        "fast1_vs_compile": sum((v.speedup_vs_compile or 0) > 1 for v in ok),
+        "timed": sum(v.speedup_vs_eager is not None for v in ok),
+        "seconds": seconds,
+    }
     row["kernelbench"] = summarize(drawn) if drawn else None  # failures count as 1.0x there
     return row
 
@@ -100,19 +109,39 @@ def level_row(level: int, requested: int, verdicts: list[Verdict], seconds: floa
 def render(args, rows: list[dict], failures: list[tuple]) -> None:
     console = Console(width=170)
     table = Table(title=f"reference lowering, strict verifier ({args.profile} profile, {args.device})")
-    for col in ("level", "indices", "not drawn", "programs", "correct", "rate", "failures", "geomean vs eager",
-                "geomean vs compile", "fast_1 eager", "fast_1 compile", "not reached", "seconds"):
+    for col in (
+        "level",
+        "indices",
+        "not drawn",
+        "programs",
+        "correct",
+        "rate",
+        "failures",
+        "geomean vs eager",
+        "geomean vs compile",
+        "fast_1 eager",
+        "fast_1 compile",
+        "not reached",
+        "seconds",
+    ):
         table.add_column(col, justify="right")
     for r in rows:
         timed = r["timed"]
-        table.add_row(str(r["level"]), str(r["verified"]), str(r["not_drawn"]), str(r["drawn"]), str(r["correct"]),
-                      "-" if r["rate"] is None else f"{100 * r['rate']:.1f}%",
-                      ", ".join(f"{k} {n}" for k, n in r["failures"].items()) or "-",
-                      "n/a" if r["geomean_vs_eager"] is None else f"{r['geomean_vs_eager']:.2f}x",
-                      "n/a" if r["geomean_vs_compile"] is None else f"{r['geomean_vs_compile']:.2f}x",
-                      f"{r['fast1_vs_eager']}/{timed}" if timed else "n/a",
-                      f"{r['fast1_vs_compile']}/{timed}" if timed else "n/a",
-                      str(r["not_reached"]), f"{r['seconds']:.0f}")
+        table.add_row(
+            str(r["level"]),
+            str(r["verified"]),
+            str(r["not_drawn"]),
+            str(r["drawn"]),
+            str(r["correct"]),
+            "-" if r["rate"] is None else f"{100 * r['rate']:.1f}%",
+            ", ".join(f"{k} {n}" for k, n in r["failures"].items()) or "-",
+            "n/a" if r["geomean_vs_eager"] is None else f"{r['geomean_vs_eager']:.2f}x",
+            "n/a" if r["geomean_vs_compile"] is None else f"{r['geomean_vs_compile']:.2f}x",
+            f"{r['fast1_vs_eager']}/{timed}" if timed else "n/a",
+            f"{r['fast1_vs_compile']}/{timed}" if timed else "n/a",
+            str(r["not_reached"]),
+            f"{r['seconds']:.0f}",
+        )
     console.print(table)
     for name, status, reason in failures:
         console.print(f"  {status}: {name}: {reason}", highlight=False)
@@ -122,14 +151,18 @@ def render(args, rows: list[dict], failures: list[tuple]) -> None:
 def write_log(path: str, args, rows: list[dict], programs: list[dict], info: dict) -> None:
     tmp = f"{path}.tmp"
     with open(tmp, "w") as f:
-        json.dump({"command": " ".join(sys.argv), "args": vars(args), **info, "levels": rows, "programs": programs},
-                  f, indent=1)
+        json.dump(
+            {"command": " ".join(sys.argv), "args": vars(args), **info, "levels": rows, "programs": programs},
+            f,
+            indent=1,
+        )
     os.replace(tmp, path)
 
 
 def environment(device: str) -> dict:
     import torch
     import triton
+
     info = {"torch": torch.__version__, "triton": triton.__version__, "date": time.strftime("%Y-%m-%d %H:%M:%S")}
     if device.startswith("cuda"):
         info["gpu"] = torch.cuda.get_device_name(torch.device(device))
@@ -141,13 +174,19 @@ def report_memory(info: dict) -> None:
     ran out of memory, and jobs run again alone after running out of memory."""
     memory = info.get("worker_memory") or {}
     for name, m in sorted(memory.items()):
-        print(f"worker {name}: peak {m['peak_gib']:.1f} GiB, held after its last job {m['held_gib']:.2f} GiB, "
-              f"{m['jobs']} jobs", flush=True)
+        print(
+            f"worker {name}: peak {m['peak_gib']:.1f} GiB, held after its last job {m['held_gib']:.2f} GiB, "
+            f"{m['jobs']} jobs",
+            flush=True,
+        )
     oom = [r for r in info.get("reference_jobs", []) if "out of memory" in (r.get("error") or "").lower()]
     alone = [f"{e['name']} ({e['kind']}): {e.get('alone')}" for e in info.get("run_alone", [])]
     if memory or oom or alone:
-        print(f"reference jobs out of memory: {len(oom)} of {len(info.get('reference_jobs', []))}; run again alone: "
-              f"{len(alone)} ({', '.join(alone) or 'none'})", flush=True)
+        print(
+            f"reference jobs out of memory: {len(oom)} of {len(info.get('reference_jobs', []))}; run again alone: "
+            f"{len(alone)} ({', '.join(alone) or 'none'})",
+            flush=True,
+        )
 
 
 def main() -> None:
@@ -158,11 +197,20 @@ def main() -> None:
     ap.add_argument("--level2", type=int, default=200)
     ap.add_argument("--level5", type=int, default=100)
     ap.add_argument("--seed", type=int, default=7)
-    ap.add_argument("--workers", type=int, default=None,
-                    help="pool workers (default: the pool's 4 on a GPU, timing one at a time; every core on CPU)")
+    ap.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="pool workers (default: the pool's 4 on a GPU, timing one at a time; every core on CPU)",
+    )
     ap.add_argument("--budget-s", type=float, default=None, help="wall-clock budget for the whole run")
-    ap.add_argument("--first", type=int, default=0, help="index of each level's first program: continues a run "
-                    "its budget cut (the two JSON logs together cover the level)")
+    ap.add_argument(
+        "--first",
+        type=int,
+        default=0,
+        help="index of each level's first program: continues a run "
+        "its budget cut (the two JSON logs together cover the level)",
+    )
     ap.add_argument("--timing-trials", type=int, default=Task.timing_trials, help="GPU timing windows per candidate")
     ap.add_argument("--task-timeout-s", type=float, default=Limits.task_timeout_s)
     ap.add_argument("--out", default=None, help="JSON log: per-level rows and every program's verdict")
@@ -181,8 +229,11 @@ def main() -> None:
     programs: list[dict] = []
     failures: list[tuple] = []
     info = environment(args.device)
-    print(f"lowering bench: {args.device} {info.get('gpu', '')} torch {info['torch']} triton {info['triton']}, "
-          f"{args.profile} profile, levels {args.levels}", flush=True)
+    print(
+        f"lowering bench: {args.device} {info.get('gpu', '')} torch {info['torch']} triton {info['triton']}, "
+        f"{args.profile} profile, levels {args.levels}",
+        flush=True,
+    )
     try:
         with WorkerPool(args.device, size=workers, limits=Limits(task_timeout_s=args.task_timeout_s)) as pool:
             # the log keeps them as they grow: where reference timing spent its time, and tasks run again alone
@@ -191,16 +242,18 @@ def main() -> None:
             for n, level in enumerate(levels):
                 count, t0 = source.count(level), time.monotonic()
                 first = min(args.first, count)
-                deadline = None if args.budget_s is None else \
-                    t0 + (start + args.budget_s - t0) / (len(levels) - n)
+                deadline = None if args.budget_s is None else t0 + (start + args.budget_s - t0) / (len(levels) - n)
                 verdicts: list[Verdict] = []
                 batch_s: list[float] = []
                 rows.append(level_row(level, count - first, verdicts, 0.0))
                 k = first
                 while k < count:
                     if deadline is not None and time.monotonic() + max(batch_s, default=0.0) > deadline:
-                        print(f"L{level}: budget share used, programs {k}..{count - 1} not reached (--first {k} "
-                              "continues)", flush=True)
+                        print(
+                            f"L{level}: budget share used, programs {k}..{count - 1} not reached (--first {k} "
+                            "continues)",
+                            flush=True,
+                        )
                         break
                     b0 = time.monotonic()
                     drawn = [source.get(level, j) for j in range(k, min(count, k + 2 * pool.size))]
@@ -218,9 +271,12 @@ def main() -> None:
                     batch_s.append(time.monotonic() - b0)
                     rows[-1] = level_row(level, count - first, verdicts, time.monotonic() - t0)
                     # drawing (synthesis validates on the device) and verifying never overlap, so timings stay clean
-                    print(f"L{level}: {k}/{count} verified, {rows[-1]['correct']} correct, "
-                          f"{time.monotonic() - start:.0f} s (this batch: drawn in {d0 - b0:.0f} s, verified in "
-                          f"{time.monotonic() - d0:.0f} s)", flush=True)
+                    print(
+                        f"L{level}: {k}/{count} verified, {rows[-1]['correct']} correct, "
+                        f"{time.monotonic() - start:.0f} s (this batch: drawn in {d0 - b0:.0f} s, verified in "
+                        f"{time.monotonic() - d0:.0f} s)",
+                        flush=True,
+                    )
                     if args.out:
                         write_log(args.out, args, rows, programs, info)
                 rows[-1] = level_row(level, count - first, verdicts, time.monotonic() - t0)
@@ -231,8 +287,11 @@ def main() -> None:
     render(args, rows, failures)
     report_memory(info)
     if durations := [p["duration_s"] for p in programs if p.get("duration_s")]:
-        print(f"per-program verification: median {statistics.median(durations):.1f} s, max {max(durations):.1f} s, "
-              f"total run {time.monotonic() - start:.0f} s", flush=True)
+        print(
+            f"per-program verification: median {statistics.median(durations):.1f} s, max {max(durations):.1f} s, "
+            f"total run {time.monotonic() - start:.0f} s",
+            flush=True,
+        )
 
 
 if __name__ == "__main__":

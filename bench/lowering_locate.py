@@ -8,6 +8,7 @@ failures the verifier reports on a whole program.
 
 Programs are those of bench/lowering.py (same seed and numbering; level 1: --index is the operator's number), or a
 problem file: a verdict's program, as synthesis drew it there."""
+
 from __future__ import annotations
 
 import argparse
@@ -24,7 +25,7 @@ from rich.table import Table
 from drtriton_ray.lower.emit import lower_source
 from drtriton_ray.synth import Sampler
 from drtriton_ray.synth.validate import full_float32
-from lowering import program_config   # bench/lowering.py: the same programs
+from lowering import program_config  # bench/lowering.py: the same programs
 
 
 def load(source: str, name: str, folder: str):
@@ -87,7 +88,7 @@ def main() -> None:
     new = new_mod.ModelNew(*ref_mod.get_init_inputs()).to(args.device)
     new.load_state_dict(ref.state_dict(), strict=False)
     inputs = [x.to(args.device) if isinstance(x, torch.Tensor) else x for x in ref_mod.get_inputs()]
-    with torch.no_grad(), full_float32():   # the verifier's reference is full float32
+    with torch.no_grad(), full_float32():  # the verifier's reference is full float32
         want = trace(ref_mod, ref, "Model", inputs)
         got = trace(new_mod, new, "ModelNew", inputs)
     table = Table(title=f"{title} on {args.device}: each tensor against PyTorch, atol = rtol = {args.tol:g}")

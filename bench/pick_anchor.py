@@ -13,6 +13,7 @@ an anchor, as configs/gpu-1.yaml does), else the same overrides without `algo.re
     python bench/rl_replay.py ... --setting "algo.ref_kl=0" --setting "algo.ref_kl=0.01" --setting "algo.ref_kl=0.1" \
         --out r.json
     python bench/pick_anchor.py r.json [--max-ratio 2]      # prints e.g. 0.1; exit 1 when none qualifies"""
+
 from __future__ import annotations
 
 import argparse
@@ -21,7 +22,7 @@ import math
 import sys
 from pathlib import Path
 
-CONFIG = "(config)"   # rl_replay's name for the setting "" (the config as it is)
+CONFIG = "(config)"  # rl_replay's name for the setting "" (the config as it is)
 
 
 def split_anchor(setting: str) -> tuple[float | None, str]:
@@ -54,8 +55,10 @@ def pick(results: dict, max_ratio: float) -> tuple[float | None, dict[float, flo
             continue
         base = next((n for n, (k0, r0) in parsed.items() if k0 == 0 and r0 == rest), rest)
         if base not in results:
-            raise ValueError(f"setting {name!r} has no baseline {base!r} in the replay (the same overrides with "
-                             "algo.ref_kl=0, or without algo.ref_kl: \"\" for the config as it is)")
+            raise ValueError(
+                f"setting {name!r} has no baseline {base!r} in the replay (the same overrides with "
+                'algo.ref_kl=0, or without algo.ref_kl: "" for the config as it is)'
+            )
         steps = ratios(results[base]["updates"], results[name]["updates"])
         worst[k] = max(steps) if steps else math.inf
     if not worst:

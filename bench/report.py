@@ -1,4 +1,5 @@
 """What every bench script ends with: its rich tables on the console, its numbers as JSON where asked."""
+
 from __future__ import annotations
 
 import json
@@ -8,6 +9,7 @@ from pathlib import Path
 def finish(tables: list, data, json_path: str | None = None) -> int:
     """Print the tables, write `data` to json_path (if given); the script's exit status."""
     from rich.console import Console
+
     console = Console()
     for table in tables:
         console.print(table)

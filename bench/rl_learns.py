@@ -18,6 +18,7 @@ log p(bystander) on unseen Sigmoid programs is drift through the shared weights;
 Each --setting is space-separated SECTION.KEY=VALUE overrides (YAML values, as `jobs/train.py --set`) of
 configs/cpu-demo.yaml with the testbed's own: synth.ops [ReLU] ([ReLU, Sigmoid] with --bystander), curriculum.levels
 [1], rollout.max_tokens 320 (the kernels are 294-300 tokens), rollout.max_model_len 1536."""
+
 from __future__ import annotations
 
 import argparse
@@ -45,7 +46,7 @@ RIGHT = (ROOT / "tests" / "verify" / "candidates" / "good_relu.py").read_text()
 WRONG = RIGHT.replace("tl.maximum(x, 0.0)", "tl.minimum(x, 0.0)")
 BYSTANDER = RIGHT.replace("relu_kernel", "sigmoid_kernel").replace("tl.maximum(x, 0.0)", "1.0 / (1.0 + tl.exp(x))")
 TESTBED = ["curriculum.levels=[1]", "rollout.max_tokens=320", "rollout.max_model_len=1536"]
-SFT_SEED, MEASURE_SEED = 7, 11   # program streams of the policy's teaching and of the measure; RL draws seed 0's
+SFT_SEED, MEASURE_SEED = 7, 11  # program streams of the policy's teaching and of the measure; RL draws seed 0's
 
 
 def programs(op: str, seed: int, count: int) -> list[str]:
@@ -59,8 +60,11 @@ def two_kernel_policy(out: Path, bystander: bool = False) -> str:
     with `bystander`, also on 8 Sigmoid programs paired with the BYSTANDER kernel. A plain loop (the SFT job's own is
     tested elsewhere and takes a minute longer to start)."""
     model, tok = load_model(str(prepare_model("tiny", out / "tiny", seed=3)))
-    pairs = [(build_messages(source), format_answer(answer)) for source in programs("ReLU", SFT_SEED, 8)
-             for answer in (RIGHT, WRONG)]
+    pairs = [
+        (build_messages(source), format_answer(answer))
+        for source in programs("ReLU", SFT_SEED, 8)
+        for answer in (RIGHT, WRONG)
+    ]
     if bystander:
         pairs += [(build_messages(source), format_answer(BYSTANDER)) for source in programs("Sigmoid", SFT_SEED, 8)]
     examples = tokenize_pairs(pairs, tok, max_len=2048)
@@ -89,8 +93,9 @@ def kernel_logprobs(model_dir: str, measure: dict[str, tuple[str, list[str]]]) -
         reply = tok(format_answer(answer), add_special_tokens=False)["input_ids"] + [tok.eos_token_id]
         seqs = []
         for source in sources:
-            prompt = tok.apply_chat_template(build_messages(source), add_generation_prompt=True, tokenize=True,
-                                             return_dict=False)
+            prompt = tok.apply_chat_template(
+                build_messages(source), add_generation_prompt=True, tokenize=True, return_dict=False
+            )
             seqs.append((prompt + reply, len(prompt)))
         with torch.no_grad():
             logp, _ = token_logprobs(model, seqs, tok.pad_token_id, torch.device("cpu"), False, 1.0)
@@ -116,25 +121,33 @@ def overrides_of(setting: str) -> list[str]:
     return items
 
 
-def run_setting(policy: str, setting: str, steps: int, storage: Path, name: str, measure: dict,
-                ops: list[str]) -> dict:
+def run_setting(policy: str, setting: str, steps: int, storage: Path, name: str, measure: dict, ops: list[str]) -> dict:
     overrides = [f"model.path={policy}", f"synth.ops=[{','.join(ops)}]", *TESTBED, *overrides_of(setting)]
-    timing = run_job(str(ROOT / "configs" / "cpu-demo.yaml"), steps, storage, name,
-                     [a for o in overrides for a in ("--set", o)])
+    timing = run_job(
+        str(ROOT / "configs" / "cpu-demo.yaml"), steps, storage, name, [a for o in overrides for a in ("--set", o)]
+    )
     run_dir = storage / name
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     answers = [a for p in sorted((run_dir / "rollouts").glob("step_*.parquet")) for a in pq.read_table(p).to_pylist()]
-    last = max((p for p in run_dir.glob("checkpoint_*") if (p / "rl_state.json").is_file()),
-               key=lambda p: json.loads((p / "rl_state.json").read_text())["step"])
+    last = max(
+        (p for p in run_dir.glob("checkpoint_*") if (p / "rl_state.json").is_file()),
+        key=lambda p: json.loads((p / "rl_state.json").read_text())["step"],
+    )
     outcomes: dict[str, int] = {}
     for a in answers:
         outcomes[a["outcome"]] = outcomes.get(a["outcome"], 0) + 1
-    return {"setting": setting, "steps": [r["step"] for r in rows], "pass_rate": [r["pass_rate"] for r in rows],
-            "groups_used": [r.get("groups_used", 0) for r in rows],
-            "backprop_answers": [r.get("backprop_answers", 0) for r in rows],
-            "grad_norm": [r.get("grad_norm") for r in rows], "outcomes": outcomes,
-            "max_weight_version": max(a["weight_version"] for a in answers),
-            "after": kernel_logprobs(str(last), measure), "wall_s": timing["wall_s"]}
+    return {
+        "setting": setting,
+        "steps": [r["step"] for r in rows],
+        "pass_rate": [r["pass_rate"] for r in rows],
+        "groups_used": [r.get("groups_used", 0) for r in rows],
+        "backprop_answers": [r.get("backprop_answers", 0) for r in rows],
+        "grad_norm": [r.get("grad_norm") for r in rows],
+        "outcomes": outcomes,
+        "max_weight_version": max(a["weight_version"] for a in answers),
+        "after": kernel_logprobs(str(last), measure),
+        "wall_s": timing["wall_s"],
+    }
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -143,14 +156,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--out", help="write the results as JSON")
     ap.add_argument("--work", help="keep the policy and the runs here (default: a temporary folder)")
-    ap.add_argument("--bystander", action="store_true", help="add Sigmoid programs the policy always answers wrong "
-                    "(groups that teach nothing) and measure how its answer drifts")
+    ap.add_argument(
+        "--bystander",
+        action="store_true",
+        help="add Sigmoid programs the policy always answers wrong "
+        "(groups that teach nothing) and measure how its answer drifts",
+    )
     args = ap.parse_args(argv)
     if args.steps < 1:
         raise SystemExit("error: --steps must be >= 1")
     if args.out and not Path(args.out).resolve().parent.is_dir():
         raise SystemExit(f"error: --out {args.out}: its folder does not exist")
-    for setting in args.setting:   # before minutes of work, not after
+    for setting in args.setting:  # before minutes of work, not after
         overrides_of(setting)
     with tempfile.TemporaryDirectory(prefix="rl-learns-") as tmp:
         work = Path(args.work or tmp)
@@ -160,18 +177,23 @@ def main(argv: list[str] | None = None) -> int:
         ops = ["ReLU", "Sigmoid"] if args.bystander else ["ReLU"]
         result = {"before": kernel_logprobs(policy, measure), "settings": []}
         for i, setting in enumerate(args.setting or [""]):
-            result["settings"].append(run_setting(policy, setting, args.steps, work / "runs", f"setting-{i}", measure,
-                                                  ops))
+            result["settings"].append(
+                run_setting(policy, setting, args.steps, work / "runs", f"setting-{i}", measure, ops)
+            )
             print(f"{setting or '(testbed)'}: {result['settings'][-1]['wall_s']:.0f} s", file=sys.stderr)
     before = ", ".join(f"log p({k}) {v:.3f}" for k, v in result["before"].items())
     table = Table(title=f"RL on the two-kernel ReLU testbed, {args.steps} steps from one policy ({before})")
-    for col in ("setting", *(f"log p({k})" for k in measure), "pass rate by step", "answers back-propagated",
-                "wall s"):
+    for col in ("setting", *(f"log p({k})" for k in measure), "pass rate by step", "answers back-propagated", "wall s"):
         table.add_column(col, justify="left" if col == "setting" else "right")
     for r in result["settings"]:
         rates = " ".join(f"{p:.2f}" for p in r["pass_rate"])
-        table.add_row(r["setting"] or "(testbed)", *(f"{r['after'][k]:.3f}" for k in measure), rates,
-                      str(sum(r["backprop_answers"])), f"{r['wall_s']:.0f}")
+        table.add_row(
+            r["setting"] or "(testbed)",
+            *(f"{r['after'][k]:.3f}" for k in measure),
+            rates,
+            str(sum(r["backprop_answers"])),
+            f"{r['wall_s']:.0f}",
+        )
     Console(width=160).print(table)
     if args.out:
         Path(args.out).write_text(json.dumps(result, indent=1))

@@ -15,6 +15,7 @@ for elementwise programs (the template that RL favoured) and the others (what it
 Each --setting is space-separated `SECTION.KEY=VALUE` overrides of --config (YAML values, as `jobs/train.py --set`).
 With one setting, `--save DIR` keeps the replayed model, so `drtriton eval-model --model DIR` measures its pass@1.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,6 +55,7 @@ def recorded_groups(path: Path, tokenizer, profile: str) -> list[Group]:
     """A step's groups rebuilt from its parquet: prompts re-synthesized from their ids (programs are deterministic in
     seed, level and index), answers re-tokenized from their text (an answer that stopped ends with EOS, as sampled)."""
     import pyarrow.parquet as pq
+
     rows = pq.read_table(path).to_pylist()
     groups: dict[str, Group] = {}
     samplers: dict[tuple[int, int], Sampler] = {}
@@ -71,28 +73,40 @@ def recorded_groups(path: Path, tokenizer, profile: str) -> list[Group]:
         if r["finish_reason"] == "stop":
             ids.append(tokenizer.eos_token_id)
         speed = math.nan if r["speed"] is None else r["speed"]
-        groups[pid].samples.append(ScoredSample(ids, [], r["text"], r["finish_reason"], r["weight_version"],
-                                                r["outcome"], r["correct"], speed, r["reason"]))
+        groups[pid].samples.append(
+            ScoredSample(
+                ids,
+                [],
+                r["text"],
+                r["finish_reason"],
+                r["weight_version"],
+                r["outcome"],
+                r["correct"],
+                speed,
+                r["reason"],
+            )
+        )
     return list(groups.values())
 
 
 def train_positives_logp(model, groups, pad_id, device, bf16, temperature) -> float:
     """Mean token log-prob of the recorded correct answers (what the update should make likelier)."""
     import torch
+
     seqs = [(g.prompt_ids + s.token_ids, len(g.prompt_ids)) for g in groups for s in g.samples if s.correct]
     total = count = 0.0
     with torch.no_grad():
         for i in range(0, len(seqs), 8):
-            lp, mask = token_logprobs(model, seqs[i:i + 8], pad_id, device, bf16, temperature)
+            lp, mask = token_logprobs(model, seqs[i : i + 8], pad_id, device, bf16, temperature)
             total += float(lp.sum())
             count += float(mask.sum())
     return total / max(count, 1.0)
 
 
-def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int,
-                save: Path | None = None) -> dict:
+def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id: int, save: Path | None = None) -> dict:
     import torch
     from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
+
     torch.manual_seed(cfg.run.seed)
     model = AutoModelForCausalLM.from_pretrained(cfg.model.path, dtype=torch.float32).to(device)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.algo.lr, weight_decay=0.0)
@@ -107,20 +121,29 @@ def run_setting(cfg: RLConfig, steps: list[list[Group]], probes, device, pad_id:
         stats = update(model, optimizer, scheduler, groups, loss_fn, cfg, device, pad_id, ref)
         updates.append({k: stats.get(k) for k in ("groups_used", "kl", "kl_ref", "grad_norm", "skipped_no_signal")})
     model.eval()
-    if save is not None:   # the replayed weights, for `drtriton eval-model` (pass@1 where the probe is a proxy)
+    if save is not None:  # the replayed weights, for `drtriton eval-model` (pass@1 where the probe is a proxy)
         model.save_pretrained(save)
-    return {"train_s": time.perf_counter() - started, "updates": updates,
-            "train_positive_logp": [before, train_positives_logp(model, trained, pad_id, device, bf16,
-                                                                 cfg.rollout.temperature)],
-            "probe": probe_model(model, probes, device, bf16)}
+    return {
+        "train_s": time.perf_counter() - started,
+        "updates": updates,
+        "train_positive_logp": [
+            before,
+            train_positives_logp(model, trained, pad_id, device, bf16, cfg.rollout.temperature),
+        ],
+        "probe": probe_model(model, probes, device, bf16),
+    }
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--model", required=True, help="the starting model folder (the weights that made the answers)")
     ap.add_argument("--rollouts", required=True, help="RUN/rollouts of the run whose answers are replayed")
-    ap.add_argument("--steps", default="1", help="comma-separated steps replayed in order (made by the starting "
-                    "weights or one version after: the run's staleness bound)")
+    ap.add_argument(
+        "--steps",
+        default="1",
+        help="comma-separated steps replayed in order (made by the starting "
+        "weights or one version after: the run's staleness bound)",
+    )
     ap.add_argument("--config", default="configs/gpu-1.yaml")
     ap.add_argument("--setting", action="append", default=[], help="space-separated SECTION.KEY=VALUE overrides")
     ap.add_argument("--probe", type=int, default=67, help="held-out level-1 programs probed (67: one per operator)")
@@ -131,6 +154,7 @@ def main() -> None:
 
     import torch
     from transformers import AutoModelForCausalLM
+
     device = torch.device(args.device)
     base = rl_config(args.config, args.model, "")
     settings = {setting or "(config)": rl_config(args.config, args.model, setting) for setting in args.setting or [""]}
@@ -144,29 +168,38 @@ def main() -> None:
     steps = [recorded_groups(f, tokenizer, base.synth.profile) for f in files]
     probes = reference_probes(tokenizer, 1, args.probe, base.synth.profile)
     model = AutoModelForCausalLM.from_pretrained(args.model, dtype=torch.float32).to(device).eval()
-    print(f"replaying steps {args.steps} of {args.rollouts} ({sum(len(g.samples) for s in steps for g in s)} answers); "
-          f"{args.probe} held-out references", flush=True)
-    print(f"{'setting':46} {'exact el':>8} {'exact oth':>9} {'mism el':>8} {'mism oth':>8} {'logp el':>8} "
-          f"{'logp oth':>8} {'pos logp':>15} {'train s':>7}  kl per step", flush=True)
+    print(
+        f"replaying steps {args.steps} of {args.rollouts} ({sum(len(g.samples) for s in steps for g in s)} answers); "
+        f"{args.probe} held-out references",
+        flush=True,
+    )
+    print(
+        f"{'setting':46} {'exact el':>8} {'exact oth':>9} {'mism el':>8} {'mism oth':>8} {'logp el':>8} "
+        f"{'logp oth':>8} {'pos logp':>15} {'train s':>7}  kl per step",
+        flush=True,
+    )
     results = {"start": {"probe": probe_model(model, probes, device, passes_bf16(base, device))}}
     print_row("start", results["start"])
     del model
-    if args.save:   # the starting model's tokenizer beside the replayed weights: a folder eval-model loads
+    if args.save:  # the starting model's tokenizer beside the replayed weights: a folder eval-model loads
         tokenizer.save_pretrained(args.save)
     for name, cfg in settings.items():
         results[name] = run_setting(cfg, steps, probes, device, pad_id, Path(args.save) if args.save else None)
         print_row(name, results[name])
-        if args.out:   # after every setting: a run cut short keeps what it measured
+        if args.out:  # after every setting: a run cut short keeps what it measured
             Path(args.out).write_text(json.dumps(results, indent=1))
 
 
 def print_row(name: str, r: dict) -> None:
     p, pos = r["probe"], r.get("train_positive_logp")
     kls = " ".join(f"{u['kl']:.4f}" if u.get("kl") is not None else "-" for u in r.get("updates", []))
-    print(f"{name:46} {p['elementwise']['greedy_exact']:>4}/{p['elementwise']['n']:<3} "
-          f"{p['other']['greedy_exact']:>5}/{p['other']['n']:<3} {p['elementwise']['mismatches']:>8.2f} "
-          f"{p['other']['mismatches']:>8.2f} {p['elementwise']['logp']:>8.4f} {p['other']['logp']:>8.4f} "
-          f"{(f'{pos[0]:.3f}->{pos[1]:.3f}' if pos else '-'):>15} {r.get('train_s', 0):>7.0f}  {kls}", flush=True)
+    print(
+        f"{name:46} {p['elementwise']['greedy_exact']:>4}/{p['elementwise']['n']:<3} "
+        f"{p['other']['greedy_exact']:>5}/{p['other']['n']:<3} {p['elementwise']['mismatches']:>8.2f} "
+        f"{p['other']['mismatches']:>8.2f} {p['elementwise']['logp']:>8.4f} {p['other']['logp']:>8.4f} "
+        f"{(f'{pos[0]:.3f}->{pos[1]:.3f}' if pos else '-'):>15} {r.get('train_s', 0):>7.0f}  {kls}",
+        flush=True,
+    )
 
 
 if __name__ == "__main__":

@@ -5,6 +5,7 @@ side: each mode runs the same config for the same steps, alternately, `--repeats
 step's rows (steady state, without start-up), and the mean per-stage times of the metrics; then the ratios.
 
     python bench/rl_turns.py --config configs/cpu-demo.yaml --steps 4 [--repeats 2] [--set KEY=VALUE ...]"""
+
 from __future__ import annotations
 
 import argparse
@@ -24,18 +25,32 @@ STAGES = ("time/wait_s", "time/generate_s", "time/verify_s", "time/train_s", "ti
 
 
 def run_job(config: str, steps: int, storage: Path, name: str, extra: list[str]) -> dict:
-    cmd = [sys.executable, str(ROOT / "jobs" / "train.py"), "--config", config, "--set", f"run.total_steps={steps}",
-           "--set", f"run.storage_path={storage}", "--set", f"run.name={name}", *extra]
+    cmd = [
+        sys.executable,
+        str(ROOT / "jobs" / "train.py"),
+        "--config",
+        config,
+        "--set",
+        f"run.total_steps={steps}",
+        "--set",
+        f"run.storage_path={storage}",
+        "--set",
+        f"run.name={name}",
+        *extra,
+    ]
     t0 = time.perf_counter()
     done = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
     wall = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"error: the {name} job failed (exit {done.returncode}):\n{done.stderr[-2000:]}")
     rows = [json.loads(line) for line in (storage / name / "metrics.jsonl").read_text().splitlines()]
-    out = {"wall_s": wall, "steps": len(rows),
-           "steady_s_per_step": (rows[-1]["timestamp"] - rows[0]["timestamp"]) / max(len(rows) - 1, 1),
-           "dropped_stale": rows[-1].get("buffer/dropped_stale", 0),
-           "staleness_max": max(r.get("staleness_max", 0) for r in rows)}
+    out = {
+        "wall_s": wall,
+        "steps": len(rows),
+        "steady_s_per_step": (rows[-1]["timestamp"] - rows[0]["timestamp"]) / max(len(rows) - 1, 1),
+        "dropped_stale": rows[-1].get("buffer/dropped_stale", 0),
+        "staleness_max": max(r.get("staleness_max", 0) for r in rows),
+    }
     for k in STAGES:
         vals = [r[k] for r in rows if r.get(k) is not None]
         out[k] = statistics.mean(vals) if vals else None
@@ -47,8 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", default="configs/cpu-demo.yaml")
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
-    ap.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                    help="more overrides for both modes")
+    ap.add_argument(
+        "--set", dest="sets", action="append", default=[], metavar="KEY=VALUE", help="more overrides for both modes"
+    )
     ap.add_argument("--out", help="write every run as JSON")
     args = ap.parse_args(argv)
     if args.steps < 2 or args.repeats < 1:
@@ -62,8 +78,14 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{mode} #{r}: {runs[mode][-1]['wall_s']:.0f} s", file=sys.stderr)
 
     from rich.table import Table
-    mean = {m: {k: statistics.mean(x[k] for x in rs if x[k] is not None) if any(x[k] is not None for x in rs)
-                else None for k in rs[0]} for m, rs in runs.items()}
+
+    mean = {
+        m: {
+            k: statistics.mean(x[k] for x in rs if x[k] is not None) if any(x[k] is not None for x in rs) else None
+            for k in rs[0]
+        }
+        for m, rs in runs.items()
+    }
     table = Table(title=f"{args.config}, {args.steps} steps, {args.repeats} run(s) per mode (means)")
     table.add_column("measure")
     for m in MODES:

@@ -17,6 +17,7 @@ the calls that ran wholly while the pool verified.
     python bench/speed_noise.py --model models/smollm2 -n 2 --repeats 2 --load-tokens 16   # CPU smoke run: no timings
     python bench/speed_noise.py --model /tmp/models/smollm2 --device cuda                  # GPU (gpu_pipeline.sh noise)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -48,8 +49,14 @@ def decode_load(model: str, device: str, batch: int, tokens: int, calls_done, st
     tokenizer = load_tokenizer(model)
     programs = heldout_programs(1, 67, "small")
     prompts = [prompt_ids(tokenizer, programs[i % len(programs)].source) for i in range(batch)]
-    engine = HFEngine(model, "bf16" if device.startswith("cuda") else "fp32", device, max_batch=batch,
-                      static_cache=device.startswith("cuda"), max_model_len=max(map(len, prompts)) + tokens)
+    engine = HFEngine(
+        model,
+        "bf16" if device.startswith("cuda") else "fp32",
+        device,
+        max_batch=batch,
+        static_cache=device.startswith("cuda"),
+        max_model_len=max(map(len, prompts)) + tokens,
+    )
     cfg = SamplingConfig(n=1, temperature=0.5, max_tokens=tokens)
     while not stop.is_set():
         start = time.time()
@@ -91,8 +98,12 @@ def candidates(n: int, seed: int) -> list[tuple[str, str, str]]:
 def verify_repeats(pool, cands, repeats: int, trials: int) -> dict[str, list[float]]:
     """r_s of every repeat per candidate (NaN where not timed or not correct); repeats interleaved, as groups come."""
     from drtriton_ray.verify import Task
-    tasks = [Task(src, sol, name=f"{name}#{r}", timing_trials=trials, compile_reference=False)
-             for r in range(repeats) for name, src, sol in cands]
+
+    tasks = [
+        Task(src, sol, name=f"{name}#{r}", timing_trials=trials, compile_reference=False)
+        for r in range(repeats)
+        for name, src, sol in cands
+    ]
     out: dict[str, list[float]] = {name: [] for name, _, _ in cands}
     for task, verdict in zip(tasks, pool.map(tasks)):
         ok = verdict.correct and verdict.speedup_vs_eager
@@ -114,11 +125,16 @@ def summary(phase: str, rs: dict[str, list[float]]) -> dict:
     spreads = [max(v) - min(v) for v in timed.values()]
     stds = [statistics.pstdev(v) for v in timed.values()]
     gaps = [abs(a - b) for v in timed.values() for a, b in itertools.combinations(v, 2)]
-    row.update({"mean r_s": statistics.mean(x for v in timed.values() for x in v),
-                "median spread": statistics.median(spreads), "max spread": max(spreads),
-                "median std": statistics.median(stds),
-                "pair gap p50": statistics.median(gaps), "pair gap p90": statistics.quantiles(gaps, n=10)[-1]
-                if len(gaps) >= 2 else gaps[0]})
+    row.update(
+        {
+            "mean r_s": statistics.mean(x for v in timed.values() for x in v),
+            "median spread": statistics.median(spreads),
+            "max spread": max(spreads),
+            "median std": statistics.median(stds),
+            "pair gap p50": statistics.median(gaps),
+            "pair gap p90": statistics.quantiles(gaps, n=10)[-1] if len(gaps) >= 2 else gaps[0],
+        }
+    )
     for m in MARGINS:
         row[f"neg@{m:g}"] = statistics.mean(noise_negatives(v, m) for v in timed.values())
     return row
@@ -152,8 +168,9 @@ def main() -> None:
         rows[-1]["wall s"] = time.perf_counter() - t0
         ctx = mp.get_context("spawn")
         calls_done, stop = ctx.Queue(), ctx.Event()
-        load = ctx.Process(target=decode_load, args=(args.model, args.device, args.load_batch, args.load_tokens,
-                                                     calls_done, stop))
+        load = ctx.Process(
+            target=decode_load, args=(args.model, args.device, args.load_batch, args.load_tokens, calls_done, stop)
+        )
         load.start()
         # the first call compiles; the next ones, alone on the GPU, are the engine's own speed
         calls = [wait_call(calls_done, load) for _ in range(1 + args.alone_calls)]
@@ -167,26 +184,40 @@ def main() -> None:
         while not calls_done.empty():
             calls.append(calls_done.get())
     # the engine's side of the sharing: decode calls alone against calls that ran wholly during verification
-    alone = [e - s for s, e in calls[1:1 + args.alone_calls]]
-    shared = [e - s for s, e in calls[1 + args.alone_calls:] if s >= wall0 and e <= wall1]
+    alone = [e - s for s, e in calls[1 : 1 + args.alone_calls]]
+    shared = [e - s for s, e in calls[1 + args.alone_calls :] if s >= wall0 and e <= wall1]
     decode = {"alone_s": alone, "during_verification_s": shared}
 
-    table = Table(title=f"r_s noise: {args.n} correct candidates x {args.repeats} repeats, {args.trials} trials, "
-                        f"{args.workers} workers, {args.device}; neg@m: share of a group of identical answers slower "
-                        "than its median by more than m")
-    cols = ["phase", "candidates", "wall s", "mean r_s", "median spread", "max spread", "median std", "pair gap p50",
-            "pair gap p90"] + [f"neg@{m:g}" for m in MARGINS]
+    table = Table(
+        title=f"r_s noise: {args.n} correct candidates x {args.repeats} repeats, {args.trials} trials, "
+        f"{args.workers} workers, {args.device}; neg@m: share of a group of identical answers slower "
+        "than its median by more than m"
+    )
+    cols = [
+        "phase",
+        "candidates",
+        "wall s",
+        "mean r_s",
+        "median spread",
+        "max spread",
+        "median std",
+        "pair gap p50",
+        "pair gap p90",
+    ] + [f"neg@{m:g}" for m in MARGINS]
     for c in cols:
         table.add_column(c, justify="right")
     for r in rows:
         table.add_row(*[f"{r[c]:.3f}" if isinstance(r.get(c), float) else str(r.get(c, "-")) for c in cols])
     Console(width=200).print(table)
     print("candidates:", ", ".join(name for name, _, _ in cands))
-    print(f"decode call of {args.load_batch} x {args.load_tokens}: alone {median_or_dash(alone)} s "
-          f"({len(alone)} calls), during verification {median_or_dash(shared)} s ({len(shared)} calls)")
+    print(
+        f"decode call of {args.load_batch} x {args.load_tokens}: alone {median_or_dash(alone)} s "
+        f"({len(alone)} calls), during verification {median_or_dash(shared)} s ({len(shared)} calls)"
+    )
     if args.out:
-        Path(args.out).write_text(json.dumps({"args": vars(args), "rows": rows, "r_s": measured, "decode": decode},
-                                             indent=1))
+        Path(args.out).write_text(
+            json.dumps({"args": vars(args), "rows": rows, "r_s": measured, "decode": decode}, indent=1)
+        )
 
 
 if __name__ == "__main__":

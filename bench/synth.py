@@ -8,6 +8,7 @@ One process, one CP-SAT worker and one torch thread: the rates are per core. Wit
 each program runs once in PyTorch on --device (paper-size programs hold up to 2^32 elements, so on
 a CPU they are validated only with --validate-profile small unless you pass --validate-profile paper).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -31,8 +32,11 @@ def run(level: int, profile: str, validate: bool, count: int, seed: int, device:
 def main() -> None:
     ap = argparse.ArgumentParser(description="synthesis throughput per core")
     ap.add_argument("--profile", default="paper")
-    ap.add_argument("--validate-profile", default=None,
-                    help="profile for the validation-on rows (default: --profile on CUDA, small on CPU)")
+    ap.add_argument(
+        "--validate-profile",
+        default=None,
+        help="profile for the validation-on rows (default: --profile on CUDA, small on CPU)",
+    )
     ap.add_argument("--levels", default="1,2,5,20")
     ap.add_argument("--count", type=int, default=0, help="programs per row (default: 134/100/60/20 by level)")
     ap.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
@@ -54,16 +58,27 @@ def main() -> None:
         count = args.count or default_count.get(level, 20)
         for validate, profile in ((False, args.profile), (True, vprofile)):
             records, dt = run(level, profile, validate, count, args.seed, args.device)
-            table.add_row(str(level), profile, "on" if validate else "off", str(count), f"{dt:.1f}",
-                          f"{count / dt:.2f}", f"{sum(r.attempts for r in records) / count:.2f}")
+            table.add_row(
+                str(level),
+                profile,
+                "on" if validate else "off",
+                str(count),
+                f"{dt:.1f}",
+                f"{count / dt:.2f}",
+                f"{sum(r.attempts for r in records) / count:.2f}",
+            )
             if not validate and not args.skip_coverage:
                 names = Sampler(SynthConfig(level=level, profile=profile), args.seed).names
                 rep = coverage_report([r.ops for r in records], names, level, [r.fan_out for r in records])
                 p = rep["op_uniformity"]["p_value"]
-                coverage.add_row(str(level), f"{rep['ops_covered']}/{rep['operators']}",
-                                 f"{rep['pairs_covered']}/{rep['pairs']}" if "pairs" in rep else "-",
-                                 "-" if level < 3 else f"{p:.3f}", f"{rep['fan_out_share']:.0%}",
-                                 f"{sum(r.num_outputs > 1 for r in records) / count:.0%}")
+                coverage.add_row(
+                    str(level),
+                    f"{rep['ops_covered']}/{rep['operators']}",
+                    f"{rep['pairs_covered']}/{rep['pairs']}" if "pairs" in rep else "-",
+                    "-" if level < 3 else f"{p:.3f}",
+                    f"{rep['fan_out_share']:.0%}",
+                    f"{sum(r.num_outputs > 1 for r in records) / count:.0%}",
+                )
     console = Console(width=140)
     console.print(table)
     if not args.skip_coverage:

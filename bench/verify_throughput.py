@@ -21,6 +21,7 @@ W-worker run (timed while other workers check), and the reference's eager/compil
 Self-contained (problem and candidates below): needs only torch, triton, numpy, pyarrow, rich — the GPU machine has
 no Ray, pydantic or OR-Tools. Candidates differ in BLOCK, so each one's kernel is compiled anew.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -96,9 +97,14 @@ def make_tasks(n: int, device: str, profile: bool, problems: int = 1) -> list[Ta
     for i in range(n):
         p = i % problems
         extra = f" + {p}.0" if p else ""
-        tasks.append(Task(PROBLEM.format(shape=shape, extra=extra),
-                          CANDIDATE.format(block=blocks[(i // problems) % len(blocks)], extra=extra),
-                          name=f"c{i}-p{p}-b{blocks[(i // problems) % len(blocks)]}", profile_gpu=gpu and profile))
+        tasks.append(
+            Task(
+                PROBLEM.format(shape=shape, extra=extra),
+                CANDIDATE.format(block=blocks[(i // problems) % len(blocks)], extra=extra),
+                name=f"c{i}-p{p}-b{blocks[(i // problems) % len(blocks)]}",
+                profile_gpu=gpu and profile,
+            )
+        )
     return tasks
 
 
@@ -111,6 +117,7 @@ class BusySampler:
         if enabled:
             try:
                 import pynvml
+
                 pynvml.nvmlInit()
                 self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
             except Exception:  # no NVML: no busy share
@@ -144,15 +151,25 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool) -> dict:
     """Wall time from pool creation (worker start-up included) to the last verdict."""
     with BusySampler(device.startswith("cuda")) as busy:
         t0 = time.perf_counter()
-        pool = WorkerPool(device, size=workers, max_tasks_per_worker=1 if fresh else 1 << 30,
-                          limits=Limits(task_timeout_s=600), name="fresh" if fresh else f"pool{workers}")
+        pool = WorkerPool(
+            device,
+            size=workers,
+            max_tasks_per_worker=1 if fresh else 1 << 30,
+            limits=Limits(task_timeout_s=600),
+            name="fresh" if fresh else f"pool{workers}",
+        )
         try:
             verdicts = pool.map(tasks)
         finally:
             wall = time.perf_counter() - t0
             pool.close()
-    return {"wall": wall, "verdicts": verdicts, "startup": pool.startup_log, "reference": pool.reference_log,
-            "busy": busy.share}
+    return {
+        "wall": wall,
+        "verdicts": verdicts,
+        "startup": pool.startup_log,
+        "reference": pool.reference_log,
+        "busy": busy.share,
+    }
 
 
 def spread(values: list[float]) -> float:
@@ -166,8 +183,17 @@ def mean(values) -> float:
 
 def report_modes(console: Console, results: dict, n: int) -> dict:
     table = Table(title=f"{n} candidates: throughput")
-    for col in ("mode", "wall s", "candidates/s", "correct", "GPU busy (NVML)", "kernel share (profiler)",
-                "workers started", "start-up s (mean)", "reference jobs s"):
+    for col in (
+        "mode",
+        "wall s",
+        "candidates/s",
+        "correct",
+        "GPU busy (NVML)",
+        "kernel share (profiler)",
+        "workers started",
+        "start-up s (mean)",
+        "reference jobs s",
+    ):
         table.add_column(col)
     summary = {}
     for mode, r in results.items():
@@ -175,15 +201,28 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
         kernel_ms = [v.gpu_kernel_ms for v in vs if v.gpu_kernel_ms is not None]
         share = sum(kernel_ms) / 1e3 / wall if kernel_ms else None
         ref_s = sum(x["phases"].get("total", 0.0) for x in r["reference"])
-        summary[mode] = {"wall_s": wall, "rate": len(vs) / wall, "correct": sum(v.correct for v in vs),
-                         "gpu_busy_nvml": r["busy"], "kernel_share_profiler": share,
-                         "workers_started": len(r["startup"]),
-                         "startup_s": mean(s["spawn_to_ready"] for s in r["startup"]), "reference_s": ref_s}
+        summary[mode] = {
+            "wall_s": wall,
+            "rate": len(vs) / wall,
+            "correct": sum(v.correct for v in vs),
+            "gpu_busy_nvml": r["busy"],
+            "kernel_share_profiler": share,
+            "workers_started": len(r["startup"]),
+            "startup_s": mean(s["spawn_to_ready"] for s in r["startup"]),
+            "reference_s": ref_s,
+        }
         s = summary[mode]
-        table.add_row(mode, f"{wall:.1f}", f"{s['rate']:.3f}", f"{s['correct']}/{len(vs)}",
-                      "n/a" if r["busy"] is None else f"{r['busy']:.1%}",
-                      "n/a" if share is None else f"{share:.1%}", str(s["workers_started"]),
-                      f"{s['startup_s']:.1f}", f"{ref_s:.1f}")
+        table.add_row(
+            mode,
+            f"{wall:.1f}",
+            f"{s['rate']:.3f}",
+            f"{s['correct']}/{len(vs)}",
+            "n/a" if r["busy"] is None else f"{r['busy']:.1%}",
+            "n/a" if share is None else f"{share:.1%}",
+            str(s["workers_started"]),
+            f"{s['startup_s']:.1f}",
+            f"{ref_s:.1f}",
+        )
     console.print(table)
     # where the seconds go: worker start-up parts and the task phases, per candidate, averaged
     phases = sorted({k for r in results.values() for v in r["verdicts"] for k in v.phases})
@@ -209,9 +248,11 @@ def timing_report(console: Console, results: dict, repeats: list[float], workers
     if repeats:
         out["repeat_ms"] = repeats
         out["repeat_spread"] = spread(repeats)
-        console.print(f"one candidate verified {len(repeats)} times (one-worker pool), median ms: "
-                      f"{', '.join(f'{m:.4f}' for m in repeats)}; spread (max - min) / median = "
-                      f"{out['repeat_spread']:.2%}")
+        console.print(
+            f"one candidate verified {len(repeats)} times (one-worker pool), median ms: "
+            f"{', '.join(f'{m:.4f}' for m in repeats)}; spread (max - min) / median = "
+            f"{out['repeat_spread']:.2%}"
+        )
     groups = defaultdict(list)
     for v in results[workers_mode]["verdicts"]:
         if v.candidate_ms is not None:
@@ -231,21 +272,25 @@ def timing_report(console: Console, results: dict, repeats: list[float], workers
                 refs[x["key"][0][:8]]["eager_ms"].append(x["eager_ms"])
                 refs[x["key"][0][:8]]["compile_ms"].append(x["compile_ms"])
     for problem, d in refs.items():
-        console.print(f"reference {problem}: eager ms {', '.join(f'{m:.4f}' for m in d['eager_ms'])} "
-                      f"(spread {spread(d['eager_ms']):.2%}); torch.compile ms "
-                      f"{', '.join(f'{m:.4f}' for m in d['compile_ms'])} (spread {spread(d['compile_ms']):.2%}) "
-                      f"[one measurement per mode, each in its own pool]")
+        console.print(
+            f"reference {problem}: eager ms {', '.join(f'{m:.4f}' for m in d['eager_ms'])} "
+            f"(spread {spread(d['eager_ms']):.2%}); torch.compile ms "
+            f"{', '.join(f'{m:.4f}' for m in d['compile_ms'])} (spread {spread(d['compile_ms']):.2%}) "
+            f"[one measurement per mode, each in its own pool]"
+        )
         out.setdefault("reference", {})[problem] = {k: list(v) for k, v in d.items()}
     return out
 
 
 # -- timing study: the methods timing.measure offers, compared in this process on a few kernels --
 
+
 def candidate_module(block: int):
     """The bench's candidate imported into this process, from a file (Triton reads kernel source through inspect).
     Only the parent imports it: spawned verifier workers re-import this module before they set TRITON_INTERPRET."""
     import importlib.util
     import tempfile
+
     path = Path(tempfile.mkdtemp(prefix="verify-throughput-")) / "bench_candidate.py"
     path.write_text(CANDIDATE.format(block=block, extra=""))
     spec = importlib.util.spec_from_file_location("bench_candidate", path)
@@ -267,16 +312,22 @@ def timing_study(console: Console, repeats: int, idle_s: float, trials: int) -> 
         base = [torch.randn(*shape, device="cuda"), torch.randn(*shape, device="cuda")]
         return lambda: [b * (1 + 0.01 * torch.randn_like(b)) for b in base]
 
-    kernels = [("Triton fused, 4096x4096 (the bench's candidate)", triton_fused, inputs(4096, 4096)),
-               ("eager relu(x*y+x), 4096x4096 (its reference)", eager, inputs(4096, 4096)),
-               ("Triton fused, 1024x1024 (L2-resident, ~10 us)", triton_fused, inputs(1024, 1024)),
-               ("torch.mm 2048x2048", lambda a, b: a @ b, inputs(2048, 2048))]
-    methods = [("1 call/trial, 10 warm-up calls (before)", dict(calls=1, warmup_ms=0.0)),
-               ("window, no lead call", dict(lead=False)),
-               ("window + lead call (now)", dict())]
+    kernels = [
+        ("Triton fused, 4096x4096 (the bench's candidate)", triton_fused, inputs(4096, 4096)),
+        ("eager relu(x*y+x), 4096x4096 (its reference)", eager, inputs(4096, 4096)),
+        ("Triton fused, 1024x1024 (L2-resident, ~10 us)", triton_fused, inputs(1024, 1024)),
+        ("torch.mm 2048x2048", lambda a, b: a @ b, inputs(2048, 2048)),
+    ]
+    methods = [
+        ("1 call/trial, 10 warm-up calls (before)", dict(calls=1, warmup_ms=0.0)),
+        ("window, no lead call", dict(lead=False)),
+        ("window + lead call (now)", dict()),
+    ]
     clock = _sm_clock()
-    table = Table(title=f"timing methods: median ms over {repeats} repeats ({trials} trials each, GPU idle "
-                        f"{idle_s:g} s between repeats)")
+    table = Table(
+        title=f"timing methods: median ms over {repeats} repeats ({trials} trials each, GPU idle "
+        f"{idle_s:g} s between repeats)"
+    )
     for col in ("kernel", "method", "calls/trial", "medians ms", "spread", "IQR/median"):
         table.add_column(col)
     out = {"sm_clock_idle_mhz": clock}
@@ -288,10 +339,20 @@ def timing_study(console: Console, repeats: int, idle_s: float, trials: int) -> 
                 runs.append(timing.measure(fn, make, trials, 10, **kw))
             meds = [r.median_ms for r in runs]
             iqr = mean(r.iqr_ms / r.median_ms for r in runs)
-            table.add_row(kname, mname, str(runs[0].calls), " ".join(f"{m:.4f}" for m in meds),
-                          f"{spread(meds):.2%}", f"{iqr:.1%}")
-            out[f"{kname} | {mname}"] = {"medians_ms": meds, "spread": spread(meds), "calls": runs[0].calls,
-                                         "iqr_rel": iqr}
+            table.add_row(
+                kname,
+                mname,
+                str(runs[0].calls),
+                " ".join(f"{m:.4f}" for m in meds),
+                f"{spread(meds):.2%}",
+                f"{iqr:.1%}",
+            )
+            out[f"{kname} | {mname}"] = {
+                "medians_ms": meds,
+                "spread": spread(meds),
+                "calls": runs[0].calls,
+                "iqr_rel": iqr,
+            }
     out["sm_clock_after_mhz"] = _sm_clock()
     console.print(table)
     console.print(f"SM clock (NVML): {clock} MHz before the study, {out['sm_clock_after_mhz']} MHz after")
@@ -301,6 +362,7 @@ def timing_study(console: Console, repeats: int, idle_s: float, trials: int) -> 
 def _sm_clock():
     try:
         import pynvml
+
         pynvml.nvmlInit()
         h = pynvml.nvmlDeviceGetHandleByIndex(0)
         return pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM)
@@ -312,13 +374,17 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("-n", "--count", type=int, default=8, help="candidates")
     ap.add_argument("--device", default="cpu", help="cpu or cuda")
-    ap.add_argument("--workers", type=int, default=None, help="workers of the shared pool (default 4 on a GPU, "
-                                                              "2 on CPU)")
+    ap.add_argument(
+        "--workers", type=int, default=None, help="workers of the shared pool (default 4 on a GPU, 2 on CPU)"
+    )
     ap.add_argument("--problems", type=int, default=1, help="distinct problems the candidates are spread over")
     ap.add_argument("--modes", default="fresh,pool1,poolW", help="comma-separated subset of fresh,pool1,poolW")
     ap.add_argument("--repeats", type=int, default=5, help="GPU: verify one candidate this many times (spread)")
-    ap.add_argument("--profile", action="store_true", help="GPU: torch profiler per task as well (kernel time; "
-                                                           "slows every task by seconds)")
+    ap.add_argument(
+        "--profile",
+        action="store_true",
+        help="GPU: torch profiler per task as well (kernel time; slows every task by seconds)",
+    )
     ap.add_argument("--timing-study", action="store_true", help="GPU: compare timing methods in-process, then stop")
     ap.add_argument("--idle", type=float, default=0.5, help="timing study: seconds the GPU idles between repeats")
     ap.add_argument("--trials", type=int, default=50, help="timing study: trials per measurement")
@@ -337,12 +403,18 @@ def main() -> None:
     results = {}
     for mode, size, fresh in (("poolW", workers, False), ("pool1", 1, False), ("fresh", 1, True)):
         if mode in wanted:
-            label = {"fresh": "fresh process per candidate", "pool1": "pool, 1 worker",
-                     "poolW": f"pool, {workers} workers"}[mode]
+            label = {
+                "fresh": "fresh process per candidate",
+                "pool1": "pool, 1 worker",
+                "poolW": f"pool, {workers} workers",
+            }[mode]
             results[label] = run(tasks, args.device, size, fresh)
             r = results[label]
-            console.print(f"[{label}] {r['wall']:.1f} s, {len(tasks) / r['wall']:.3f} candidates/s, "
-                          f"{sum(v.correct for v in r['verdicts'])}/{len(tasks)} correct", highlight=False)
+            console.print(
+                f"[{label}] {r['wall']:.1f} s, {len(tasks) / r['wall']:.3f} candidates/s, "
+                f"{sum(v.correct for v in r['verdicts'])}/{len(tasks)} correct",
+                highlight=False,
+            )
     summary = report_modes(console, results, len(tasks))
     record["modes"] = summary
     fresh_label = "fresh process per candidate"
@@ -355,11 +427,12 @@ def main() -> None:
     if gpu:
         repeats = []
         if args.repeats:
-            once = replace(tasks[0], profile_gpu=False)   # the profiler's per-launch cost is not the kernel's
+            once = replace(tasks[0], profile_gpu=False)  # the profiler's per-launch cost is not the kernel's
             with WorkerPool(args.device, size=1, limits=Limits(task_timeout_s=600), name="repeat") as pool:
                 repeats = [v.candidate_ms for v in pool.map([once] * args.repeats)]
-        workers_label = next((k for k in results if k.startswith("pool, ") and "1 worker" not in k),
-                             next(iter(results)))
+        workers_label = next(
+            (k for k in results if k.startswith("pool, ") and "1 worker" not in k), next(iter(results))
+        )
         record["timing"] = timing_report(console, results, repeats, workers_label)
     _dump(args.json, record)
 

@@ -1,4 +1,5 @@
 """`drtriton`: the command line. User errors print one clear line and exit 2, never a traceback."""
+
 from __future__ import annotations
 
 import json
@@ -18,14 +19,18 @@ from drtriton_ray.verify.cli import register as register_verify
 
 __all__ = ["app", "err", "fail", "main", "out"]
 
-app = typer.Typer(add_completion=False, no_args_is_help=True,
-                  help="drtriton-ray: synthesize PyTorch programs, verify Triton kernels, train and serve.")
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    help="drtriton-ray: synthesize PyTorch programs, verify Triton kernels, train and serve.",
+)
 
 
 @app.command("ops")
 def ops_cmd(as_json: bool = typer.Option(False, "--json", help="one JSON list (name, arity, dtypes, ...)")):
     """List the operator registry."""
     from drtriton_ray.ops import REGISTRY
+
     specs = [s.describe() for s in REGISTRY.values()]
     if as_json:
         print(json.dumps(specs, indent=1))
@@ -61,17 +66,22 @@ def synth_cmd(
     count: int = typer.Option(..., "--count", "-n", help="number of programs"),
     out_path: Path = typer.Option(..., "--out", "-o", help="Parquet file to write"),
     seed: int = typer.Option(0, "--seed", "-s", help="same seed, same programs"),
-    profile: str = typer.Option("small", "--profile",
-                                help="size profile: small (CPU interpreter) or paper (DRTriton's)"),
+    profile: str = typer.Option(
+        "small", "--profile", help="size profile: small (CPU interpreter) or paper (DRTriton's)"
+    ),
     dtype: str = typer.Option("float32", "--dtype", help="float32, bfloat16 or float16"),
     workers: int = typer.Option(0, "--workers", "-w", help="Ray sampler actors (0: in this process)"),
     fanout: float = typer.Option(0.3, "--fanout", help="chance an input may reuse any existing tensor"),
     ops: Optional[str] = typer.Option(None, "--ops", help="comma-separated operator subset"),
     validate: bool = typer.Option(True, "--validate/--no-validate", help="run every program once in PyTorch"),
     device: str = typer.Option("cpu", "--device", help="where validation runs"),
-    conditioning: int = typer.Option(2, "--conditioning-trials", min=0,
-                                     help="input seeds per verifier distribution on which a float32 program must "
-                                     "match its own float64 result (0: no check)"),
+    conditioning: int = typer.Option(
+        2,
+        "--conditioning-trials",
+        min=0,
+        help="input seeds per verifier distribution on which a float32 program must "
+        "match its own float64 result (0: no check)",
+    ),
     min_elems: Optional[int] = typer.Option(None, help="explicit bound: fewest elements per tensor"),
     max_elems: Optional[int] = typer.Option(None, help="explicit bound: most elements per tensor"),
     max_dim: Optional[int] = typer.Option(None, help="explicit bound: largest dimension"),
@@ -81,57 +91,90 @@ def synth_cmd(
     report: bool = typer.Option(True, "--report/--no-report", help="print the coverage report"),
 ):
     """Synthesize COUNT programs of LEVEL operators into a Parquet dataset."""
-    from drtriton_ray.synth.config import PROFILES, SizeProfile, SynthConfig
     from drtriton_ray.synth.coverage import coverage_report
-    from drtriton_ray.synth.dataset import check_writable, synthesize_local, write_parquet
-    from drtriton_ray.synth.sampler import SynthesisError
+    from drtriton_ray.synth.dataset import write_parquet
 
     if count <= 0:
         fail(f"--count must be a positive number of programs, got {count}")
     if workers < 0:
         fail(f"--workers must be >= 0, got {workers}")
+    bounds = dict(
+        min_elems=min_elems,
+        max_elems=max_elems,
+        max_dim=max_dim,
+        min_flops=min_flops,
+        max_flops=max_flops,
+        max_total_elems=max_total_elems,
+    )
+    config = _synth_config(
+        out_path,
+        level=level,
+        profile=profile,
+        bounds={k: v for k, v in bounds.items() if v is not None},
+        dtype=dtype,
+        fanout_prob=fanout,
+        validate=validate,
+        conditioning_trials=conditioning,
+        device=device,
+        ops=tuple(o.strip() for o in ops.split(",")) if ops else None,
+    )
+    records = _synthesize(config, seed, count, workers)
+    write_parquet(records, out_path)
+    err.print(f"wrote {len(records)} programs to {out_path}")
+    if report:
+        print_coverage(
+            coverage_report([r.ops for r in records], config.op_space(), level, [r.fan_out for r in records])
+        )
+
+
+def _synth_config(out_path: Path, profile: str, bounds: dict, **fields):
+    """The validated SynthConfig (a named profile, or one with explicit bounds over it), or a clear exit."""
+    from drtriton_ray.synth.config import PROFILES, SizeProfile, SynthConfig
+    from drtriton_ray.synth.dataset import check_writable
+
     if profile not in PROFILES:
         fail(f"unknown size profile {profile!r}; known: {', '.join(PROFILES)}")
-    overrides = {k: v for k, v in dict(min_elems=min_elems, max_elems=max_elems, max_dim=max_dim,
-                                       min_flops=min_flops, max_flops=max_flops,
-                                       max_total_elems=max_total_elems).items() if v is not None}
     try:
-        size = SizeProfile(**{**PROFILES[profile].model_dump(), **overrides}) if overrides else profile
-        config = SynthConfig(level=level, profile=size, dtype=dtype, fanout_prob=fanout, validate=validate,
-                             conditioning_trials=conditioning, device=device,
-                             ops=tuple(o.strip() for o in ops.split(",")) if ops else None)
+        size = SizeProfile(**{**PROFILES[profile].model_dump(), **bounds}) if bounds else profile
+        config = SynthConfig(profile=size, **fields)
         check_writable(out_path)
     except ValidationError as e:
         fail(validation_message(e))
     except ValueError as e:
         fail(str(e))
+    return config
+
+
+def _synthesize(config, seed: int, count: int, workers: int) -> list:
+    from drtriton_ray.synth.dataset import synthesize_local
+    from drtriton_ray.synth.sampler import SynthesisError
+
     indices = list(range(count))
     try:
         if workers:
             import ray
             from drtriton_ray.synth.actors import synthesize_ray
+
             ray.init(ignore_reinit_error=True, log_to_driver=False)
-            records = synthesize_ray(config, seed, indices, workers)
-        else:
-            from tqdm import tqdm
-            with tqdm(total=count, desc=f"synth L{level}", unit="prog") as bar:
-                records = list(synthesize_local(config, seed, indices, on_done=lambda: bar.update(1)))
+            return synthesize_ray(config, seed, indices, workers)
+        from tqdm import tqdm
+
+        with tqdm(total=count, desc=f"synth L{config.level}", unit="prog") as bar:
+            return list(synthesize_local(config, seed, indices, on_done=lambda: bar.update(1)))
     except SynthesisError as e:
         fail(str(e))
-    write_parquet(records, out_path)
-    err.print(f"wrote {len(records)} programs to {out_path}")
-    if report:
-        print_coverage(coverage_report([r.ops for r in records], config.op_space(), level,
-                                       [r.fan_out for r in records]))
 
 
 @app.command("coverage")
-def coverage_cmd(path: Path = typer.Argument(..., help="a Parquet file written by `drtriton synth`"),
-                 as_json: bool = typer.Option(False, "--json")):
+def coverage_cmd(
+    path: Path = typer.Argument(..., help="a Parquet file written by `drtriton synth`"),
+    as_json: bool = typer.Option(False, "--json"),
+):
     """Coverage report of a dataset: per-operator (and per-pair) counts, chi-square vs uniform."""
     from drtriton_ray.ops import REGISTRY
     from drtriton_ray.synth.coverage import coverage_report
     from drtriton_ray.synth.dataset import read_parquet
+
     try:
         table = read_parquet(path).to_pydict()
     except (OSError, ValueError) as e:
@@ -149,11 +192,14 @@ def coverage_cmd(path: Path = typer.Argument(..., help="a Parquet file written b
 
 
 @app.command("lower")
-def lower_cmd(problem: Path = typer.Argument(..., help="a KernelBench-format problem written by `drtriton synth`"),
-              out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="write here instead of stdout")):
+def lower_cmd(
+    problem: Path = typer.Argument(..., help="a KernelBench-format problem written by `drtriton synth`"),
+    out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="write here instead of stdout"),
+):
     """Print the reference Triton lowering of PROBLEM as a KernelBench solution (class ModelNew)."""
     from drtriton_ray.lower.emit import NotLowerable, lower_source
     from drtriton_ray.lower.parse import UnsupportedProblem
+
     try:
         source = problem.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as e:
@@ -184,6 +230,7 @@ def sft_data_cmd(
     from drtriton_ray.synth.dataset import check_writable
     from drtriton_ray.train.sft_data import external_pairs, lowered_pairs, write_pairs
     from drtriton_ray.verify import WorkerPool
+
     if count <= 0:
         fail(f"--count must be a positive number of programs, got {count}")
     try:

@@ -3,6 +3,7 @@
 drtriton_ray/cli.py and the stage CLIs (models/cli.py, verify/cli.py, eval/cli.py) import from here, and this module
 imports none of them, so the main app can import the stage CLIs without an import cycle. It stays light (typer and
 rich) because `python -m drtriton_ray.cli` on the GPU machine imports it before any command runs."""
+
 from __future__ import annotations
 
 from typing import NoReturn
@@ -23,5 +24,6 @@ def fail(message: str, code: int = 2) -> NoReturn:
 def validation_message(e) -> str:
     """A pydantic ValidationError as one line: `field.sub: what is wrong; other: ...` (a model-wide check's message
     as it is, under `config`)."""
-    return "; ".join(f"{'.'.join(map(str, x['loc'])) or 'config'}: {x['msg'].removeprefix('Value error, ')}"
-                     for x in e.errors())
+    return "; ".join(
+        f"{'.'.join(map(str, x['loc'])) or 'config'}: {x['msg'].removeprefix('Value error, ')}" for x in e.errors()
+    )

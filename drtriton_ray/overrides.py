@@ -6,6 +6,7 @@ last of two for the same key wins, and a key's sibling fields are kept. A malfor
 `OverrideError` (a ValueError) whose message names the override and says what is wrong with it.
 
 Stdlib and PyYAML only: the GPU machine's jobs import this too."""
+
 from __future__ import annotations
 
 import reprlib
@@ -45,9 +46,10 @@ def set_dotted(raw: dict, key: str | list[str], value: Any, item: str | None = N
     for depth, part in enumerate(path[:-1]):
         node = node.setdefault(part, {})
         if not isinstance(node, dict):
-            section = ".".join(path[:depth + 1])
-            raise OverrideError(f"--set {item or '.'.join(path)!r}: {section} is not a section "
-                                f"(it holds {reprlib.repr(node)})")
+            section = ".".join(path[: depth + 1])
+            raise OverrideError(
+                f"--set {item or '.'.join(path)!r}: {section} is not a section (it holds {reprlib.repr(node)})"
+            )
     node[path[-1]] = value
 
 

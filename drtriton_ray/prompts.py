@@ -1,6 +1,7 @@
 """The one prompt and answer format for SFT, RL and serving: `build_messages(source)` asks for a Triton `ModelNew`
 for a KernelBench-format PyTorch program; `extract_code(answer)` takes the code back out of a model's reply, or
 says in one word why it cannot; `format_answer(code)` writes a training target the extractor reads back exactly."""
+
 from __future__ import annotations
 
 import ast
@@ -35,8 +36,10 @@ Write `ModelNew` for this PyTorch program:
 
 def build_messages(source: str) -> list[dict[str, str]]:
     """System + user chat messages for `tokenizer.apply_chat_template(..., add_generation_prompt=True)`."""
-    return [{"role": "system", "content": SYSTEM_PROMPT},
-            {"role": "user", "content": USER_TEMPLATE.format(source=source.strip("\n"))}]
+    return [
+        {"role": "system", "content": SYSTEM_PROMPT},
+        {"role": "user", "content": USER_TEMPLATE.format(source=source.strip("\n"))},
+    ]
 
 
 def format_answer(code: str) -> str:
@@ -46,17 +49,17 @@ def format_answer(code: str) -> str:
 
 
 class Failure(StrEnum):
-    NO_CODE = "no_code"              # no fenced python block
-    UNTERMINATED = "unterminated"    # a block opens and never closes (typically: generation hit max_tokens)
-    SYNTAX_ERROR = "syntax_error"    # the chosen block does not parse
-    NO_MODELNEW = "no_modelnew"      # it parses but defines no top-level class ModelNew
+    NO_CODE = "no_code"  # no fenced python block
+    UNTERMINATED = "unterminated"  # a block opens and never closes (typically: generation hit max_tokens)
+    SYNTAX_ERROR = "syntax_error"  # the chosen block does not parse
+    NO_MODELNEW = "no_modelnew"  # it parses but defines no top-level class ModelNew
 
 
 @dataclass(frozen=True)
 class Extraction:
-    code: str | None                 # set only on success
-    failure: Failure | None = None   # None on success
-    detail: str = ""                 # e.g. the syntax error, for logs
+    code: str | None  # set only on success
+    failure: Failure | None = None  # None on success
+    detail: str = ""  # e.g. the syntax error, for logs
 
     @property
     def ok(self) -> bool:

@@ -7,6 +7,7 @@ my-sft.yaml holds SFTConfig fields (drtriton_ray/train/sft.py), e.g. model, data
 
 Rerunning with the same run_name and storage_path resumes from the latest checkpoint. Prints the
 final loss and the checkpoint folder (a Hugging Face model folder)."""
+
 from __future__ import annotations
 
 import argparse
@@ -27,12 +28,17 @@ from drtriton_ray.train.sft import SFTConfig, run_sft
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True, help="YAML file with SFTConfig fields")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="override a field, VALUE parsed as YAML (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="override a field, VALUE parsed as YAML (repeatable)",
+    )
     args = ap.parse_args(argv)
     try:
         cfg = SFTConfig(**load_yaml_with_overrides(args.config, args.set))
-    except OverrideError as e:   # names the --set item (or the config file) itself
+    except OverrideError as e:  # names the --set item (or the config file) itself
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as e:
@@ -42,8 +48,16 @@ def main(argv: list[str] | None = None) -> int:
     result = run_sft(cfg)
     rows = read_metrics(Path(cfg.storage_path).absolute() / cfg.run_name / "metrics.jsonl")
     last = rows[-1] if rows else {}
-    print(json.dumps({"run": cfg.run_name, "step": last.get("step"), "loss": last.get("loss"),
-                      "checkpoint": result.checkpoint.path if result.checkpoint else None}))
+    print(
+        json.dumps(
+            {
+                "run": cfg.run_name,
+                "step": last.get("step"),
+                "loss": last.get("loss"),
+                "checkpoint": result.checkpoint.path if result.checkpoint else None,
+            }
+        )
+    )
     return 0
 
 

@@ -6,6 +6,7 @@
 Writes one Parquet file per level to --out-dir and prints a summary table (programs, seconds,
 programs/s, operator coverage, fan-out share, chi-square p-value against uniform draws).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,16 @@ def main(argv: list[str] | None = None) -> int:
         write_parquet(records, out_dir / f"level{level}.parquet")
         rep = coverage_report([r.ops for r in records], cfg.op_space(), level, [r.fan_out for r in records])
         p = rep["op_uniformity"]["p_value"]
-        table.add_row(str(level), str(len(records)), f"{dt:.1f}", f"{len(records) / dt:.1f}",
-                      f"{rep['ops_covered']}/{rep['operators']}",
-                      f"{rep['pairs_covered']}/{rep['pairs']}" if "pairs" in rep else "-",
-                      f"{100 * rep['fan_out_share']:.0f}%", "-" if level < 3 or p is None else f"{p:.3f}")
+        table.add_row(
+            str(level),
+            str(len(records)),
+            f"{dt:.1f}",
+            f"{len(records) / dt:.1f}",
+            f"{rep['ops_covered']}/{rep['operators']}",
+            f"{rep['pairs_covered']}/{rep['pairs']}" if "pairs" in rep else "-",
+            f"{100 * rep['fan_out_share']:.0f}%",
+            "-" if level < 3 or p is None else f"{p:.3f}",
+        )
     Console(width=140).print(table)
     print(f"datasets in {out_dir}/")
     return 0

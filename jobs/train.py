@@ -11,6 +11,7 @@ rank 0 pushes new weights back to every engine. Rerunning with the same run.name
 run.storage_path resumes from the latest checkpoint. Ctrl-C (SIGINT) starts no new step: the step in
 progress finishes with its checkpoint, then the job ends (exit 130). Metrics go to RUN/metrics.jsonl and
 RUN/tensorboard; the job ends with a summary table."""
+
 from __future__ import annotations
 
 import argparse
@@ -30,11 +31,20 @@ from drtriton_ray.train.metrics import read_metrics
 
 # Settings that the actors need as the driver has them (the Makefile exports them; a Ray cluster's
 # workers otherwise inherit whatever environment `ray start` had).
-FORWARDED_ENV = ("TRITON_INTERPRET", "VLLM_ENABLE_V1_MULTIPROCESSING", "VLLM_NO_USAGE_STATS", "HF_HUB_OFFLINE",
-                 "HF_HOME", "VLLM_CACHE_ROOT", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TMPDIR")
+FORWARDED_ENV = (
+    "TRITON_INTERPRET",
+    "VLLM_ENABLE_V1_MULTIPROCESSING",
+    "VLLM_NO_USAGE_STATS",
+    "HF_HUB_OFFLINE",
+    "HF_HOME",
+    "VLLM_CACHE_ROOT",
+    "TRITON_CACHE_DIR",
+    "TORCHINDUCTOR_CACHE_DIR",
+    "TMPDIR",
+)
 
 
-STOP_WAIT_S = 600   # after Ctrl-C, how long the driver waits for the step in progress to finish
+STOP_WAIT_S = 600  # after Ctrl-C, how long the driver waits for the step in progress to finish
 
 
 def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
@@ -44,6 +54,7 @@ def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
     KeyboardInterrupt goes on up (a second Ctrl-C stops waiting)."""
     import ray
     from tqdm import tqdm
+
     box: dict = {}
     thread = threading.Thread(target=lambda: box.update(result=_fit(trainer, box)), daemon=True)
     thread.start()
@@ -53,8 +64,10 @@ def fit_with_progress(trainer, metrics_path: Path, total_steps: int, buffer):
         try:
             _follow(thread, metrics_path, bar, live)
         except KeyboardInterrupt:
-            bar.write("interrupted: no new step starts; the step in progress finishes and is checkpointed "
-                      "(Ctrl-C again to stop now)")
+            bar.write(
+                "interrupted: no new step starts; the step in progress finishes and is checkpointed "
+                "(Ctrl-C again to stop now)"
+            )
             ray.get(buffer.close.remote())
             thread.join(STOP_WAIT_S)
             raise
@@ -93,6 +106,7 @@ def _fit(trainer, box: dict):
 def summary(cfg: RLConfig, rows: list[dict], wall_s: float, checkpoint: str | None) -> None:
     from rich.console import Console
     from rich.table import Table
+
     console = Console()
     if not rows:
         console.print("no step was trained")
@@ -114,27 +128,42 @@ def summary(cfg: RLConfig, rows: list[dict], wall_s: float, checkpoint: str | No
     table.add_row("pass rate (last step)", f"{rows[-1]['pass_rate']:.3f}")
     for k in sorted({k for r in rows for k in r if k.startswith("heldout/")}):
         table.add_row(k, f"{[r[k] for r in rows if k in r][-1]:.3f}")
-    for k in ("time/wait_s", "time/sample_s", "time/generate_s", "time/verify_s", "time/train_s", "time/sync_s",
-              "time/checkpoint_s"):
+    for k in (
+        "time/wait_s",
+        "time/sample_s",
+        "time/generate_s",
+        "time/verify_s",
+        "time/train_s",
+        "time/sync_s",
+        "time/checkpoint_s",
+    ):
         vals = [r[k] for r in rows if r.get(k) is not None]
         if vals:
             table.add_row(f"mean {k}", f"{sum(vals) / len(vals):.2f}")
-    table.add_row("speed terms", "on (GPU timings)" if rows[-1].get("speed_terms") else
-                  "off (CPU interpreter: correctness only)")
+    table.add_row(
+        "speed terms", "on (GPU timings)" if rows[-1].get("speed_terms") else "off (CPU interpreter: correctness only)"
+    )
     table.add_row("checkpoint", checkpoint or "-")
     console.print(table)
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
-                                 epilog="Config sections and fields: drtriton_ray/rl/config.py and docs/rl.md.")
+    ap = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Config sections and fields: drtriton_ray/rl/config.py and docs/rl.md.",
+    )
     ap.add_argument("--config", default="configs/cpu-demo.yaml", help="YAML RL config (default: %(default)s)")
-    ap.add_argument("--set", action="append", default=[], metavar="SECTION.KEY=VALUE",
-                    help="override a field, VALUE parsed as YAML (repeatable)")
+    ap.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="SECTION.KEY=VALUE",
+        help="override a field, VALUE parsed as YAML (repeatable)",
+    )
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.set)
-    except OverrideError as e:   # names the --set item itself
+    except OverrideError as e:  # names the --set item itself
         print(f"error: {e}", file=sys.stderr)
         return 2
     except (OSError, yaml.YAMLError, ValidationError, ValueError) as e:
@@ -142,11 +171,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         prior = selection_prior(cfg)
-    except (OSError, ValueError) as e:   # curriculum.select_prior unreadable
+    except (OSError, ValueError) as e:  # curriculum.select_prior unreadable
         print(f"error: {e}", file=sys.stderr)
         return 2
 
     import ray
+
     env = {k: os.environ[k] for k in FORWARDED_ENV if k in os.environ}
     ray.init(address=os.environ.get("RAY_ADDRESS") or None, log_to_driver=False, runtime_env={"env_vars": env})
     if not cfg.run.autoscaling:
@@ -158,7 +188,7 @@ def main(argv: list[str] | None = None) -> int:
     metrics_path = Path(cfg.run.storage_path) / cfg.run.name / "metrics.jsonl"
     t0 = time.perf_counter()
     actors = build_actors(cfg, prior)
-    warm_up(cfg, actors)   # engines get ready while Ray Train starts the trainer
+    warm_up(cfg, actors)  # engines get ready while Ray Train starts the trainer
     result, interrupted = None, False
     try:
         result = fit_with_progress(make_trainer(cfg, actors), metrics_path, cfg.run.total_steps, actors["buffer"])
@@ -166,8 +196,12 @@ def main(argv: list[str] | None = None) -> int:
         interrupted = True
     finally:
         shutdown(actors)
-    summary(cfg, read_metrics(metrics_path), time.perf_counter() - t0,
-            result.checkpoint.path if result and result.checkpoint else None)
+    summary(
+        cfg,
+        read_metrics(metrics_path),
+        time.perf_counter() - t0,
+        result.checkpoint.path if result and result.checkpoint else None,
+    )
     return 130 if interrupted else 0
 
 

@@ -1,5 +1,6 @@
 """Test set-up shared by every suite: CPU-machine environment before anything imports triton,
 and the `gpu` marker (skipped without CUDA)."""
+
 import os
 from pathlib import Path
 

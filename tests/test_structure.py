@@ -1,6 +1,7 @@
 """The package's structure, read from the source with ast: no import cycle anywhere (the stage CLIs share helpers
 through cli_common, never through cli.py), no function longer than 80 lines, no private name imported from another
 module."""
+
 import ast
 from pathlib import Path
 
@@ -29,12 +30,12 @@ def import_graph() -> dict[str, set[str]]:
             elif isinstance(node, ast.ImportFrom):
                 base = node.module or ""
                 if node.level:
-                    base = ".".join(package[:len(package) - node.level + 1] + ([base] if base else []))
+                    base = ".".join(package[: len(package) - node.level + 1] + ([base] if base else []))
                 names = [base] + [f"{base}.{a.name}" for a in node.names]
             else:
                 continue
             for name in names:
-                while name and name not in mods:   # `from pkg.mod import func` -> pkg.mod
+                while name and name not in mods:  # `from pkg.mod import func` -> pkg.mod
                     name = name.rpartition(".")[0]
                 if name and name != m:
                     graph[m].add(name)
@@ -74,8 +75,12 @@ def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_the_cli_imports():
     graph = import_graph()
-    assert {"drtriton_ray.eval.cli", "drtriton_ray.verify.cli", "drtriton_ray.models.cli",
-            "drtriton_ray.cli_common"} <= graph["drtriton_ray.cli"]
+    assert {
+        "drtriton_ray.eval.cli",
+        "drtriton_ray.verify.cli",
+        "drtriton_ray.models.cli",
+        "drtriton_ray.cli_common",
+    } <= graph["drtriton_ray.cli"]
     assert cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
 
 
@@ -99,6 +104,9 @@ def test_no_private_name_imported_from_another_module():
     for name, path in sorted(modules().items()):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("drtriton_ray"):
-                private += [f"{path.relative_to(ROOT)}:{node.lineno} {a.name}" for a in node.names
-                            if a.name.startswith("_") and not a.name.startswith("__")]
+                private += [
+                    f"{path.relative_to(ROOT)}:{node.lineno} {a.name}"
+                    for a in node.names
+                    if a.name.startswith("_") and not a.name.startswith("__")
+                ]
     assert private == []

@@ -4,6 +4,7 @@ model folder, verified on a local worker pool, a table and a JSON report. Every 
 The options' constraints are declared once, in `EvalModelOptions`; `options_error` turns pydantic's complaints into
 the messages the command prints (`--level must be >= 1, got 0`, `unknown --engine 'x'; known: hf, vllm`). pydantic
 travels to the GPU machine with the pipeline's wheels (bench/gpu_pack.sh), as the rest of the CLI needs it there."""
+
 from __future__ import annotations
 
 import asyncio
@@ -32,22 +33,27 @@ DEFAULT_WORKERS = {"cpu": 2, "cuda": 1}
 def _one_of(known: Callable[[], Iterable[str]]) -> AfterValidator:
     """A constraint: the value is one of KNOWN()'s names. KNOWN is called when a value is checked, so that the size
     profiles and baselines are imported when eval-model runs, not whenever `drtriton` starts."""
+
     def check(value: str) -> str:
         names = list(known())
         if value not in names:
-            raise PydanticCustomError("unknown_choice", "unknown value {value}; known: {known}",
-                                      {"value": value, "known": ", ".join(names)})
+            raise PydanticCustomError(
+                "unknown_choice", "unknown value {value}; known: {known}", {"value": value, "known": ", ".join(names)}
+            )
         return value
+
     return AfterValidator(check)
 
 
 def _profiles():
     from drtriton_ray.synth.config import PROFILES
+
     return PROFILES
 
 
 def _baselines():
     from drtriton_ray.verify.metrics import BASELINES
+
     return BASELINES
 
 
@@ -55,6 +61,7 @@ class EvalModelOptions(BaseModel):
     """`drtriton eval-model`'s options with their constraints. A field's flag is `--` and its name with dashes,
     unless the field names its own (`json_schema_extra={"flag": ...}`). After validation, `temperature` and
     `workers` hold the values used (their defaults depend on other options)."""
+
     model_config = ConfigDict(extra="forbid")
 
     model: Path
@@ -82,8 +89,10 @@ class EvalModelOptions(BaseModel):
         if self.workers is None:
             self.workers = DEFAULT_WORKERS[self.device]
         if self.samples > 1 and self.temperature == 0:
-            raise ValueError(f"--samples {self.samples} at --temperature 0 gives {self.samples} copies of the greedy "
-                             "answer; use --temperature > 0")
+            raise ValueError(
+                f"--samples {self.samples} at --temperature 0 gives {self.samples} copies of the greedy "
+                "answer; use --temperature > 0"
+            )
         if self.static_cache and self.engine != "hf":
             raise ValueError("--static-cache is an option of --engine hf (vLLM manages its own cache and CUDA graphs)")
         return self
@@ -107,12 +116,15 @@ def options_error(e: ValidationError) -> str:
     """EvalModelOptions' ValidationError as one line, each problem named by its flag."""
     parts = []
     for x in e.errors():
-        if not x["loc"]:   # a check across options: its message names them
+        if not x["loc"]:  # a check across options: its message names them
             parts.append(x["msg"].removeprefix("Value error, "))
             continue
         template = _MESSAGES.get(x["type"], "{flag}: {msg}")
-        parts.append(template.format(**{**x.get("ctx", {}), "flag": flag(str(x["loc"][0])), "input": x["input"],
-                                        "msg": x["msg"]}))
+        parts.append(
+            template.format(
+                **{**x.get("ctx", {}), "flag": flag(str(x["loc"][0])), "input": x["input"], "msg": x["msg"]}
+            )
+        )
     return "; ".join(parts)
 
 
@@ -126,6 +138,7 @@ def _deterministic_compile() -> None:
     timing candidates on the device; another pick sums in another order, and bf16 greedy decoding follows the
     rounding. Inductor's deterministic mode skips that timing wherever it would change numerics."""
     import torch._inductor.config as inductor
+
     if hasattr(inductor, "deterministic"):
         inductor.deterministic = True
     else:
@@ -142,9 +155,11 @@ class _LazyPool:
 
     def __call__(self, tasks):
         from drtriton_ray.verify import Limits, WorkerPool
+
         if self.pool is None:
-            self.pool = WorkerPool(self.device, size=self.size, limits=Limits(task_timeout_s=self.timeout_s),
-                                   name=f"eval-{self.device}")
+            self.pool = WorkerPool(
+                self.device, size=self.size, limits=Limits(task_timeout_s=self.timeout_s), name=f"eval-{self.device}"
+            )
         return self.pool.map(tasks)
 
     def close(self) -> None:
@@ -167,9 +182,14 @@ def _print_report(report, title: str) -> None:
     for col in ("ops", "correct", "outcomes", "best vs eager", "best vs compile"):
         table.add_column(col)
     for p in report.problems:
-        table.add_row(p.id, ",".join(p.ops), f"{p.correct}/{p.samples}",
-                      ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items())),
-                      _fmt(p.best_speedup_vs_eager), _fmt(p.best_speedup_vs_compile))
+        table.add_row(
+            p.id,
+            ",".join(p.ops),
+            f"{p.correct}/{p.samples}",
+            ", ".join(f"{k} {v}" for k, v in sorted(p.outcomes.items())),
+            _fmt(p.best_speedup_vs_eager),
+            _fmt(p.best_speedup_vs_compile),
+        )
     out.print(table)
     totals = Table(title="totals")
     totals.add_column("measure")
@@ -182,16 +202,22 @@ def _print_report(report, title: str) -> None:
         fine = ", ".join(f"{k} {v}" for k, v in sorted(report.details.get(name, {}).items()) if k != name)
         totals.add_row(f"  {name}" + (f" ({fine})" if fine else ""), str(count))
     for base in ("eager", "compile"):
-        totals.add_row(f"speedup vs {base}: mean / geomean (correct answers)",
-                       f"{_fmt(getattr(report, f'mean_speedup_vs_{base}'))} / "
-                       f"{_fmt(getattr(report, f'geomean_speedup_vs_{base}'))}")
-        totals.add_row(f"speedup vs {base}: geomean of best, all problems",
-                       _fmt(getattr(report, f"geomean_best_speedup_vs_{base}")))
+        totals.add_row(
+            f"speedup vs {base}: mean / geomean (correct answers)",
+            f"{_fmt(getattr(report, f'mean_speedup_vs_{base}'))} / "
+            f"{_fmt(getattr(report, f'geomean_speedup_vs_{base}'))}",
+        )
+        totals.add_row(
+            f"speedup vs {base}: geomean of best, all problems",
+            _fmt(getattr(report, f"geomean_best_speedup_vs_{base}")),
+        )
     totals.add_row("tokens generated (answers cut at max tokens)", f"{report.tokens_generated} ({report.truncated})")
     totals.add_row("generating / verifying", f"{report.generate_s:.1f} s / {report.verify_s:.1f} s")
     if report.unjudged:
-        totals.add_row("problems left out: the verifier could not judge them",
-                       f"{len(report.unjudged)} ({', '.join(sorted({u['status'] for u in report.unjudged}))})")
+        totals.add_row(
+            "problems left out: the verifier could not judge them",
+            f"{len(report.unjudged)} ({', '.join(sorted({u['status'] for u in report.unjudged}))})",
+        )
     out.print(totals)
 
 
@@ -210,38 +236,73 @@ def eval_model_cmd(
     count: int = typer.Option(..., "--count", "-n", help="held-out programs (the first COUNT of the stream)"),
     samples: int = typer.Option(1, "--samples", "-k", help="answers per program (K of pass@K)"),
     temperature: Optional[float] = typer.Option(
-        None, "--temperature", help=f"default: 0 (greedy) for K = 1, {SAMPLED_TEMPERATURE} for K > 1"),
+        None, "--temperature", help=f"default: 0 (greedy) for K = 1, {SAMPLED_TEMPERATURE} for K > 1"
+    ),
     max_tokens: int = typer.Option(1024, "--max-tokens", help="answer length limit (tokens)"),
     engine: str = typer.Option("hf", "--engine", help="hf (transformers, everywhere) or vllm"),
-    device: str = typer.Option("cpu", "--device", help="cpu (interpreter, no timing) or cuda: generation and "
-                                                      "verification"),
+    device: str = typer.Option(
+        "cpu", "--device", help="cpu (interpreter, no timing) or cuda: generation and verification"
+    ),
     dtype: str = typer.Option("fp32", "--dtype", help="model weights: fp32 or bf16"),
-    static_cache: bool = typer.Option(False, "--static-cache", help="hf engine: static KV cache (on a GPU, "
-                                                                    "decoding compiles into CUDA graphs)"),
+    static_cache: bool = typer.Option(
+        False, "--static-cache", help="hf engine: static KV cache (on a GPU, decoding compiles into CUDA graphs)"
+    ),
     profile: str = typer.Option("small", "--profile", help="program sizes: small (CPU interpreter) or paper"),
-    baseline: str = typer.Option("eager", "--baseline", help="what correct_faster/slower compare with: "
-                                                            "eager or compile"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="verifier processes (default: 2 on cpu, 1 on "
-                                                                  "cuda, where candidates are timed one at a time)"),
+    baseline: str = typer.Option(
+        "eager", "--baseline", help="what correct_faster/slower compare with: eager or compile"
+    ),
+    workers: Optional[int] = typer.Option(
+        None,
+        "--workers",
+        help="verifier processes (default: 2 on cpu, 1 on cuda, where candidates are timed one at a time)",
+    ),
     timeout: float = typer.Option(300.0, "--timeout", help="seconds per verification before the candidate is killed"),
-    timing: bool = typer.Option(True, "--timing/--no-timing", help="cuda: time correct answers against eager and "
-                                "torch.compile, one at a time; --no-timing judges correctness alone (pass@K), "
-                                "without speedups, in a fraction of the time"),
-    seed: int = typer.Option(0, "--seed", help="sampling seed; also fixes each answer's verifier trial inputs, so "
-                                               "an answer gets the same verdict in every evaluation"),
+    timing: bool = typer.Option(
+        True,
+        "--timing/--no-timing",
+        help="cuda: time correct answers against eager and "
+        "torch.compile, one at a time; --no-timing judges correctness alone (pass@K), "
+        "without speedups, in a fraction of the time",
+    ),
+    seed: int = typer.Option(
+        0,
+        "--seed",
+        help="sampling seed; also fixes each answer's verifier trial inputs, so "
+        "an answer gets the same verdict in every evaluation",
+    ),
     out_path: Optional[Path] = typer.Option(None, "--out", "-o", help="JSON report to write"),
 ):
     """Pass@1, pass@K, answer outcomes and speedups of a model on held-out synthesized programs."""
     from drtriton_ray.eval.heldout import HELDOUT_SEED
-    opts = checked_options(dict(
-        model=model, level=level, count=count, samples=samples, temperature=temperature, max_tokens=max_tokens,
-        engine=engine, device=device, dtype=dtype, static_cache=static_cache, profile=profile, baseline=baseline,
-        workers=workers, timeout=timeout, timing=timing, seed=seed, out_path=out_path))
+
+    opts = checked_options(
+        dict(
+            model=model,
+            level=level,
+            count=count,
+            samples=samples,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            engine=engine,
+            device=device,
+            dtype=dtype,
+            static_cache=static_cache,
+            profile=profile,
+            baseline=baseline,
+            workers=workers,
+            timeout=timeout,
+            timing=timing,
+            seed=seed,
+            out_path=out_path,
+        )
+    )
     _check_machine(opts)
     tokenizer = _load_tokenizer(opts)
     problems, max_model_len = _heldout(opts, tokenizer)
-    err.print(f"{count} held-out programs (stream seed {HELDOUT_SEED}, level {level}, profile {profile}), "
-              f"{samples} answer(s) each at temperature {opts.temperature:g}, engine {engine} on {device}")
+    err.print(
+        f"{count} held-out programs (stream seed {HELDOUT_SEED}, level {level}, profile {profile}), "
+        f"{samples} answer(s) each at temperature {opts.temperature:g}, engine {engine} on {device}"
+    )
     report = _evaluate(opts, tokenizer, problems, max_model_len)
     _print_report(report, f"{model.name}: level {level}, {count} held-out programs x {samples}")
     if out_path is not None:
@@ -260,6 +321,7 @@ def _check_machine(opts: EvalModelOptions) -> None:
     """What the options ask of this machine: a CUDA device, vLLM."""
     if opts.device == "cuda":
         import torch
+
         if not torch.cuda.is_available():
             fail("--device cuda asked for, but this machine has no CUDA device")
     if opts.engine == "vllm" and importlib.util.find_spec("vllm") is None:
@@ -270,6 +332,7 @@ def _load_tokenizer(opts: EvalModelOptions):
     """The model folder's tokenizer (it must have a chat template); the report's folder checked before any work."""
     from drtriton_ray.models import ModelError, load_tokenizer
     from drtriton_ray.synth.dataset import check_writable
+
     try:
         tokenizer = load_tokenizer(opts.model)
     except ModelError as e:
@@ -290,6 +353,7 @@ def _heldout(opts: EvalModelOptions, tokenizer) -> tuple[list, int]:
     from drtriton_ray.eval.heldout import heldout_programs
     from drtriton_ray.eval.policy import prompt_ids
     from drtriton_ray.synth.sampler import SynthesisError
+
     try:
         problems = heldout_programs(opts.level, opts.count, opts.profile)
     except (SynthesisError, ValueError) as e:
@@ -297,35 +361,57 @@ def _heldout(opts: EvalModelOptions, tokenizer) -> tuple[list, int]:
     longest = max(len(prompt_ids(tokenizer, p.source)) for p in problems)
     context = _context_length(opts.model, tokenizer)
     if longest + opts.max_tokens > context:
-        fail(f"the longest prompt ({longest} tokens) plus --max-tokens {opts.max_tokens} exceeds the model's context "
-             f"of {context} tokens")
+        fail(
+            f"the longest prompt ({longest} tokens) plus --max-tokens {opts.max_tokens} exceeds the model's context "
+            f"of {context} tokens"
+        )
     return problems, longest + opts.max_tokens
 
 
 def _make_engine(opts: EvalModelOptions, max_model_len: int):
     from drtriton_ray.models import ModelError
+
     try:
         if opts.engine == "vllm":
             from drtriton_ray.rollout.vllm_engine import VLLMEngine
+
             # CPU: a small explicit KV cache (vLLM-CPU otherwise reserves a share of host memory); GPU: vLLM sizes
             # the cache itself
-            return VLLMEngine(str(opts.model), dtype=MODEL_DTYPES[opts.dtype], max_model_len=max_model_len,
-                              kv_cache_bytes=256 << 20 if opts.device == "cpu" else None, seed=opts.seed)
+            return VLLMEngine(
+                str(opts.model),
+                dtype=MODEL_DTYPES[opts.dtype],
+                max_model_len=max_model_len,
+                kv_cache_bytes=256 << 20 if opts.device == "cpu" else None,
+                seed=opts.seed,
+            )
         from drtriton_ray.rollout.hf_engine import HFEngine
+
         if opts.static_cache and opts.device == "cuda":
             _deterministic_compile()
-        return HFEngine(str(opts.model), opts.dtype, opts.device, static_cache=opts.static_cache,
-                        max_model_len=max_model_len)
+        return HFEngine(
+            str(opts.model), opts.dtype, opts.device, static_cache=opts.static_cache, max_model_len=max_model_len
+        )
     except OSError as e:  # e.g. a folder with config and tokenizer but no weights
         raise ModelError(f"cannot load the model in {opts.model}: {' '.join(str(e).split())}") from None
 
 
 async def _generate_and_verify(opts: EvalModelOptions, tokenizer, problems, verify, max_model_len: int):
     from drtriton_ray.eval.policy import evaluate
-    engine = _make_engine(opts, max_model_len)   # built in the event loop that then drives it
+
+    engine = _make_engine(opts, max_model_len)  # built in the event loop that then drives it
     try:
-        return await evaluate(engine, tokenizer, problems, verify, samples=opts.samples, temperature=opts.temperature,
-                              max_tokens=opts.max_tokens, seed=opts.seed, baseline=opts.baseline, timing=opts.timing)
+        return await evaluate(
+            engine,
+            tokenizer,
+            problems,
+            verify,
+            samples=opts.samples,
+            temperature=opts.temperature,
+            max_tokens=opts.max_tokens,
+            seed=opts.seed,
+            baseline=opts.baseline,
+            timing=opts.timing,
+        )
     finally:
         await engine.shutdown()
 
@@ -336,6 +422,7 @@ def _evaluate(opts: EvalModelOptions, tokenizer, problems, max_model_len: int):
     from drtriton_ray.eval.policy import NothingJudged
     from drtriton_ray.models import ModelError
     from drtriton_ray.verify import PoolError
+
     verify = _LazyPool(opts.device, opts.workers, opts.timeout)
     try:
         return asyncio.run(_generate_and_verify(opts, tokenizer, problems, verify, max_model_len))
@@ -351,8 +438,22 @@ def _evaluate(opts: EvalModelOptions, tokenizer, problems, max_model_len: int):
 
 def _write_report(opts: EvalModelOptions, report) -> None:
     from drtriton_ray.eval.heldout import HELDOUT_SEED
-    _write_atomic(opts.out_path, json.dumps({"model": str(opts.model), "level": opts.level, "profile": opts.profile,
-                                             "engine": opts.engine, "device": opts.device, "dtype": opts.dtype,
-                                             "timing": opts.timing and opts.device == "cuda",
-                                             "heldout_seed": HELDOUT_SEED, **report.to_dict()}, indent=1))
+
+    _write_atomic(
+        opts.out_path,
+        json.dumps(
+            {
+                "model": str(opts.model),
+                "level": opts.level,
+                "profile": opts.profile,
+                "engine": opts.engine,
+                "device": opts.device,
+                "dtype": opts.dtype,
+                "timing": opts.timing and opts.device == "cuda",
+                "heldout_seed": HELDOUT_SEED,
+                **report.to_dict(),
+            },
+            indent=1,
+        ),
+    )
     err.print(f"wrote {opts.out_path}")

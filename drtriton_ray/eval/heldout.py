@@ -6,6 +6,7 @@ stream, not necessarily the operators: level 1 cycles every operator whatever th
 programs are known operators on new shapes and values; levels 2 and up also draw new wirings.
 
 The RL driver refuses the seed with `check_training_seed(seed)` before it builds its training sampler."""
+
 from __future__ import annotations
 
 from drtriton_ray.synth.config import SynthConfig
@@ -16,8 +17,14 @@ from drtriton_ray.synth.sampler import ProgramRecord, Sampler
 HELDOUT_SEED = 1_000_003
 
 # The model-side spellings (fp32, bf16) beside the synthesizer's, so one --dtype word works for every command.
-DTYPE_NAMES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16",
-               "float32": "float32", "bfloat16": "bfloat16", "float16": "float16"}
+DTYPE_NAMES = {
+    "fp32": "float32",
+    "bf16": "bfloat16",
+    "fp16": "float16",
+    "float32": "float32",
+    "bfloat16": "bfloat16",
+    "float16": "float16",
+}
 
 
 def is_heldout_seed(seed: int) -> bool:
@@ -27,8 +34,10 @@ def is_heldout_seed(seed: int) -> bool:
 def check_training_seed(seed: int) -> None:
     """Raise ValueError for a training seed that would train on the held-out programs."""
     if is_heldout_seed(seed):
-        raise ValueError(f"seed {seed} is the held-out evaluation stream (drtriton_ray.eval.heldout.HELDOUT_SEED); "
-                         "training must use another seed")
+        raise ValueError(
+            f"seed {seed} is the held-out evaluation stream (drtriton_ray.eval.heldout.HELDOUT_SEED); "
+            "training must use another seed"
+        )
 
 
 def heldout_programs(level: int, count: int, profile: str = "small", dtype: str = "fp32") -> list[ProgramRecord]:

@@ -23,6 +23,7 @@ blaming the model.
 The Triton interpreter (CPU) wraps every exception raised inside a kernel into `InterpreterError`, compile-time
 mistakes included, so on CPU such mistakes count as `runtime_error`; only real compilation (GPU) tells them apart.
 """
+
 from __future__ import annotations
 
 import re
@@ -74,8 +75,10 @@ NOT_ABOUT_THE_ANSWER = (Status.BAD_PROBLEM, Status.VERIFIER_LIMIT, Status.MISSIN
 # exception type ("forward raised CompilationError: at 3:4:") for everything else; Triton's compile errors are
 # recognisable by those type names only, so the match is on them, never on message wording.
 _IMPORT_FAILED = "importing the candidate failed:"
-_COMPILE_ERRORS = re.compile(r"\b(CompilationError|CompileTimeAssertionFailure|UnsupportedLanguageConstruct"
-                             r"|PTXASError):")
+_COMPILE_ERRORS = re.compile(
+    r"\b(CompilationError|CompileTimeAssertionFailure|UnsupportedLanguageConstruct"
+    r"|PTXASError):"
+)
 
 
 def _compile_failure(reason: str) -> bool:
@@ -93,8 +96,9 @@ def classify(extraction: Extraction, verdict: Verdict | None, baseline: str = "e
         raise ValueError("an answer whose code was extracted needs the verdict for that code")
     status = Status(verdict.status)
     if status in NOT_ABOUT_THE_ANSWER:
-        raise ValueError(f"verdict {status.value} ({verdict.reason}) is about the problem or the harness, "
-                         "not the answer")
+        raise ValueError(
+            f"verdict {status.value} ({verdict.reason}) is about the problem or the harness, not the answer"
+        )
     if status is Status.CORRECT:
         speedup = getattr(verdict, BASELINES[baseline])
         if speedup is None:

@@ -3,6 +3,7 @@ classified (`outcome.classify`), summed up in an `EvalReport` with pass@1, pass@
 
 `evaluate` knows nothing of the command line or of Ray: the CLI hands it an engine and a local worker pool, the
 RL driver its own engine and verification service, so both measure held-out pass@1 the same way."""
+
 from __future__ import annotations
 
 import asyncio
@@ -32,6 +33,7 @@ class Problem(Protocol):
     """What `evaluate` reads of a problem: a `synth.ProgramRecord` (from `heldout.heldout_programs`) is one. A
     protocol rather than that class, so this module imports without the synthesizer's OR-Tools and pydantic (the
     GPU machine has neither)."""
+
     id: str
     level: int
     ops: list[str]
@@ -66,8 +68,9 @@ def answer_sha(text: str) -> str:
 
 def prompt_ids(tokenizer, source: str) -> list[int]:
     """The token ids a policy is prompted with for a problem (the same as SFT's prompts)."""
-    return tokenizer.apply_chat_template(build_messages(source), add_generation_prompt=True, tokenize=True,
-                                         return_dict=False)
+    return tokenizer.apply_chat_template(
+        build_messages(source), add_generation_prompt=True, tokenize=True, return_dict=False
+    )
 
 
 class NothingJudged(RuntimeError):
@@ -76,12 +79,12 @@ class NothingJudged(RuntimeError):
 
 @dataclass
 class AnswerResult:
-    outcome: str                  # an Outcome value
-    detail: str                   # the extraction failure or the verdict status
-    reason: str                   # the extraction detail or the verdict reason, cut to REASON_CHARS
+    outcome: str  # an Outcome value
+    detail: str  # the extraction failure or the verdict status
+    reason: str  # the extraction detail or the verdict reason, cut to REASON_CHARS
     tokens: int
-    finish_reason: str            # "stop" or "length" (hit max_tokens)
-    answer_sha: str = ""          # answer_sha() of the generated text
+    finish_reason: str  # "stop" or "length" (hit max_tokens)
+    answer_sha: str = ""  # answer_sha() of the generated text
     verify_seed: Optional[int] = None  # the verifier's seed (verify_seed()); None when no code was verified
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
@@ -95,7 +98,7 @@ class ProblemResult:
     ops: list[str]
     samples: int
     correct: int
-    outcomes: dict[str, int]      # nonzero counts only
+    outcomes: dict[str, int]  # nonzero counts only
     best_speedup_vs_eager: Optional[float]
     best_speedup_vs_compile: Optional[float]
     answers: list[AnswerResult] = field(default_factory=list)
@@ -128,6 +131,7 @@ class EvalReport:
     - `geomean_best_speedup_vs_*`: KernelBench's convention (verify/metrics.py) over all problems: each problem's
       best correct speedup, 1.0 for a problem without a correct answer, so failures are not averaged away.
     """
+
     samples: int
     temperature: float
     max_tokens: int
@@ -138,7 +142,7 @@ class EvalReport:
     pass_at_k: float
     answers: int
     correct_answers: int
-    outcomes: dict[str, int]      # every Outcome, zeros included, so reports line up
+    outcomes: dict[str, int]  # every Outcome, zeros included, so reports line up
     details: dict[str, dict[str, int]]  # outcome -> its fine reasons' counts (e.g. no_code -> no_modelnew 10)
     mean_speedup_vs_eager: Optional[float]
     geomean_speedup_vs_eager: Optional[float]
@@ -146,19 +150,32 @@ class EvalReport:
     geomean_speedup_vs_compile: Optional[float]
     geomean_best_speedup_vs_eager: Optional[float]
     geomean_best_speedup_vs_compile: Optional[float]
-    speedups_flagged: int         # correct answers above the verifier's 10x plausibility flag
+    speedups_flagged: int  # correct answers above the verifier's 10x plausibility flag
     tokens_generated: int
-    truncated: int                # answers that hit max_tokens
+    truncated: int  # answers that hit max_tokens
     generate_s: float
     verify_s: float
     unjudged: list[dict] = field(default_factory=list)
 
     @classmethod
-    def build(cls, problems: list[ProblemResult], *, samples: int, temperature: float, max_tokens: int, seed: int,
-              baseline: str, generate_s: float, verify_s: float, unjudged: list[dict] = ()) -> "EvalReport":
+    def build(
+        cls,
+        problems: list[ProblemResult],
+        *,
+        samples: int,
+        temperature: float,
+        max_tokens: int,
+        seed: int,
+        baseline: str,
+        generate_s: float,
+        verify_s: float,
+        unjudged: list[dict] = (),
+    ) -> "EvalReport":
         if not problems:
-            raise NothingJudged(f"the verifier could judge none of the {len(unjudged)} problems: "
-                               + "; ".join(f"{u['id']}: {u['status']}: {u['reason']}" for u in unjudged[:3]))
+            raise NothingJudged(
+                f"the verifier could judge none of the {len(unjudged)} problems: "
+                + "; ".join(f"{u['id']}: {u['status']}: {u['reason']}" for u in unjudged[:3])
+            )
         answers = [a for p in problems for a in p.answers]
         correct = [a for a in answers if Outcome(a.outcome).is_correct]
         speeds = {}
@@ -168,20 +185,30 @@ class EvalReport:
             speeds[f"geomean_speedup_vs_{base}"] = _geomean(timed)
             best = [getattr(p, f"best_speedup_vs_{base}") for p in problems]
             measured = any(b is not None for b in best)
-            speeds[f"geomean_best_speedup_vs_{base}"] = _geomean([1.0 if b is None else b for b in best]) \
-                if measured else None
+            speeds[f"geomean_best_speedup_vs_{base}"] = (
+                _geomean([1.0 if b is None else b for b in best]) if measured else None
+            )
         return cls(
-            samples=samples, temperature=temperature, max_tokens=max_tokens, seed=seed, baseline=baseline,
+            samples=samples,
+            temperature=temperature,
+            max_tokens=max_tokens,
+            seed=seed,
+            baseline=baseline,
             problems=problems,
             pass_at_1=sum(pass_at_k(p.samples, p.correct, 1) for p in problems) / len(problems),
             pass_at_k=sum(pass_at_k(p.samples, p.correct, samples) for p in problems) / len(problems),
-            answers=len(answers), correct_answers=len(correct),
+            answers=len(answers),
+            correct_answers=len(correct),
             outcomes={o.value: sum(a.outcome == o for a in answers) for o in Outcome},
             details=_details(answers),
             speedups_flagged=sum(a.speedup_flagged for a in correct),
             tokens_generated=sum(a.tokens for a in answers),
             truncated=sum(a.finish_reason == "length" for a in answers),
-            generate_s=generate_s, verify_s=verify_s, unjudged=list(unjudged), **speeds)
+            generate_s=generate_s,
+            verify_s=verify_s,
+            unjudged=list(unjudged),
+            **speeds,
+        )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -195,40 +222,105 @@ def _best(values: list[Optional[float]]) -> Optional[float]:
     return max(measured) if measured else None
 
 
-async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verify: Verify, *,
-                   samples: int = 1, temperature: float = 0.0, max_tokens: int = 1024, seed: int = 0,
-                   baseline: str = "eager", policy: str = "strict", timing: bool = True) -> EvalReport:
-    """Generate `samples` answers per problem with `engine`, verify the extracted code with `verify` (called once,
-    in a thread so the event loop keeps serving), classify every answer and report. `timing`: a GPU verifier times
-    correct answers and their references (`timing=False` judges correctness alone).
-
-    Greedy decoding (temperature 0) gives one answer per prompt, so `samples` > 1 needs temperature > 0."""
+def _check_options(problems, samples: int, temperature: float, baseline: str) -> None:
     if not problems:
         raise ValueError("no problems to evaluate")
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
     if samples > 1 and temperature == 0:
-        raise ValueError(f"{samples} samples at temperature 0 would be {samples} copies of the greedy answer; "
-                         "use temperature > 0")
+        raise ValueError(
+            f"{samples} samples at temperature 0 would be {samples} copies of the greedy answer; use temperature > 0"
+        )
     if baseline not in BASELINES:
         raise ValueError(f"unknown baseline {baseline!r}; known: {', '.join(BASELINES)}")
+
+
+def _tasks(problems, extractions, policy: str, seed: int, timing: bool) -> tuple[list[Task], list[tuple]]:
+    """A verifier task per extracted answer, and its (problem, sample) slot."""
+    tasks, slots = [], []
+    for i, (problem, group) in enumerate(zip(problems, extractions)):
+        for j, ex in enumerate(group):
+            if ex.ok:
+                tasks.append(
+                    Task(
+                        problem.source,
+                        ex.code,
+                        policy=policy,
+                        name=f"{problem.id}#{j}",
+                        seed=verify_seed(seed, problem.id, j),
+                        timing=timing,
+                    )
+                )
+                slots.append((i, j))
+    return tasks, slots
+
+
+def _answer(sample, ex, verdict, baseline: str) -> AnswerResult:
+    outcome = classify(ex, verdict, baseline)
+    timed = verdict is not None and outcome.is_correct
+    return AnswerResult(
+        outcome=outcome.value,
+        detail=detail(ex, verdict),
+        reason=(ex.detail if verdict is None else verdict.reason)[:REASON_CHARS],
+        tokens=len(sample.token_ids),
+        finish_reason=sample.finish_reason,
+        answer_sha=answer_sha(sample.text),
+        verify_seed=None if verdict is None else verdict.seed,
+        speedup_vs_eager=verdict.speedup_vs_eager if timed else None,
+        speedup_vs_compile=verdict.speedup_vs_compile if timed else None,
+        speedup_flagged=timed and verdict.speedup_flagged,
+    )
+
+
+def _problem_result(problem, answers: list[AnswerResult], samples: int) -> ProblemResult:
+    counts: dict[str, int] = {}
+    for a in answers:
+        counts[a.outcome] = counts.get(a.outcome, 0) + 1
+    return ProblemResult(
+        id=problem.id,
+        level=problem.level,
+        ops=list(problem.ops),
+        samples=samples,
+        correct=sum(Outcome(a.outcome).is_correct for a in answers),
+        outcomes=counts,
+        best_speedup_vs_eager=_best([a.speedup_vs_eager for a in answers]),
+        best_speedup_vs_compile=_best([a.speedup_vs_compile for a in answers]),
+        answers=answers,
+    )
+
+
+async def evaluate(
+    engine: Engine,
+    tokenizer,
+    problems: Sequence[Problem],
+    verify: Verify,
+    *,
+    samples: int = 1,
+    temperature: float = 0.0,
+    max_tokens: int = 1024,
+    seed: int = 0,
+    baseline: str = "eager",
+    policy: str = "strict",
+    timing: bool = True,
+) -> EvalReport:
+    """Generate `samples` answers per problem with `engine`, verify the extracted code with `verify` (called once,
+    in a thread so the event loop keeps serving), classify every answer and report. `timing`: a GPU verifier times
+    correct answers and their references (`timing=False` judges correctness alone).
+
+    Greedy decoding (temperature 0) gives one answer per prompt, so `samples` > 1 needs temperature > 0."""
+    _check_options(problems, samples, temperature, baseline)
     cfg = SamplingConfig(n=samples, temperature=temperature, max_tokens=max_tokens, seed=seed)
 
     t0 = time.perf_counter()
     groups = await engine.generate([prompt_ids(tokenizer, p.source) for p in problems], cfg)
     generate_s = time.perf_counter() - t0
     if len(groups) != len(problems) or any(len(g) != samples for g in groups):
-        raise RuntimeError(f"the engine returned {[len(g) for g in groups]} answers for {len(problems)} problems "
-                           f"x {samples} samples")
+        raise RuntimeError(
+            f"the engine returned {[len(g) for g in groups]} answers for {len(problems)} problems x {samples} samples"
+        )
 
     extractions = [[extract_code(s.text) for s in group] for group in groups]
-    tasks, slots = [], []
-    for i, (problem, group) in enumerate(zip(problems, extractions)):
-        for j, ex in enumerate(group):
-            if ex.ok:
-                tasks.append(Task(problem.source, ex.code, policy=policy, name=f"{problem.id}#{j}",
-                                  seed=verify_seed(seed, problem.id, j), timing=timing))
-                slots.append((i, j))
+    tasks, slots = _tasks(problems, extractions, policy, seed, timing)
     t0 = time.perf_counter()
     verdicts = await asyncio.to_thread(verify, tasks) if tasks else []
     verify_s = time.perf_counter() - t0
@@ -238,32 +330,21 @@ async def evaluate(engine: Engine, tokenizer, problems: Sequence[Problem], verif
 
     results, unjudged = [], []
     for i, (problem, group, exs) in enumerate(zip(problems, groups, extractions)):
-        refused = [v for j in range(len(group)) if (v := by_slot.get((i, j))) is not None
-                   and Status(v.status) in NOT_ABOUT_THE_ANSWER]
+        verdicts = [by_slot.get((i, j)) for j in range(len(group))]
+        refused = [v for v in verdicts if v is not None and Status(v.status) in NOT_ABOUT_THE_ANSWER]
         if refused:
             unjudged.append({"id": problem.id, "status": refused[0].status, "reason": refused[0].reason[:REASON_CHARS]})
             continue
-        answers = []
-        for j, (sample, ex) in enumerate(zip(group, exs)):
-            verdict = by_slot.get((i, j))
-            outcome = classify(ex, verdict, baseline)
-            timed = verdict is not None and outcome.is_correct
-            answers.append(AnswerResult(
-                outcome=outcome.value, detail=detail(ex, verdict),
-                reason=(ex.detail if verdict is None else verdict.reason)[:REASON_CHARS],
-                tokens=len(sample.token_ids), finish_reason=sample.finish_reason, answer_sha=answer_sha(sample.text),
-                verify_seed=None if verdict is None else verdict.seed,
-                speedup_vs_eager=verdict.speedup_vs_eager if timed else None,
-                speedup_vs_compile=verdict.speedup_vs_compile if timed else None,
-                speedup_flagged=timed and verdict.speedup_flagged))
-        counts: dict[str, int] = {}
-        for a in answers:
-            counts[a.outcome] = counts.get(a.outcome, 0) + 1
-        results.append(ProblemResult(
-            id=problem.id, level=problem.level, ops=list(problem.ops), samples=samples,
-            correct=sum(Outcome(a.outcome).is_correct for a in answers), outcomes=counts,
-            best_speedup_vs_eager=_best([a.speedup_vs_eager for a in answers]),
-            best_speedup_vs_compile=_best([a.speedup_vs_compile for a in answers]), answers=answers))
-    return EvalReport.build(results, samples=samples, temperature=temperature, max_tokens=max_tokens,
-                            seed=seed, baseline=baseline, generate_s=generate_s, verify_s=verify_s,
-                            unjudged=unjudged)
+        answers = [_answer(sample, ex, v, baseline) for sample, ex, v in zip(group, exs, verdicts)]
+        results.append(_problem_result(problem, answers, samples))
+    return EvalReport.build(
+        results,
+        samples=samples,
+        temperature=temperature,
+        max_tokens=max_tokens,
+        seed=seed,
+        baseline=baseline,
+        generate_s=generate_s,
+        verify_s=verify_s,
+        unjudged=unjudged,
+    )

@@ -9,6 +9,7 @@ A proxy for greedy pass@1, not pass@1: a model may write another correct kernel 
 
 The sequences are built as SFT builds its pairs (prompt, answer tokens, end token), so the SFT model is probed on the
 distribution it learnt."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -25,9 +26,9 @@ KINDS = ("elementwise", "other")
 
 @dataclass(frozen=True)
 class Probe:
-    ids: list[int]        # prompt + reference answer + end token
-    start: int            # where the answer begins
-    elementwise: bool     # every operator of the program is elementwise
+    ids: list[int]  # prompt + reference answer + end token
+    start: int  # where the answer begins
+    elementwise: bool  # every operator of the program is elementwise
 
 
 def reference_probes(tokenizer, level: int, count: int, profile: str = "small") -> list[Probe]:
@@ -46,6 +47,7 @@ def probe_model(model, probes: list[Probe], device, bf16: bool) -> dict:
     mismatches per reference and mean answer-token log-prob (temperature 1). One sequence per forward pass: no
     padding, so the numbers do not depend on what is batched with what."""
     import torch
+
     rows = []
     was_training = model.training
     model.eval()
@@ -53,8 +55,8 @@ def probe_model(model, probes: list[Probe], device, bf16: bool) -> dict:
         for p in probes:
             ids = torch.tensor([p.ids], device=device)
             with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
-                logits = model(input_ids=ids).logits[0, p.start - 1:-1].float()
-            target = ids[0, p.start:]
+                logits = model(input_ids=ids).logits[0, p.start - 1 : -1].float()
+            target = ids[0, p.start :]
             logp = logits.log_softmax(-1).gather(-1, target[:, None]).squeeze(-1)
             rows.append((int((logits.argmax(-1) != target).sum()), float(logp.mean()), p.elementwise))
     model.train(was_training)
@@ -62,12 +64,19 @@ def probe_model(model, probes: list[Probe], device, bf16: bool) -> dict:
     for kind in KINDS:
         part = [r for r in rows if r[2] == (kind == "elementwise")]
         n = max(len(part), 1)
-        out[kind] = {"n": len(part), "greedy_exact": sum(r[0] == 0 for r in part),
-                     "mismatches": sum(r[0] for r in part) / n, "logp": sum(r[1] for r in part) / n}
+        out[kind] = {
+            "n": len(part),
+            "greedy_exact": sum(r[0] == 0 for r in part),
+            "mismatches": sum(r[0] for r in part) / n,
+            "logp": sum(r[1] for r in part) / n,
+        }
     return out
 
 
 def probe_metrics(summary: dict) -> dict[str, float]:
     """`probe_model`'s summary as flat metrics (probe/exact_elementwise, ...)."""
-    return {f"probe/{name}_{kind}": summary[kind][key] for kind in KINDS
-            for name, key in (("exact", "greedy_exact"), ("mismatches", "mismatches"), ("logp", "logp"))}
+    return {
+        f"probe/{name}_{kind}": summary[kind][key]
+        for kind in KINDS
+        for name, key in (("exact", "greedy_exact"), ("mismatches", "mismatches"), ("logp", "logp"))
+    }

@@ -1,6 +1,7 @@
 """Elementwise operators as Triton expressions, and the generated kernel that fuses a group of
 them: every leaf input is loaded through its broadcast strides against the group's output
 shape, so a whole broadcasting elementwise sub-DAG with one sink becomes one kernel."""
+
 from __future__ import annotations
 
 
@@ -16,13 +17,22 @@ def _series(x: str, coefficients: tuple[float, ...]) -> str:
 # Near zero, PyTorch's tanh, expm1 (ELU, SELU) and log1p (softplus, log-sigmoid) keep full relative precision;
 # the naive 2 sigmoid(2x) - 1, exp(x) - 1 and log(1 + u) lose it to cancellation (tanh(3e-7) came out 2.4e-7),
 # and a later division or softmax blows that up. Below a threshold a Taylor series (error < 1e-7) takes over.
-_TANH = ("tl.where(tl.abs({0}) < 0.25, {0} * (" + _series("{0} * {0}", (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835))
-         + "), 2.0 * tl.sigmoid(2.0 * {0}) - 1.0)")
-_EXPM1 = ("tl.where(tl.abs({0}) < 0.25, {0} * (" + _series("{0}", (1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720))
-          + "), tl.exp({0}) - 1.0)")
+_TANH = (
+    "tl.where(tl.abs({0}) < 0.25, {0} * ("
+    + _series("{0} * {0}", (1.0, -1 / 3, 2 / 15, -17 / 315, 62 / 2835))
+    + "), 2.0 * tl.sigmoid(2.0 * {0}) - 1.0)"
+)
+_EXPM1 = (
+    "tl.where(tl.abs({0}) < 0.25, {0} * ("
+    + _series("{0}", (1.0, 1 / 2, 1 / 6, 1 / 24, 1 / 120, 1 / 720))
+    + "), tl.exp({0}) - 1.0)"
+)
 _U = "tl.exp(-tl.abs({0}))"  # log1p(exp(-|x|)), the term softplus and log-sigmoid share
-_LOG1P_U = (f"tl.where({_U} < 0.0625, {_U} * (" + _series(_U, (1.0, -1 / 2, 1 / 3, -1 / 4, 1 / 5, -1 / 6))
-            + f"), tl.log(1.0 + {_U}))")
+_LOG1P_U = (
+    f"tl.where({_U} < 0.0625, {_U} * ("
+    + _series(_U, (1.0, -1 / 2, 1 / 3, -1 / 4, 1 / 5, -1 / 6))
+    + f"), tl.log(1.0 + {_U}))"
+)
 # mish: tanh(softplus(x)) = n (n + 2) / (n (n + 2) + 2) with n = e^x, a ratio of positive terms
 _N = "tl.exp(tl.minimum({0}, 20.0))"
 EXPRESSIONS: dict[str, str] = {

@@ -7,6 +7,7 @@ consumer's group; each group (a sub-DAG with one sink) becomes one generated ker
 its sink stood. The kernels and wrappers are copied from `lower/kernels.py` and `lower/wrappers.py`,
 so the emitted module needs nothing but torch and triton.
 """
+
 from __future__ import annotations
 
 import ast
@@ -54,8 +55,10 @@ def _call(node: Node, out_shape: list[int]) -> str:
     if node.op.startswith(("Conv", "AvgPool", "MaxPool")):
         out_shape = tuple(out_shape)
         if node.op.startswith("Conv"):
-            return (f"conv({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}, "
-                    f"{p['groups']}, {node.op.startswith('ConvTranspose')})")
+            return (
+                f"conv({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}, "
+                f"{p['groups']}, {node.op.startswith('ConvTranspose')})"
+            )
         return f"pool({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}, {node.op.startswith('Max')})"
     if node.op not in calls:
         raise NotLowerable(f"no Triton lowering for {node.op} yet")
@@ -73,8 +76,12 @@ def fusion_groups(p: Program) -> list[list[int]]:
     for k in reversed(range(len(p.nodes))):  # consumers come later: their sinks are known
         n = p.nodes[k]
         users = consumers.get(n.outputs[0], [])
-        if (is_elementwise(n.op) and n.outputs[0] not in outputs and len(users) == 1
-                and is_elementwise(p.nodes[users[0]].op)):
+        if (
+            is_elementwise(n.op)
+            and n.outputs[0] not in outputs
+            and len(users) == 1
+            and is_elementwise(p.nodes[users[0]].op)
+        ):
             sink_of[k] = sink_of[users[0]]
     groups: dict[int, list[int]] = {}
     for k in range(len(p.nodes)):
@@ -101,10 +108,15 @@ def _fused(p: Program, group: list[int], name: str) -> tuple[str, str]:
     shape = tuple(p.tensors[sink].shape)
     dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
-    wrapper = "\n".join([f"def {name}({args}):",
-                         f"    out, grid, kernel_args, wide = elementwise_args({shape}, DTYPE, {dense}, {args})",
-                         f"    {name}_kernel[grid](*kernel_args, BLOCK=1024, WIDE=wide)",
-                         "    return out", ""])
+    wrapper = "\n".join(
+        [
+            f"def {name}({args}):",
+            f"    out, grid, kernel_args, wide = elementwise_args({shape}, DTYPE, {dense}, {args})",
+            f"    {name}_kernel[grid](*kernel_args, BLOCK=1024, WIDE=wide)",
+            "    return out",
+            "",
+        ]
+    )
     line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
     return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}") + "\n\n" + wrapper, line
 
@@ -118,7 +130,7 @@ def _definitions(module) -> dict[str, tuple[str, set[str]]]:
         if isinstance(f, ast.FunctionDef):
             start = min([f.lineno] + [d.lineno for d in f.decorator_list])
             used = {n.id for n in ast.walk(f) if isinstance(n, ast.Name)}
-            out[f.name] = ("\n".join(lines[start - 1:f.end_lineno]) + "\n", used)
+            out[f.name] = ("\n".join(lines[start - 1 : f.end_lineno]) + "\n", used)
     return out
 
 
@@ -144,7 +156,8 @@ def _problem_parts(source: str) -> tuple[list[str], list[str]]:
     lines = source.splitlines()
 
     def text(node):
-        return lines[node.lineno - 1:node.end_lineno]
+        return lines[node.lineno - 1 : node.end_lineno]
+
     constants = [line for n in tree.body if isinstance(n, ast.Assign) for line in text(n)]
     model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
     init = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
@@ -170,8 +183,14 @@ def lower_program(p: Program, problem_source: str) -> str:
     constants, init = _problem_parts(problem_source)
     library = library_source(forward + kernels_src)
     body = [HEADER] + constants + ["", ""] + ([library, ""] if library else []) + ["\n\n".join(kernels_src)]
-    body += ["", "class ModelNew(nn.Module):", '    """Reference Triton lowering (drtriton_ray.lower)."""', "",
-             "    def __init__(self):", "        super().__init__()"]
+    body += [
+        "",
+        "class ModelNew(nn.Module):",
+        '    """Reference Triton lowering (drtriton_ray.lower)."""',
+        "",
+        "    def __init__(self):",
+        "        super().__init__()",
+    ]
     body += [f"        {line}" for line in init] or []
     body += ["", f"    {forward_signature(p)}"] + [f"        {line}" for line in forward] + [""]
     return "\n".join(body)
@@ -180,4 +199,5 @@ def lower_program(p: Program, problem_source: str) -> str:
 def lower_source(problem_source: str) -> str:
     """Lower a problem given as KernelBench source (see lower/parse.py for what it accepts)."""
     from drtriton_ray.lower.parse import program_from_source
+
     return lower_program(program_from_source(problem_source), problem_source)

@@ -1,6 +1,7 @@
 """Recover a program's DAG from its KernelBench source, for problems written in the operator
 space's own PyTorch forms (everything `drtriton synth` emits): each forward line is matched
 against the operators' templates, and one run of the model gives every tensor's shape."""
+
 from __future__ import annotations
 
 import ast
@@ -62,6 +63,7 @@ def _forward_locals(model, inputs) -> dict:
                 captured.update(frame.f_locals)
             return tracer
         return None
+
     old = sys.gettrace()
     sys.settrace(tracer)
     try:
@@ -112,8 +114,9 @@ def program_from_source(source: str) -> Program:
     for n in nodes:
         for t in n.outputs:
             v = local[f"tensor_{t}"]
-            tensors[t] = Tensor(t, list(v.shape), str(v.dtype).removeprefix("torch."),
-                                "intermediate" if t in consumed else "output")
+            tensors[t] = Tensor(
+                t, list(v.shape), str(v.dtype).removeprefix("torch."), "intermediate" if t in consumed else "output"
+            )
         for w in n.weights:
             tensors[w] = Tensor(w, list(getattr(model, f"weight_{w}").shape), dtype, "weight")
     if not produced or set(tensors) < consumed:

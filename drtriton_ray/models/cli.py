@@ -1,4 +1,5 @@
 """`drtriton prepare-model` and `drtriton check-model`, registered on the main app by `register(app)`."""
+
 from __future__ import annotations
 
 import time
@@ -41,8 +42,10 @@ def prepare_model_cmd(
     for f in files:
         table.add_row(f.name, _size(f.stat().st_size))
     out.print(table)
-    err.print(f"wrote {len(files)} files ({_size(sum(f.stat().st_size for f in files))}) to {path} "
-              f"in {time.perf_counter() - start:.1f} s")
+    err.print(
+        f"wrote {len(files)} files ({_size(sum(f.stat().st_size for f in files))}) to {path} "
+        f"in {time.perf_counter() - start:.1f} s"
+    )
 
 
 def check_model_cmd(
@@ -71,7 +74,8 @@ def check_model_cmd(
     if prompt is not None:
         if not tok.chat_template:
             fail(f"{path} has no chat template, so --prompt cannot be rendered")
-        ids = tok.apply_chat_template([{"role": "user", "content": prompt}], add_generation_prompt=True,
-                                      return_tensors="pt", return_dict=True)
+        ids = tok.apply_chat_template(
+            [{"role": "user", "content": prompt}], add_generation_prompt=True, return_tensors="pt", return_dict=True
+        )
         reply = model.generate(**ids, do_sample=False, max_new_tokens=max_new_tokens)
-        print(tok.decode(reply[0, ids["input_ids"].shape[1]:], skip_special_tokens=True))
+        print(tok.decode(reply[0, ids["input_ids"].shape[1] :], skip_special_tokens=True))

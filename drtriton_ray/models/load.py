@@ -1,6 +1,7 @@
 """Load any Hugging Face causal-LM folder (ours from `drtriton prepare-model`, or a local checkpoint such as
 Qwen2.5-Coder-7B on a cluster) with its tokenizer. torch and transformers are imported inside the functions so
 that `drtriton --help` and the other commands stay fast."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -8,8 +9,10 @@ from pathlib import Path
 DTYPES = ("fp32", "bf16")
 # Any of these holds a vocabulary (fast tokenizer, sentencepiece, BPE, WordPiece); tokenizer_config.json alone does not.
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt")
-HOW_TO_MAKE = ("make one with `drtriton prepare-model smollm2 --out DIR` (or `tiny`), "
-               "or point at a local Hugging Face model folder")
+HOW_TO_MAKE = (
+    "make one with `drtriton prepare-model smollm2 --out DIR` (or `tiny`), "
+    "or point at a local Hugging Face model folder"
+)
 
 
 class ModelError(ValueError):
@@ -18,6 +21,7 @@ class ModelError(ValueError):
 
 def torch_dtype(dtype: str):
     import torch
+
     try:
         return {"fp32": torch.float32, "bf16": torch.bfloat16}[dtype]
     except KeyError:
@@ -36,10 +40,13 @@ def check_model_dir(path: Path) -> Path:
 
 def load_tokenizer(path: str | Path):
     from transformers import AutoTokenizer
+
     path = check_model_dir(Path(path))
     if not any((path / name).is_file() for name in TOKENIZER_FILES):
-        raise ModelError(f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); "
-                         f"save the tokenizer beside the weights, or {HOW_TO_MAKE}")
+        raise ModelError(
+            f"{path} has no tokenizer files ({', '.join(TOKENIZER_FILES)}); "
+            f"save the tokenizer beside the weights, or {HOW_TO_MAKE}"
+        )
     try:
         tok = AutoTokenizer.from_pretrained(path)
     except (OSError, ValueError, TypeError) as e:
@@ -54,6 +61,7 @@ def load_tokenizer(path: str | Path):
 def load_model(path: str | Path, dtype: str = "fp32"):
     """(model in eval mode, tokenizer) from a local folder; dtype "fp32" or "bf16"."""
     from transformers import AutoModelForCausalLM
+
     tok = load_tokenizer(path)  # first: it is cheap and catches a broken folder before the weights load
     model = AutoModelForCausalLM.from_pretrained(Path(path), dtype=torch_dtype(dtype))
     return model.eval(), tok

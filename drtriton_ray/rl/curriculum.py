@@ -4,6 +4,7 @@ from a seed range never trained on. The state is a small dict saved in every che
 
 Within a stage, prompts can be chosen by learnability (`Learnability`): a group teaches only when its answers
 disagree, so programs whose operators the policy always or never gets right are passed over more often."""
+
 from __future__ import annotations
 
 import math
@@ -56,22 +57,36 @@ class Curriculum:
         by_score = heldout_pass_at_1 > self.config.promote_at
         by_budget = self.steps_in_stage >= self.config.steps_per_stage
         if self.stage + 1 < len(self.config.levels) and (by_score or by_budget):
-            self.history.append({"level": self.level, "steps": self.steps_in_stage,
-                                 "pass_at_1": heldout_pass_at_1, "reason": "score" if by_score else "budget"})
+            self.history.append(
+                {
+                    "level": self.level,
+                    "steps": self.steps_in_stage,
+                    "pass_at_1": heldout_pass_at_1,
+                    "reason": "score" if by_score else "budget",
+                }
+            )
             self.stage += 1
             self.steps_in_stage = 0
             return True
         return False
 
     def state_dict(self) -> dict:
-        return {"stage": self.stage, "steps_in_stage": self.steps_in_stage, "history": list(self.history),
-                "config": asdict(self.config)}
+        return {
+            "stage": self.stage,
+            "steps_in_stage": self.steps_in_stage,
+            "history": list(self.history),
+            "config": asdict(self.config),
+        }
 
     @classmethod
     def from_state_dict(cls, state: dict) -> "Curriculum":
         cfg = state["config"]
-        return cls(CurriculumConfig(**{**cfg, "levels": tuple(cfg["levels"])}), state["stage"],
-                   state["steps_in_stage"], list(state["history"]))
+        return cls(
+            CurriculumConfig(**{**cfg, "levels": tuple(cfg["levels"])}),
+            state["stage"],
+            state["steps_in_stage"],
+            list(state["history"]),
+        )
 
 
 class Learnability:
@@ -130,13 +145,15 @@ class Learnability:
         return prior
 
 
-def rollout_groups(folders: list[str], ops_of: Callable[[str], list[str]],
-                   what: str = "rollouts") -> Iterator[tuple[list[str], int, int]]:
+def rollout_groups(
+    folders: list[str], ops_of: Callable[[str], list[str]], what: str = "rollouts"
+) -> Iterator[tuple[list[str], int, int]]:
     """(operators, answers, correct) of every group a run trained on (`RUN/rollouts/step_N.parquet` in each folder).
     A row's operators are its `ops`; rollouts written before that column get theirs from `ops_of(prompt_id)`.
     Answers whose scoring failed (reward_error) are not counted, as in a run. `what` names the folders' source in
     the error for a folder without steps."""
     import pyarrow.parquet as pq
+
     for folder in folders:
         steps = sorted(Path(folder).glob("step_*.parquet"))
         if not steps:

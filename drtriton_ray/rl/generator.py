@@ -11,6 +11,7 @@ raised while handling one prompt stops the loop: it is counted and the next prom
 
 The run controller (controller.py, on the trainer's rank 0) starts, re-levels and stops it; the weight sync and the
 held-out evaluation go to the engine pool directly."""
+
 from __future__ import annotations
 
 import asyncio
@@ -39,9 +40,19 @@ def train_sampling(rollout: RolloutSection) -> SamplingConfig:
 
 
 class Generator:
-    def __init__(self, model_path: str, synth: SynthSection, rollout: RolloutSection, verify: VerifySection,
-                 algo: AlgoSection, curriculum: CurriculumSection, pool, verifiers: list, buffer,
-                 learnability: Optional[dict] = None):
+    def __init__(
+        self,
+        model_path: str,
+        synth: SynthSection,
+        rollout: RolloutSection,
+        verify: VerifySection,
+        algo: AlgoSection,
+        curriculum: CurriculumSection,
+        pool,
+        verifiers: list,
+        buffer,
+        learnability: Optional[dict] = None,
+    ):
         """`pool`: the EnginePool actor; `learnability`: prompt selection's starting counts (programs.py)."""
         self.rollout, self.verify_settings, self.algo = rollout, verify, algo
         self.tokenizer = load_tokenizer(model_path)
@@ -50,14 +61,14 @@ class Generator:
         self.last_error: str | None = None
         self.programs = ProgramSource(synth, curriculum, self.counters, learnability)
         self.verifier = VerifierQueue(verifiers, verify, self.counters)
-        self._workers: list[asyncio.Task] = []     # the prompt loops
+        self._workers: list[asyncio.Task] = []  # the prompt loops
 
     async def start(self, level: int, state: Optional[dict] = None) -> None:
         """Begin generating at `level`, continuing a checkpointed prompt stream when `state` is given."""
         if state:
             self.programs.restore(state)
         self.programs.set_level(level)
-        self.counters["prompts_failed_in_a_row"] = 0   # a restarted trainer's generation starts afresh
+        self.counters["prompts_failed_in_a_row"] = 0  # a restarted trainer's generation starts afresh
         if not self._workers:
             loops = self.rollout.engines * self.rollout.prompts_in_flight
             self._workers = [asyncio.create_task(self._work(i)) for i in range(loops)]
@@ -82,7 +93,7 @@ class Generator:
             t.cancel()
         await asyncio.gather(*self._workers, return_exceptions=True)
         self._workers = []
-        await self.verifier.stop()   # and the groups of the cancelled prompts
+        await self.verifier.stop()  # and the groups of the cancelled prompts
 
     async def verify(self, tasks: list[Task]):
         """Verdicts in task order (verification.py); None when no verifier actor could answer."""
@@ -90,11 +101,11 @@ class Generator:
 
     # -- the loop --
     async def _work(self, engine: int) -> None:
-        prefetched: Optional[asyncio.Future] = None   # on-policy: the next program, drawn while the trainer trains
+        prefetched: Optional[asyncio.Future] = None  # on-policy: the next program, drawn while the trainer trains
         try:
             while True:
                 try:
-                    started = time.perf_counter()   # sample_s counts the wait for the program too
+                    started = time.perf_counter()  # sample_s counts the wait for the program too
                     record = await (prefetched if prefetched is not None else self.programs.next_program())
                     prefetched = None
                     group = await self._rollout(engine, record, started)
@@ -103,7 +114,7 @@ class Generator:
                 except Exception as e:  # noqa: BLE001 - one prompt's failure must not stop generation
                     prefetched = None
                     self.counters["generator_errors"] += 1
-                    self.counters["prompts_failed_in_a_row"] += 1   # the trainer gives up on a run of them
+                    self.counters["prompts_failed_in_a_row"] += 1  # the trainer gives up on a run of them
                     self.last_error = f"{type(e).__name__}: {e}"
                     log.warning("prompt failed: %s", self.last_error)
                     await asyncio.sleep(1.0)
@@ -124,8 +135,9 @@ class Generator:
                 prefetched.cancel()
 
     def _prompt_ids(self, source: str) -> list[int]:
-        return self.tokenizer.apply_chat_template(build_messages(source), add_generation_prompt=True,
-                                                  tokenize=True, return_dict=False)
+        return self.tokenizer.apply_chat_template(
+            build_messages(source), add_generation_prompt=True, tokenize=True, return_dict=False
+        )
 
     async def _rollout(self, engine: int, record: ProgramRecord, t0: float) -> Optional[Group]:
         ids, sampling = self._prompt_ids(record.source), train_sampling(self.rollout)
@@ -138,17 +150,33 @@ class Generator:
         scored = await self._score(record, samples)
         judged = [x for x in scored if x.outcome != REWARD_ERROR]
         self.programs.observe(record.ops, len(judged), sum(x.correct for x in judged))
-        return Group(prompt_id=record.id, weight_version=min(s.weight_version for s in samples), samples=scored,
-                     level=record.level, prompt_ids=ids, ops=list(record.ops),
-                     timings={"sample_s": t1 - t0, "generate_s": t2 - t1, "verify_s": time.perf_counter() - t2})
+        return Group(
+            prompt_id=record.id,
+            weight_version=min(s.weight_version for s in samples),
+            samples=scored,
+            level=record.level,
+            prompt_ids=ids,
+            ops=list(record.ops),
+            timings={"sample_s": t1 - t0, "generate_s": t2 - t1, "verify_s": time.perf_counter() - t2},
+        )
 
     async def _score(self, record: ProgramRecord, samples: list) -> list[ScoredSample]:
         """Each answer's code extracted, verified and scored."""
         v = self.verify_settings
         extractions = [extract_code(s.text) for s in samples]
-        tasks = [Task(record.source, ex.code, policy=v.policy, name=f"{record.id}#{i}", timing=v.device == "cuda",
-                      timing_trials=v.timing_trials, compile_reference=self.algo.speed_baseline == "compile")
-                 for i, ex in enumerate(extractions) if ex.code is not None]
+        tasks = [
+            Task(
+                record.source,
+                ex.code,
+                policy=v.policy,
+                name=f"{record.id}#{i}",
+                timing=v.device == "cuda",
+                timing_trials=v.timing_trials,
+                compile_reference=self.algo.speed_baseline == "compile",
+            )
+            for i, ex in enumerate(extractions)
+            if ex.code is not None
+        ]
         verdicts = iter(await self.verifier.verify(tasks) or [None] * len(tasks))
         scored = []
         for s, ex in zip(samples, extractions):
@@ -157,6 +185,9 @@ class Generator:
                 outcome, correct, speed, reason = REWARD_ERROR, False, float("nan"), "no verifier answered"
             else:
                 outcome, correct, speed, reason = score(ex, verdict, self.algo.speed_baseline)
-            scored.append(ScoredSample(s.token_ids, s.logprobs, s.text, s.finish_reason, s.weight_version,
-                                       outcome, correct, speed, reason))
+            scored.append(
+                ScoredSample(
+                    s.token_ids, s.logprobs, s.text, s.finish_reason, s.weight_version, outcome, correct, speed, reason
+                )
+            )
         return scored

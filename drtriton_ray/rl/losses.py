@@ -40,6 +40,7 @@ ref_kl * KL(pi || pi_ref) over every answer of the batch, those of dropped group
 GRPO (the baseline): reward 1 + r_s when correct (1 without speed), 0 otherwise; advantages
 normalised within each group; zero-variance groups skipped; PPO-clipped ratio, token mean.
 """
+
 from __future__ import annotations
 
 import math
@@ -149,10 +150,14 @@ def drpo_loss(logp, logp_old, mask, group, correct, speed, cfg: DRPOConfig = DRP
     penalty = torch.clamp(cfg.beta * (kl - cfg.delta), min=0.0).detach() * kl
     loss = -objective + penalty
     n = len(groups)
-    return loss, {"objective": objective.detach().item(),
-                  "kl": kl.detach().item(), "kl_penalty": penalty.detach().item(),
-                  "groups_used": used, "dropped_no_correct": dropped_no_correct / n,
-                  "dropped_all_correct": dropped_all_correct / n}
+    return loss, {
+        "objective": objective.detach().item(),
+        "kl": kl.detach().item(),
+        "kl_penalty": penalty.detach().item(),
+        "groups_used": used,
+        "dropped_no_correct": dropped_no_correct / n,
+        "dropped_all_correct": dropped_all_correct / n,
+    }
 
 
 def grpo_rewards(correct: torch.Tensor, speed: torch.Tensor) -> torch.Tensor:
@@ -185,5 +190,8 @@ def grpo_loss(logp, logp_old, mask, group, correct, speed, cfg: GRPOConfig = GRP
     loss = (per_token * token_mask).sum() / token_mask.sum().clamp_min(1)
     n = len(torch.unique(group))
     skipped = n - len(torch.unique(group[keep])) if keep.any() else n
-    return loss, {"reward_mean": rewards.mean().item(), "zero_variance_groups": skipped / n,
-                  "kl": kl_old_new(logp.detach(), logp_old, mask).item()}
+    return loss, {
+        "reward_mean": rewards.mean().item(),
+        "zero_variance_groups": skipped / n,
+        "kl": kl_old_new(logp.detach(), logp_old, mask).item(),
+    }

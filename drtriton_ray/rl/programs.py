@@ -3,6 +3,7 @@ training seed stream's order. A program identical to one of the level's first he
 with curriculum.select "learnable" a program is passed over by the chance that its group would teach nothing, from
 the operators' answer counts so far (rl/curriculum.py Learnability). Where each level's stream stands and the counts
 go into every checkpoint."""
+
 from __future__ import annotations
 
 import asyncio
@@ -30,17 +31,19 @@ class ProgramSource:
     prompt selection's starting counts (Learnability.state_dict; the driver reads curriculum.select_prior); a
     checkpoint's counts replace them (`restore`)."""
 
-    def __init__(self, synth: SynthSection, curriculum: CurriculumSection, counters: Counter,
-                 learnability: Optional[dict] = None):
+    def __init__(
+        self, synth: SynthSection, curriculum: CurriculumSection, counters: Counter, learnability: Optional[dict] = None
+    ):
         self.synth, self.counters = synth, counters
         self.level: Optional[int] = None
         self.next_index: dict[int, int] = {}
         self.learnability = None
         if curriculum.select == "learnable":
-            self.learnability = Learnability.from_state_dict(learnability) if learnability \
-                else Learnability(curriculum.select_floor)
+            self.learnability = (
+                Learnability.from_state_dict(learnability) if learnability else Learnability(curriculum.select_floor)
+            )
         self._samplers: dict[int, list] = {}
-        self._heldout_sources: dict[int, asyncio.Future] = {}   # level -> the guard's sources, drawn once
+        self._heldout_sources: dict[int, asyncio.Future] = {}  # level -> the guard's sources, drawn once
 
     def restore(self, state: dict) -> None:
         """Continue a checkpointed prompt stream (`state()`)."""
@@ -54,8 +57,11 @@ class ProgramSource:
 
     def state(self) -> dict:
         """Where each level's stream stands (prompts in flight are drawn again), and the per-operator counts."""
-        return {"level": self.level, "next_index": dict(self.next_index),
-                "learnability": self.learnability.state_dict() if self.learnability is not None else None}
+        return {
+            "level": self.level,
+            "next_index": dict(self.next_index),
+            "learnability": self.learnability.state_dict() if self.learnability is not None else None,
+        }
 
     def observe(self, ops: list[str], answers: int, correct: int) -> None:
         """A scored group's answers, for the selection's counts."""
@@ -69,8 +75,9 @@ class ProgramSource:
         if level not in self._samplers:
             s = self.synth
             config = s.config(level).model_dump_json(by_alias=True)
-            self._samplers[level] = [SamplerActor.options(num_cpus=s.num_cpus).remote(config, s.seed)
-                                     for _ in range(s.samplers)]
+            self._samplers[level] = [
+                SamplerActor.options(num_cpus=s.num_cpus).remote(config, s.seed) for _ in range(s.samplers)
+            ]
         return self._samplers[level]
 
     async def next_program(self) -> ProgramRecord:
@@ -88,9 +95,9 @@ class ProgramSource:
             if record.source in await self.heldout_guard(level):
                 self.counters["heldout_collisions"] += 1
                 continue
-            if self.learnability is not None and \
-                    random.Random(f"select:{self.synth.seed}:{level}:{index}").random() \
-                    >= self.learnability.keep_chance(record.ops):
+            if self.learnability is not None and random.Random(
+                f"select:{self.synth.seed}:{level}:{index}"
+            ).random() >= self.learnability.keep_chance(record.ops):
                 self.counters["prompts_passed_over"] += 1
                 continue
             return record
@@ -101,15 +108,17 @@ class ProgramSource:
         own, and shield it, so a loop that is cancelled does not cancel it for the others."""
         if level not in self._heldout_sources:
             from drtriton_ray.eval.heldout import heldout_programs
+
             s = self.synth
 
             def sources() -> set[str]:
                 return {p.source for p in heldout_programs(level, HELDOUT_GUARD, s.profile, s.dtype)}
+
             self._heldout_sources[level] = asyncio.ensure_future(asyncio.to_thread(sources))
         drawing = self._heldout_sources[level]
         try:
             return await asyncio.shield(drawing)
         except Exception:
-            if self._heldout_sources.get(level) is drawing:   # the next prompt draws again
+            if self._heldout_sources.get(level) is drawing:  # the next prompt draws again
                 del self._heldout_sources[level]
             raise

@@ -4,6 +4,7 @@ verifier timed the candidate (GPU); elsewhere it is NaN and the losses leave spe
 
 `score` never raises: an exception while scoring becomes the `reward_error` category with the
 exception as its reason, so one odd answer cannot stop a job."""
+
 from __future__ import annotations
 
 import math

@@ -1,6 +1,7 @@
 """The policy on one trainer rank (`PolicyTrainer`): restored from a checkpoint or the starting model, updated on
 groups (update.py: DRPO or GRPO, two passes), its full weights gathered, published to the engines (rank 0, through
 rollout/push.py) and saved (train/checkpoint.py). The run controller (controller.py) drives it step by step."""
+
 from __future__ import annotations
 
 import random
@@ -15,8 +16,17 @@ from drtriton_ray.train.parallel import prepare_model
 class PolicyTrainer:
     """`publisher`: rank 0's rollout.push.WeightPublisher (None on the other ranks)."""
 
-    def __init__(self, model: ModelSection, algo: AlgoSection, trainer: TrainerSection, temperature: float,
-                 rank: int, device, seed: int, publisher=None):
+    def __init__(
+        self,
+        model: ModelSection,
+        algo: AlgoSection,
+        trainer: TrainerSection,
+        temperature: float,
+        rank: int,
+        device,
+        seed: int,
+        publisher=None,
+    ):
         self.model_path, self.algo, self.trainer, self.temperature = model.path, algo, trainer, temperature
         self.rank, self.device, self.seed, self.publisher = rank, device, seed, publisher
         self.bf16 = bf16_passes(trainer, device)
@@ -29,11 +39,11 @@ class PolicyTrainer:
         from transformers import AutoModelForCausalLM, get_constant_schedule_with_warmup
 
         from drtriton_ray.models import load_tokenizer
+
         torch.manual_seed(self.seed + self.rank)
         random.seed(self.seed + self.rank)
         self.tokenizer = load_tokenizer(self.model_path)
-        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None \
-            else self.tokenizer.eos_token_id
+        pad_id = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else self.tokenizer.eos_token_id
         model = AutoModelForCausalLM.from_pretrained(restored.model_dir, dtype=torch.float32)
         self.model = prepare_model(model, self.trainer.strategy)
         self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=self.algo.lr, weight_decay=0.0)
@@ -66,11 +76,13 @@ class PolicyTrainer:
 
 
 # The update with the sections taken from a whole RLConfig, as bench/rl_replay.py and bench/rl_learns.py call it.
-def update(model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLConfig, device, pad_id: int,
-           ref_model=None) -> dict:
+def update(
+    model, optimizer, scheduler, groups: list[Group], loss_fn, cfg: RLConfig, device, pad_id: int, ref_model=None
+) -> dict:
     """`PolicyUpdate` over `groups` with `loss_fn`, the settings of `cfg`."""
-    return PolicyUpdate(cfg.algo, cfg.rollout.temperature, passes_bf16(cfg, device), device, pad_id, loss_fn,
-                        ref_model)(model, optimizer, scheduler, groups)
+    return PolicyUpdate(
+        cfg.algo, cfg.rollout.temperature, passes_bf16(cfg, device), device, pad_id, loss_fn, ref_model
+    )(model, optimizer, scheduler, groups)
 
 
 def passes_bf16(cfg: RLConfig, device) -> bool:

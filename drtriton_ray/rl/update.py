@@ -6,6 +6,7 @@ pass 2 runs micro-batches with gradients and back-propagates that gradient throu
 micro-batch at a time). Old-policy log-probs are the trainer's own pass 1 at the batch's first update, not the
 engine's (which are only compared, as a health metric). DRPO and GRPO compare answers within a group, so a rank
 trains on whole groups."""
+
 from __future__ import annotations
 
 import math
@@ -19,9 +20,19 @@ from drtriton_ray.train.parallel import clip_grad_norm
 def make_loss(algo: AlgoSection):
     """The loss `algo.name` names, with the section's settings."""
     from drtriton_ray.rl.losses import DRPOConfig, GRPOConfig, drpo_loss, grpo_loss
+
     if algo.name == "drpo":
-        return partial(drpo_loss, cfg=DRPOConfig(beta=algo.beta, tau=algo.tau, lam=algo.lam, delta=algo.delta,
-                                                 speed_margin=algo.speed_margin, neg_weight=algo.neg_weight))
+        return partial(
+            drpo_loss,
+            cfg=DRPOConfig(
+                beta=algo.beta,
+                tau=algo.tau,
+                lam=algo.lam,
+                delta=algo.delta,
+                speed_margin=algo.speed_margin,
+                neg_weight=algo.neg_weight,
+            ),
+        )
     return partial(grpo_loss, cfg=GRPOConfig(clip=algo.clip))
 
 
@@ -36,6 +47,7 @@ def token_logprobs(model, seqs, pad_id: int, device, bf16: bool, temperature: fl
     trained is the tempered one the answers were drawn from (as veRL does): its log-probs are the engines', and the
     KL bound holds for the distribution that samples."""
     import torch
+
     width = max(len(ids) for ids, _ in seqs)
     ids = torch.tensor([s + [pad_id] * (width - len(s)) for s, _ in seqs], device=device)
     attn = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s, _ in seqs], device=device)
@@ -61,6 +73,7 @@ def all_max(value: int, device) -> int:
     """The largest `value` over the trainer's ranks (the value itself outside a process group)."""
     import torch
     import torch.distributed as dist
+
     if not (dist.is_available() and dist.is_initialized()):
         return value
     t = torch.tensor([value], device=device)  # NCCL reduces only GPU tensors
@@ -76,12 +89,14 @@ def has_signal(groups: list[Group], algo: str, speed_margin: float = 0.0) -> boo
     on CPU mostly writes no code). The anchor to the starting model (algo.ref_kl) alone does not make a batch
     worth its passes: it only restrains what the rewards move."""
     from drtriton_ray.rl.losses import slower_than_group
+
     for g in groups:
         correct = [s.correct for s in g.samples]
         speeds = [s.speed for s in g.samples if s.correct and not math.isnan(s.speed)]
         mixed = len(set(correct)) > 1
-        if algo == "drpo" and (mixed or (all(correct) and len(speeds) == len(correct)
-                                         and any(slower_than_group(speeds, speed_margin)))):
+        if algo == "drpo" and (
+            mixed or (all(correct) and len(speeds) == len(correct) and any(slower_than_group(speeds, speed_margin)))
+        ):
             return True
         if algo == "grpo" and (mixed or len(set(speeds)) > 1):
             return True
@@ -96,6 +111,7 @@ def load_reference(model_path: str, device):
     (docs/rl.md; that this difference caused it is likely, not shown)."""
     import torch
     from transformers import AutoModelForCausalLM
+
     ref = AutoModelForCausalLM.from_pretrained(model_path, dtype=torch.float32).to(device).eval()
     ref.requires_grad_(False)
     return ref
@@ -111,18 +127,20 @@ class PolicyUpdate:
     forward/backward passes (DDP and FSDP synchronise inside them). With `ref_model` (algo.ref_kl > 0) the loss adds
     ref_kl * KL(policy || ref_model) over the batch. `loss`: the loss function (default: `make_loss(algo)`)."""
 
-    def __init__(self, algo: AlgoSection, temperature: float, bf16: bool, device, pad_id: int, loss=None,
-                 ref_model=None):
+    def __init__(
+        self, algo: AlgoSection, temperature: float, bf16: bool, device, pad_id: int, loss=None, ref_model=None
+    ):
         self.algo, self.temperature, self.bf16, self.device, self.pad_id = algo, temperature, bf16, device, pad_id
         self.loss = loss if loss is not None else make_loss(algo)
         self.ref_model = ref_model
 
     def __call__(self, model, optimizer, scheduler, groups: list[Group]) -> dict:
         import torch
+
         samples = [s for g in groups for s in g.samples]
         stats: dict = {"train_tokens": sum(len(s.token_ids) for s in samples)}
         signal = has_signal(groups, self.algo.name, self.algo.speed_margin)
-        if not all_max(int(signal), self.device):   # the schedule counts updates taken
+        if not all_max(int(signal), self.device):  # the schedule counts updates taken
             stats["skipped_no_signal"] = 1
             return stats
         seqs = sequences(groups)
@@ -130,7 +148,7 @@ class PolicyUpdate:
         group = torch.tensor([gi for gi, g in enumerate(groups) for _ in g.samples], device=device)
         correct = torch.tensor([s.correct for s in samples], device=device)
         speed = torch.tensor([s.speed for s in samples], dtype=torch.float32, device=device)
-        first = None   # pass 1 under the policy that sampled the batch: log-probs, mask, selection, anchor
+        first = None  # pass 1 under the policy that sampled the batch: log-probs, mask, selection, anchor
         for _ in range(self.algo.updates_per_batch):
             logp, mask, ent = self._logprobs(model, seqs, entropy=first is None)
             if first is None:
@@ -140,6 +158,7 @@ class PolicyUpdate:
             loss, stats_k = self.loss(leaf, logp_old, mask, group, correct, speed, select=select)
             if logp_ref is not None:
                 from drtriton_ray.rl.losses import kl_to_ref
+
                 kl_ref = kl_to_ref(leaf, logp_ref, mask)
                 loss = loss + self.algo.ref_kl * kl_ref
                 stats_k["kl_ref"] = kl_ref.item()
@@ -159,23 +178,26 @@ class PolicyUpdate:
         """Log-probs of the whole batch, the answer mask and, with `entropy`, each token's entropy (else None), no
         graph (pass 1)."""
         import torch
+
         with torch.no_grad():
             width = max(len(s) for s, _ in seqs) - 1
             logp = torch.zeros(len(seqs), width, device=self.device)
             mask = torch.zeros_like(logp)
             ent = torch.zeros_like(logp) if entropy else None
             for b in self._plan(seqs, list(range(len(seqs)))):
-                lp, m, *e = token_logprobs(policy, [seqs[i] for i in b], self.pad_id, self.device, self.bf16,
-                                           self.temperature, entropy)
-                logp[b, :lp.shape[1]], mask[b, :m.shape[1]] = lp, m
+                lp, m, *e = token_logprobs(
+                    policy, [seqs[i] for i in b], self.pad_id, self.device, self.bf16, self.temperature, entropy
+                )
+                logp[b, : lp.shape[1]], mask[b, : m.shape[1]] = lp, m
                 if entropy:
-                    ent[b, :e[0].shape[1]] = e[0]
+                    ent[b, : e[0].shape[1]] = e[0]
         return logp, mask, ent
 
     def _first_pass(self, samples, seqs, logp, mask, ent, stats: dict):
         """At the batch's first update: the sampling policy's log-probs, the tokens learnt from (algo.entropy_top,
         chosen once, under the policy that sampled the batch) and the anchor's log-probs."""
         from drtriton_ray.rl.losses import high_entropy_tokens
+
         stats["logprob_gap"] = engine_gap(samples, logp, mask)
         stats["entropy"] = float((ent * mask).sum() / mask.sum().clamp_min(1))
         select = logp_ref = None
@@ -198,7 +220,7 @@ class PolicyUpdate:
         for k in range(n_passes):
             b = live[k] if k < len(live) else spare
             lp, _ = token_logprobs(model, [seqs[i] for i in b], self.pad_id, self.device, self.bf16, self.temperature)
-            weight = grad[b, :lp.shape[1]] * (1.0 if k < len(live) else 0.0)
+            weight = grad[b, : lp.shape[1]] * (1.0 if k < len(live) else 0.0)
             (weight * lp).sum().backward()
 
 

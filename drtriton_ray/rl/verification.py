@@ -2,6 +2,7 @@
 call verifies them all on whichever verifier actor is free, whose workers then measure the problems' references and
 check the candidates in parallel (one call per group would queue them behind each other on the actor, each waiting
 for its reference). A verifier actor that dies is restarted by Ray and the call is made again on the new one."""
+
 from __future__ import annotations
 
 import asyncio
@@ -24,16 +25,16 @@ class VerifierQueue:
 
     def __init__(self, verifiers: list, verify: VerifySection, counters: Counter):
         self.verifiers, self.settings, self.counters = verifiers, verify, counters
-        self._idle: Optional[asyncio.Queue] = None        # verifier actors not in a call
-        self._waiting: deque[tuple[list[Task], asyncio.Future]] = deque()   # one entry per group
+        self._idle: Optional[asyncio.Queue] = None  # verifier actors not in a call
+        self._waiting: deque[tuple[list[Task], asyncio.Future]] = deque()  # one entry per group
         self._arrived: Optional[asyncio.Event] = None
-        self._calls: list[asyncio.Task] = []   # the dispatcher and its calls
+        self._calls: list[asyncio.Task] = []  # the dispatcher and its calls
 
     async def verify(self, tasks: list[Task]):
         """Verdicts in task order, from the next verifier call that takes them; None when no actor could answer."""
         if not tasks:
             return []
-        if not self._calls:   # first use, or after stop()
+        if not self._calls:  # first use, or after stop()
             if self._idle is None:
                 self._idle, self._arrived = asyncio.Queue(), asyncio.Event()
                 for v in self.verifiers:
@@ -61,7 +62,7 @@ class VerifierQueue:
                 await self._arrived.wait()
             actor = await self._idle.get()
             try:
-                await asyncio.sleep(v.batch_wait_s)   # the rest of an engine batch arrives within moments
+                await asyncio.sleep(v.batch_wait_s)  # the rest of an engine batch arrives within moments
             except asyncio.CancelledError:
                 self._idle.put_nowait(actor)
                 raise
@@ -79,8 +80,9 @@ class VerifierQueue:
         self.counters["verify_copies"] += sum(i != j for i, j in enumerate(first_copies(tasks)))
         verdicts = None
         try:
-            verdicts = await call_with_restarts(lambda: actor.verify_batch.remote(tasks),
-                                                lambda: self.counters.update(["verifier_failures"]))
+            verdicts = await call_with_restarts(
+                lambda: actor.verify_batch.remote(tasks), lambda: self.counters.update(["verifier_failures"])
+            )
         except RayActorError as e:
             log.warning("verifier unavailable: %s", e)
         except Exception as e:  # noqa: BLE001 - each prompt of the call fails as it would have alone
@@ -93,7 +95,7 @@ class VerifierQueue:
         start = 0
         for group, done in waiting:
             if not done.done():
-                done.set_result(None if verdicts is None else verdicts[start:start + len(group)])
+                done.set_result(None if verdicts is None else verdicts[start : start + len(group)])
             start += len(group)
 
 
@@ -101,6 +103,7 @@ def verify_spread(verifiers: list, tasks: list[Task]) -> list:
     """Blocking: `tasks` dealt over every verifier actor, verdicts back in task order (the held-out evaluation's
     `eval.policy.Verify`)."""
     import ray
+
     n = len(verifiers)
     parts = ray.get([v.verify_batch.remote(tasks[i::n]) for i, v in enumerate(verifiers)])
     out: list = [None] * len(tasks)

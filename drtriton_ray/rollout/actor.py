@@ -4,6 +4,7 @@ machine, a vLLM engine where vLLM is installed and a transformers engine elsewhe
 The engine is built inside the actor's event loop on first use (AsyncLLM binds to the loop that
 creates it). An actor that dies is restarted by Ray with the weights it was started from; its
 `weight_version` then says so, and the weight sync brings it up to date before it is used again."""
+
 from __future__ import annotations
 
 import asyncio
@@ -27,9 +28,11 @@ class RolloutEngineActor:
             if self.engine is None:
                 if self.kind == "vllm":
                     from drtriton_ray.rollout.vllm_engine import VLLMEngine
+
                     self.engine = VLLMEngine(self.model_dir, **self.options)
                 else:
                     from drtriton_ray.rollout.hf_engine import HFEngine
+
                     self.engine = HFEngine(self.model_dir, **self.options)
         return self.engine
 

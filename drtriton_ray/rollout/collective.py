@@ -12,6 +12,7 @@ the trainer asks whether every engine is in the current group and forms a new on
 joining again) when one is not; a broadcast that fails (a member died during it) closes the group, and the next
 push forms a new one. Specs and bucket plans (`engine.plan_buckets`) are plain lists and dicts, so they cross Ray
 and vLLM's RPC as they are."""
+
 from __future__ import annotations
 
 import datetime
@@ -28,13 +29,20 @@ BACKENDS = ("gloo", "nccl")
 def group_spec(group_id: int, world: int, backend: str, timeout_s: float) -> dict:
     """How to join a new group hosted by this process (rank 0): its address, a free port, the world size."""
     import ray
+
     if backend not in BACKENDS:
         raise ValueError(f"unknown sync backend {backend!r}; known: {', '.join(BACKENDS)}")
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    return {"id": group_id, "host": ray.util.get_node_ip_address(), "port": port, "world": world,
-            "backend": backend, "timeout_s": timeout_s}
+    return {
+        "id": group_id,
+        "host": ray.util.get_node_ip_address(),
+        "port": port,
+        "world": world,
+        "backend": backend,
+        "timeout_s": timeout_s,
+    }
 
 
 class SyncGroup:
@@ -46,11 +54,12 @@ class SyncGroup:
         timeout = datetime.timedelta(seconds=spec["timeout_s"])
         # gloo moves host memory; NCCL moves the device's own
         self.device = torch.device(device) if self.backend == "nccl" else torch.device("cpu")
-        self._store = dist.TCPStore(spec["host"], spec["port"], spec["world"], is_master=rank == 0,
-                                    timeout=timeout, wait_for_workers=False)
+        self._store = dist.TCPStore(
+            spec["host"], spec["port"], spec["world"], is_master=rank == 0, timeout=timeout, wait_for_workers=False
+        )
         store = dist.PrefixStore(f"drtriton-sync-{spec['id']}", self._store)
         if self.backend == "nccl":
-            if self.device.index is None:   # "cuda": the process's current GPU (Ray sets what it may see)
+            if self.device.index is None:  # "cuda": the process's current GPU (Ray sets what it may see)
                 self.device = torch.device("cuda", torch.cuda.current_device())
             torch.cuda.set_device(self.device)
             self._pg = dist.ProcessGroupNCCL(store, rank, spec["world"])
@@ -74,10 +83,9 @@ class SyncGroup:
                 offset = 0
                 for name, shape in entries:
                     n = math.prod(shape)
-                    received[name] = flat[offset:offset + n].view(shape)
+                    received[name] = flat[offset : offset + n].view(shape)
                     offset += n
         return received
 
     def close(self) -> None:
         self._pg = self._store = None
-

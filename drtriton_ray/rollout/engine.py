@@ -4,6 +4,7 @@ Sampling is temperature-only (top_p = 1, no top_k) so that the sampled-token log
 reports mean the same as the trainer's; every sample carries the weight version that produced it.
 Weights travel as safetensors bytes in buckets of about `bucket_bytes`: never one call per
 parameter, and bytes survive every hop (Ray's object store, vLLM's engine-core process)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -22,8 +23,9 @@ class SamplingConfig:
 
     def __post_init__(self):
         if self.n < 1 or self.max_tokens < 1 or self.temperature < 0:
-            raise ValueError(f"bad sampling settings: n={self.n}, max_tokens={self.max_tokens}, "
-                             f"temperature={self.temperature}")
+            raise ValueError(
+                f"bad sampling settings: n={self.n}, max_tokens={self.max_tokens}, temperature={self.temperature}"
+            )
 
 
 @dataclass
@@ -54,8 +56,10 @@ def plan_buckets(state: dict[str, torch.Tensor], bucket_bytes: int) -> list[list
 def pack_buckets(state_dict: dict[str, torch.Tensor], bucket_bytes: int = 256 << 20) -> list[bytes]:
     """The state dict as safetensors blobs, one per bucket of `plan_buckets`. Tensors are cloned: safetensors
     refuses shared storage (tied embeddings)."""
-    return [st_save({name: state_dict[name].detach().to("cpu").clone().contiguous() for name, _ in entries})
-            for _, entries in plan_buckets(state_dict, bucket_bytes)]
+    return [
+        st_save({name: state_dict[name].detach().to("cpu").clone().contiguous() for name, _ in entries})
+        for _, entries in plan_buckets(state_dict, bucket_bytes)
+    ]
 
 
 def unpack_buckets(buckets: list[bytes]) -> dict[str, torch.Tensor]:

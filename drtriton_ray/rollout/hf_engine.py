@@ -7,6 +7,7 @@ first to return would start a small batch and the rest would wait for the whole 
 log-probs come from one teacher-forced forward pass over the finished sequences, in chunks, instead of keeping every
 step's full-vocabulary scores (tens of GB for long answers); they are log-probs of the temperature-scaled
 distribution the tokens were drawn from."""
+
 from __future__ import annotations
 
 import asyncio
@@ -35,8 +36,16 @@ class _Stopped(StoppingCriteria):
 
 
 class HFEngine:
-    def __init__(self, model_dir: str, dtype: str = "fp32", device: str = "cpu", max_batch: int = 64,
-                 batch_wait_s: float = 0.0, static_cache: bool = False, max_model_len: int | None = None):
+    def __init__(
+        self,
+        model_dir: str,
+        dtype: str = "fp32",
+        device: str = "cpu",
+        max_batch: int = 64,
+        batch_wait_s: float = 0.0,
+        static_cache: bool = False,
+        max_model_len: int | None = None,
+    ):
         """static_cache: decode with transformers' static KV cache, which on a GPU makes `generate` compile the
         decoding step into CUDA graphs (a small model's eager decoding is likely bound by Python and kernel launches:
         ~115 ms per step for 135M parameters on an H100). A compile costs about a minute (docs/rl.md)
@@ -104,7 +113,8 @@ class HFEngine:
             try:
                 async with self._lock:
                     groups = await asyncio.get_running_loop().run_in_executor(
-                        self._generator_thread, self._generate, prompts, cfg)
+                        self._generator_thread, self._generate, prompts, cfg
+                    )
             except Exception as e:  # noqa: BLE001 - every caller of the failed batch gets the error
                 for _, _, fut in batch:
                     if not fut.done():
@@ -113,7 +123,7 @@ class HFEngine:
             start = 0
             for ids, _, fut in batch:
                 if not fut.done():
-                    fut.set_result(groups[start:start + len(ids)])
+                    fut.set_result(groups[start : start + len(ids)])
                 start += len(ids)
 
     async def warmup(self, cfg: SamplingConfig) -> None:
@@ -125,7 +135,8 @@ class HFEngine:
         prompt = [self.tokenizer.eos_token_id] * 8
         async with self._lock:
             await asyncio.get_running_loop().run_in_executor(
-                self._generator_thread, self._generate, [prompt], replace(cfg, max_tokens=2, seed=None))
+                self._generator_thread, self._generate, [prompt], replace(cfg, max_tokens=2, seed=None)
+            )
 
     # -- the model --
     def _generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]:
@@ -141,44 +152,64 @@ class HFEngine:
             cache = dict(cache_implementation="static", max_cache_len=self.max_model_len)
         inputs = torch.tensor([[pad] * (width - len(ids)) + ids for ids in rows], device=self.device)
         attention = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in rows], device=self.device)
-        sampling = dict(do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0) if cfg.temperature > 0 \
+        sampling = (
+            dict(do_sample=True, temperature=cfg.temperature, top_k=0, top_p=1.0)
+            if cfg.temperature > 0
             else dict(do_sample=False)
+        )
         padding = torch.arange(len(rows) * cfg.n, device=self.device) >= real * cfg.n
         with torch.no_grad():
-            out = self.model.generate(inputs, attention_mask=attention, max_new_tokens=cfg.max_tokens,
-                                      num_return_sequences=cfg.n, pad_token_id=pad,
-                                      stopping_criteria=StoppingCriteriaList([_Stopped(padding)]), **cache, **sampling)
+            out = self.model.generate(
+                inputs,
+                attention_mask=attention,
+                max_new_tokens=cfg.max_tokens,
+                num_return_sequences=cfg.n,
+                pad_token_id=pad,
+                stopping_criteria=StoppingCriteriaList([_Stopped(padding)]),
+                **cache,
+                **sampling,
+            )
         answers = []
-        for seq in out[:real * cfg.n, width:].tolist():
-            answers.append(seq[:seq.index(eos) + 1] if eos in seq else seq)
+        for seq in out[: real * cfg.n, width:].tolist():
+            answers.append(seq[: seq.index(eos) + 1] if eos in seq else seq)
         prompts = [ids for ids in prompt_ids for _ in range(cfg.n)]
         logprobs = self._logprobs(prompts, answers, cfg.temperature or 1.0)
-        samples = [Sample(a, lp, self.tokenizer.decode(a, skip_special_tokens=True),
-                          "stop" if a and a[-1] == eos else "length", self.weight_version)
-                   for a, lp in zip(answers, logprobs)]
+        samples = [
+            Sample(
+                a,
+                lp,
+                self.tokenizer.decode(a, skip_special_tokens=True),
+                "stop" if a and a[-1] == eos else "length",
+                self.weight_version,
+            )
+            for a, lp in zip(answers, logprobs)
+        ]
         if self.device.startswith("cuda"):
             # hand back what PyTorch's allocator cached at the call's peak (decoding, the log-prob pass's logits): on
             # a shared GPU the trainer needs it while the engine waits (kept, it left the trainer out of memory
             # beside an idle engine, docs/rl.md). The static cache and the CUDA graphs'
             # pools stay allocated
             torch.cuda.empty_cache()
-        return [samples[i * cfg.n:(i + 1) * cfg.n] for i in range(len(prompt_ids))]
+        return [samples[i * cfg.n : (i + 1) * cfg.n] for i in range(len(prompt_ids))]
 
     def _logprobs(self, prompts: list[list[int]], answers: list[list[int]], temperature: float) -> list[list[float]]:
         """log p(answer token | prefix) under softmax(logits / temperature), by teacher forcing."""
         out: list[list[float]] = []
         for start in range(0, len(prompts), LOGPROB_CHUNK):
-            seqs = [p + a for p, a in zip(prompts[start:start + LOGPROB_CHUNK], answers[start:start + LOGPROB_CHUNK])]
+            seqs = [
+                p + a for p, a in zip(prompts[start : start + LOGPROB_CHUNK], answers[start : start + LOGPROB_CHUNK])
+            ]
             width = max(len(s) for s in seqs)
             ids = torch.tensor([s + [0] * (width - len(s)) for s in seqs], device=self.device)
             attention = torch.tensor([[1] * len(s) + [0] * (width - len(s)) for s in seqs], device=self.device)
             with torch.no_grad():
                 logits = self.model(input_ids=ids, attention_mask=attention).logits[:, :-1].float()
-            logits.div_(temperature)   # in place: one fp32 copy of the chunk's [8, length, vocab] logits, not two
+            logits.div_(temperature)  # in place: one fp32 copy of the chunk's [8, length, vocab] logits, not two
             logp = logits.gather(-1, ids[:, 1:, None]).squeeze(-1) - torch.logsumexp(logits, -1)
-            for row, (p, a) in enumerate(zip(prompts[start:start + LOGPROB_CHUNK],
-                                             answers[start:start + LOGPROB_CHUNK])):
-                out.append(logp[row, len(p) - 1:len(p) - 1 + len(a)].tolist())
+            for row, (p, a) in enumerate(
+                zip(prompts[start : start + LOGPROB_CHUNK], answers[start : start + LOGPROB_CHUNK])
+            ):
+                out.append(logp[row, len(p) - 1 : len(p) - 1 + len(a)].tolist())
         return out
 
     async def update_weights(self, buckets: list[bytes], version: int, keys: list[str] | None = None) -> float:

@@ -4,6 +4,7 @@ side of the weight sync (sync.py), which the trainer's rank 0 reaches through it
 Every generate call first brings its engine up to the latest weights (a restarted engine holds its start-up ones)
 and is submitted again while Ray restarts a dead engine. The generator's prompt loops each keep to one engine
 (`generate(index, ...)`); the held-out evaluation deals its prompts over all of them (`generate_spread`)."""
+
 from __future__ import annotations
 
 import asyncio
@@ -40,11 +41,13 @@ class EnginePool:
         engine = self.engines[index % len(self.engines)]
 
         async def attempt():
-            if await self.sync.ensure(engine):   # a restarted engine holds its start-up weights
+            if await self.sync.ensure(engine):  # a restarted engine holds its start-up weights
                 self.counters["engine_resyncs"] += 1
             return await engine.generate.remote([prompt_ids], sampling)
-        [samples] = await call_with_restarts(attempt, lambda: self.counters.update(["engine_failures"]),
-                                             self.restart_wait_s)
+
+        [samples] = await call_with_restarts(
+            attempt, lambda: self.counters.update(["engine_failures"]), self.restart_wait_s
+        )
         return samples
 
     async def generate_spread(self, prompt_ids: list[list[int]], sampling: SamplingConfig) -> list:
@@ -53,8 +56,9 @@ class EnginePool:
         n = len(self.engines)
         for e in self.engines:
             await self.sync.ensure(e)
-        parts = await asyncio.gather(*(e.generate.remote(prompt_ids[i::n], sampling)
-                                       for i, e in enumerate(self.engines)))
+        parts = await asyncio.gather(
+            *(e.generate.remote(prompt_ids[i::n], sampling) for i, e in enumerate(self.engines))
+        )
         out: list = [None] * len(prompt_ids)
         for i, part in enumerate(parts):
             out[i::n] = part

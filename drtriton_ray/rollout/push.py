@@ -7,6 +7,7 @@ waiting for the engines to apply it; `close()` leaves. `WeightPublisher` keeps o
   tensors, NCCL between GPUs or gloo; the trainer returns from `push` once the broadcast is done, the engines apply
   on their own. The group is formed on the first push, and again whenever an engine is not in it (restarted) or a
   broadcast failed."""
+
 from __future__ import annotations
 
 import logging
@@ -44,7 +45,7 @@ class CollectivePush:
         spec = group_spec(self.groups_formed + 1, self.engines + 1, self.backend, self.timeout_s)
         joined = self.pool.join_sync_group.remote(spec)
         try:
-            self.group = SyncGroup(spec, 0, self.device)   # the rendezvous: returns once every engine joined
+            self.group = SyncGroup(spec, 0, self.device)  # the rendezvous: returns once every engine joined
         finally:
             ray.get(joined)
         self.groups_formed += 1
@@ -74,15 +75,18 @@ class WeightPublisher:
 
     def __init__(self, pusher):
         self.pusher = pusher
-        self.in_flight = None   # the sync under way
+        self.in_flight = None  # the sync under way
 
     def finish(self) -> dict:
         """Wait for the sync under way; its timings as metrics ({} when none)."""
         if self.in_flight is None:
             return {}
         timings, self.in_flight = ray.get(self.in_flight), None
-        return {"time/engine_update_s": timings["engine_update_s"], "time/sync_total_s": timings["sync_s"],
-                "sync/failed_engines": timings.get("failed", 0)}
+        return {
+            "time/engine_update_s": timings["engine_update_s"],
+            "time/sync_total_s": timings["sync_s"],
+            "sync/failed_engines": timings.get("failed", 0),
+        }
 
     def publish(self, state: dict, version: int, wait: bool) -> dict:
         """Start sending `state` as `version` (with `wait`, until the engines hold it); `time/sync_s` is the
@@ -99,8 +103,9 @@ class WeightPublisher:
         self.pusher.close()
 
 
-def make_publisher(method: str, pool, engines: int, bucket_bytes: int, backend: str, timeout_s: float,
-                   device) -> WeightPublisher:
+def make_publisher(
+    method: str, pool, engines: int, bucket_bytes: int, backend: str, timeout_s: float, device
+) -> WeightPublisher:
     """The publisher for `sync.method` (object_store or collective)."""
     if method == "object_store":
         return WeightPublisher(ObjectStorePush(pool, bucket_bytes))

@@ -10,6 +10,7 @@ Collective (`sync.method: collective`, collective.py): `join` puts every engine 
 `in_group` says whether all of them still are, and `receive` has every engine take part in the trainer's broadcast
 and apply what it received. A restarted engine is out of the group until the trainer's next push forms a new one;
 until then it generates with its start-up weights, and the buffer's staleness bound drops those groups."""
+
 from __future__ import annotations
 
 import asyncio
@@ -56,12 +57,14 @@ class WeightSync:
         ahead of it is updated too: a trainer restarted from a checkpoint pushes an older version than the engines
         hold, and their weights are from steps it threw away."""
         async with self._lock(engine):
-            if await call_with_restarts(lambda: engine.weight_version.remote(),
-                                        wait_s=self.restart_wait_s) == self.version:
+            if (
+                await call_with_restarts(lambda: engine.weight_version.remote(), wait_s=self.restart_wait_s)
+                == self.version
+            ):
                 return 0.0
             return await call_with_restarts(
-                lambda: engine.update_weights.remote(self.buckets, self.version, self.keys),
-                wait_s=self.restart_wait_s)
+                lambda: engine.update_weights.remote(self.buckets, self.version, self.keys), wait_s=self.restart_wait_s
+            )
 
     async def push(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:
         self.buckets, self.version, self.keys = buckets, version, keys
@@ -71,13 +74,20 @@ class WeightSync:
 
     async def join(self, spec: dict) -> None:
         """Every engine joins the broadcast group `spec` (rank i + 1; the trainer's rank 0 joins meanwhile)."""
-        await asyncio.gather(*(call_with_restarts(lambda e=e, r=r: e.join_sync_group.remote(spec, r),
-                                                  wait_s=self.restart_wait_s)
-                               for r, e in enumerate(self.engines, start=1)))
+        await asyncio.gather(
+            *(
+                call_with_restarts(lambda e=e, r=r: e.join_sync_group.remote(spec, r), wait_s=self.restart_wait_s)
+                for r, e in enumerate(self.engines, start=1)
+            )
+        )
 
     async def in_group(self, group_id: int) -> bool:
-        ids = await asyncio.gather(*(call_with_restarts(lambda e=e: e.sync_group_id.remote(),
-                                                        wait_s=self.restart_wait_s) for e in self.engines))
+        ids = await asyncio.gather(
+            *(
+                call_with_restarts(lambda e=e: e.sync_group_id.remote(), wait_s=self.restart_wait_s)
+                for e in self.engines
+            )
+        )
         return all(i == group_id for i in ids)
 
     async def receive(self, buckets: list, version: int, keys: list[str]) -> dict[str, float]:
@@ -89,11 +99,11 @@ class WeightSync:
         async def one(engine) -> float:
             async with self._lock(engine):
                 return await engine.receive_weights.remote(buckets, version, keys)
+
         results = await asyncio.gather(*(one(e) for e in self.engines), return_exceptions=True)
         failed = [r for r in results if isinstance(r, BaseException)]
         seconds = [r for r in results if not isinstance(r, BaseException)]
-        return {"sync_s": time.perf_counter() - t0, "engine_update_s": max(seconds, default=0.0),
-                "failed": len(failed)}
+        return {"sync_s": time.perf_counter() - t0, "engine_update_s": max(seconds, default=0.0), "failed": len(failed)}
 
     async def newer_than(self, version: int, poll_s: float = 0.2) -> None:
         """Return once weights newer than `version` are on their way (a push or broadcast began; `ensure` makes an

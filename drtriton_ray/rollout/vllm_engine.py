@@ -1,5 +1,6 @@
 """Rollouts with vLLM's AsyncLLM: token ids in, token ids and sampled-token log-probs out; weight
 updates paused, bucketed, followed by a prefix-cache reset."""
+
 from __future__ import annotations
 
 import asyncio
@@ -13,16 +14,31 @@ EXTENSION = f"{WeightSyncExtension.__module__}.{WeightSyncExtension.__name__}"
 
 
 class VLLMEngine:
-    def __init__(self, model_dir: str, dtype: str = "float32", max_model_len: int = 4096,
-                 kv_cache_bytes: int | None = 256 << 20, seed: int = 0, **engine_kwargs):
+    def __init__(
+        self,
+        model_dir: str,
+        dtype: str = "float32",
+        max_model_len: int = 4096,
+        kv_cache_bytes: int | None = 256 << 20,
+        seed: int = 0,
+        **engine_kwargs,
+    ):
         from vllm import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
+
         # processed: the sampled tokens' log-probs under the tempered distribution that drew them, as the
         # transformers engine and the trainer compute them (vLLM's default is the raw, untempered ones)
         engine_kwargs.setdefault("logprobs_mode", "processed_logprobs")
-        args = AsyncEngineArgs(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, seed=seed,
-                               enforce_eager=True, worker_extension_cls=EXTENSION,
-                               kv_cache_memory_bytes=kv_cache_bytes, **engine_kwargs)
+        args = AsyncEngineArgs(
+            model=str(model_dir),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            enforce_eager=True,
+            worker_extension_cls=EXTENSION,
+            kv_cache_memory_bytes=kv_cache_bytes,
+            **engine_kwargs,
+        )
         self.engine = AsyncLLM.from_engine_args(args)
         self.weight_version = 0
         self.sync_group_id: int | None = None
@@ -31,16 +47,32 @@ class VLLMEngine:
         from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
         from vllm.sampling_params import RequestOutputKind
+
         # FINAL_ONLY: with n > 1 the streamed outputs carry the sequences finished so far, not all n
-        params = SamplingParams(n=cfg.n, temperature=cfg.temperature, top_p=1.0, top_k=0, max_tokens=cfg.max_tokens,
-                                seed=None if cfg.seed is None else cfg.seed + index, logprobs=0,
-                                output_kind=RequestOutputKind.FINAL_ONLY)
+        params = SamplingParams(
+            n=cfg.n,
+            temperature=cfg.temperature,
+            top_p=1.0,
+            top_k=0,
+            max_tokens=cfg.max_tokens,
+            seed=None if cfg.seed is None else cfg.seed + index,
+            logprobs=0,
+            output_kind=RequestOutputKind.FINAL_ONLY,
+        )
         version = self.weight_version
         final = None
         async for out in self.engine.generate(TokensPrompt(prompt_token_ids=ids), params, uuid.uuid4().hex):
             final = out
-        return [Sample(list(c.token_ids), [step[t].logprob for step, t in zip(c.logprobs, c.token_ids)], c.text,
-                       "stop" if c.finish_reason == "stop" else "length", version) for c in final.outputs]
+        return [
+            Sample(
+                list(c.token_ids),
+                [step[t].logprob for step, t in zip(c.logprobs, c.token_ids)],
+                c.text,
+                "stop" if c.finish_reason == "stop" else "length",
+                version,
+            )
+            for c in final.outputs
+        ]
 
     async def warmup(self, cfg: SamplingConfig) -> None:
         """Nothing left to do: vLLM profiles memory and captures its CUDA graphs while it is built."""

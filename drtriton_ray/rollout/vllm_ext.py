@@ -5,6 +5,7 @@ CPU builds prepack linear weights, so `load_weights` works only once; the worker
 reload, so an update is all or nothing: a missing key fails loudly instead of leaving a half-new
 model (the manifest check). With the collective sync (collective.py) the worker joins the trainer's broadcast
 group itself and stages what the broadcast delivers."""
+
 from __future__ import annotations
 
 from safetensors.torch import load as st_load

@@ -1,5 +1,6 @@
 """Ray sampler actors: W CPU actors share one program stream; results come back in index order,
 so a dataset does not depend on how many workers made it."""
+
 from __future__ import annotations
 
 import ray
@@ -18,11 +19,12 @@ class SamplerActor:
         return [self.sampler.sample(i) for i in indices]
 
 
-def synthesize_ray(config: SynthConfig, seed: int, indices: list[int], workers: int,
-                   chunk: int = 4, progress: bool = True) -> list[ProgramRecord]:
+def synthesize_ray(
+    config: SynthConfig, seed: int, indices: list[int], workers: int, chunk: int = 4, progress: bool = True
+) -> list[ProgramRecord]:
     """Spread `indices` over `workers` sampler actors (on the cluster ray.init connects to)."""
     actors = [SamplerActor.remote(config.model_dump_json(by_alias=True), seed) for _ in range(workers)]
-    chunks = [indices[i:i + chunk] for i in range(0, len(indices), chunk)]
+    chunks = [indices[i : i + chunk] for i in range(0, len(indices), chunk)]
     pending = {}
     records: list[ProgramRecord] = []
     bar = tqdm(total=len(indices), desc=f"synth L{config.level}", unit="prog", disable=not progress)

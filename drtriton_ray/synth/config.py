@@ -1,4 +1,5 @@
 """Synthesis settings: size profiles and the one config a sampler is built from."""
+
 from __future__ import annotations
 
 from typing import Literal
@@ -11,6 +12,7 @@ from drtriton_ray.ops.cp import Bounds
 
 class SizeProfile(BaseModel):
     """Per-tensor element bounds, a largest dim, a total-FLOP band and a memory cap (elements)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
     min_elems: int = Field(ge=1)
     max_elems: int = Field(ge=1)
@@ -27,8 +29,10 @@ class SizeProfile(BaseModel):
         if self.min_flops > self.max_flops:
             problems.append(f"min_flops {self.min_flops} > max_flops {self.max_flops}")
         if self.max_total_elems < 2 * self.min_elems:
-            problems.append(f"max_total_elems {self.max_total_elems} cannot hold an input and an output "
-                            f"of min_elems {self.min_elems}")
+            problems.append(
+                f"max_total_elems {self.max_total_elems} cannot hold an input and an output "
+                f"of min_elems {self.min_elems}"
+            )
         if problems:
             raise ValueError("size bounds nothing can meet: " + "; ".join(problems))
         return self
@@ -39,11 +43,13 @@ class SizeProfile(BaseModel):
 
 PROFILES: dict[str, SizeProfile] = {
     # DRTriton's: tensors of 2^5..2^30 elements, dims <= 8192, 2^34..2^35 FLOPs, <= 4*2^30 elements.
-    "paper": SizeProfile(min_elems=2**5, max_elems=2**30, max_dim=8192, min_flops=2**34,
-                         max_flops=2**35, max_total_elems=2**32),
+    "paper": SizeProfile(
+        min_elems=2**5, max_elems=2**30, max_dim=8192, min_flops=2**34, max_flops=2**35, max_total_elems=2**32
+    ),
     # Small enough for the Triton interpreter on CPU to check a candidate in seconds.
-    "small": SizeProfile(min_elems=2**3, max_elems=2**16, max_dim=1024, min_flops=0,
-                         max_flops=2**28, max_total_elems=2**19),
+    "small": SizeProfile(
+        min_elems=2**3, max_elems=2**16, max_dim=1024, min_flops=0, max_flops=2**28, max_total_elems=2**19
+    ),
 }
 
 DType = Literal["float32", "bfloat16", "float16"]
@@ -51,16 +57,26 @@ DType = Literal["float32", "bfloat16", "float16"]
 
 class SynthConfig(BaseModel):
     """Everything that decides the programs a sampler emits (with the seed and the index)."""
+
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
     level: int = Field(ge=1, description="number of compute operators per program")
     profile: str | SizeProfile = "small"
     dtype: DType = "float32"
-    fanout_prob: float = Field(0.3, ge=0.0, le=1.0, description="chance an input is drawn from every "
-                               "existing tensor (allowing one tensor to feed several operators)")
+    fanout_prob: float = Field(
+        0.3,
+        ge=0.0,
+        le=1.0,
+        description="chance an input is drawn from every "
+        "existing tensor (allowing one tensor to feed several operators)",
+    )
     ops: tuple[str, ...] | None = Field(None, description="restrict the operator space to these names")
     validate_programs: bool = Field(True, alias="validate", description="run each program once in PyTorch")
-    conditioning_trials: int = Field(2, ge=0, description="with validate: input seeds per verifier distribution on "
-                                     "which a float32 program must match its own float64 result (0: no check)")
+    conditioning_trials: int = Field(
+        2,
+        ge=0,
+        description="with validate: input seeds per verifier distribution on "
+        "which a float32 program must match its own float64 result (0: no check)",
+    )
     device: str = "cpu"
     solver_seconds: float = Field(5.0, gt=0, description="CP-SAT deterministic time limit per solve")
     max_attempts: int = Field(24, ge=1)

@@ -1,4 +1,5 @@
 """Coverage of the operator space by a program set, and a chi-square test against uniform."""
+
 from __future__ import annotations
 
 from collections import Counter
@@ -16,8 +17,9 @@ def _chi2(counts: Counter, universe: list) -> dict:
     return {"chi2": float(stat), "p_value": float(p)}
 
 
-def coverage_report(ops_per_program: list[list[str]], op_space: list[str], level: int,
-                    fan_outs: list[int] | None = None) -> dict:
+def coverage_report(
+    ops_per_program: list[list[str]], op_space: list[str], level: int, fan_outs: list[int] | None = None
+) -> dict:
     """Per-operator counts (per ordered pair at level 2), the share of the space covered, and a
     chi-square test of the counts against uniform (p < 0.01 rejects uniform draws)."""
     op_counts = Counter(op for ops in ops_per_program for op in ops)

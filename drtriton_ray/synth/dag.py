@@ -1,4 +1,5 @@
 """A synthesized program as data: tensors (edges) and operator nodes, solved shapes and params."""
+
 from __future__ import annotations
 
 import json
@@ -33,6 +34,7 @@ class Node:
 @dataclass
 class Program:
     """Nodes in program (topological) order; every tensor id indexes `tensors`."""
+
     nodes: list[Node]
     tensors: dict[int, Tensor]
     dtype: str
@@ -59,11 +61,17 @@ class Program:
         return max(uses.values(), default=0)
 
     def to_json(self) -> str:
-        return json.dumps({
-            "nodes": [asdict(n) for n in self.nodes],
-            "tensors": [asdict(t) for t in self.tensors.values()],
-            "inputs": self.inputs, "outputs": self.outputs, "dtype": self.dtype, "flops": self.flops,
-        }, sort_keys=True)
+        return json.dumps(
+            {
+                "nodes": [asdict(n) for n in self.nodes],
+                "tensors": [asdict(t) for t in self.tensors.values()],
+                "inputs": self.inputs,
+                "outputs": self.outputs,
+                "dtype": self.dtype,
+                "flops": self.flops,
+            },
+            sort_keys=True,
+        )
 
     @classmethod
     def from_json(cls, text: str) -> "Program":

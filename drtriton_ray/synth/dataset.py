@@ -1,4 +1,5 @@
 """Program datasets: records to Arrow/Parquet, and a stream of programs from Ray sampler actors."""
+
 from __future__ import annotations
 
 import os
@@ -12,22 +13,24 @@ import pyarrow.parquet as pq
 from drtriton_ray.synth.config import SynthConfig
 from drtriton_ray.synth.sampler import ProgramRecord, Sampler
 
-SCHEMA = pa.schema([
-    ("id", pa.string()),
-    ("level", pa.int32()),
-    ("ops", pa.list_(pa.string())),
-    ("source", pa.string()),
-    ("functional", pa.string()),
-    ("dag", pa.string()),
-    ("flops", pa.int64()),
-    ("seed", pa.int64()),
-    ("dtype", pa.string()),
-    ("profile", pa.string()),
-    ("index", pa.int64()),
-    ("attempts", pa.int32()),
-    ("fan_out", pa.int32()),
-    ("num_outputs", pa.int32()),
-])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("level", pa.int32()),
+        ("ops", pa.list_(pa.string())),
+        ("source", pa.string()),
+        ("functional", pa.string()),
+        ("dag", pa.string()),
+        ("flops", pa.int64()),
+        ("seed", pa.int64()),
+        ("dtype", pa.string()),
+        ("profile", pa.string()),
+        ("index", pa.int64()),
+        ("attempts", pa.int32()),
+        ("fan_out", pa.int32()),
+        ("num_outputs", pa.int32()),
+    ]
+)
 
 
 def to_table(records: list[ProgramRecord]) -> pa.Table:
@@ -70,8 +73,9 @@ def read_parquet(path: str | Path) -> pa.Table:
     return pq.read_table(path)
 
 
-def synthesize_local(config: SynthConfig, seed: int, indices, on_done: Callable[[], None] | None = None
-                     ) -> Iterator[ProgramRecord]:
+def synthesize_local(
+    config: SynthConfig, seed: int, indices, on_done: Callable[[], None] | None = None
+) -> Iterator[ProgramRecord]:
     sampler = Sampler(config, seed)
     for i in indices:
         yield sampler.sample(i)

@@ -1,6 +1,7 @@
 """Programs as source: KernelBench's problem format, and the flat functional form that
 test-time search cuts into fragments. Tensor `k` is `tensor_k` in both; weight `k` is
 `self.weight_k` in the module and the argument `weight_k` in the functional form."""
+
 from __future__ import annotations
 
 import math
@@ -47,8 +48,9 @@ def _returned(p: Program) -> str:
 def module_constants(p: Program) -> list[str]:
     """DTYPE and the shape constants: the problem's, repeated verbatim by a solution."""
     weights = [t for t in p.tensors.values() if t.role == "weight"]
-    return [f"DTYPE = torch.{p.dtype}"] + [f"{_shape_const(t)} = {_tuple(t.shape)}"
-                                          for t in [p.tensors[i] for i in p.inputs] + weights]
+    return [f"DTYPE = torch.{p.dtype}"] + [
+        f"{_shape_const(t)} = {_tuple(t.shape)}" for t in [p.tensors[i] for i in p.inputs] + weights
+    ]
 
 
 def parameter_lines(p: Program) -> list[str]:
@@ -63,8 +65,15 @@ def forward_signature(p: Program) -> str:
 def kernelbench_source(p: Program, title: str = "") -> str:
     out = [HEADER] + module_constants(p)
     doc = title or " -> ".join(p.ops)
-    out += ["", "", "class Model(nn.Module):", f'    """{doc}"""', "", "    def __init__(self):",
-            "        super().__init__()"]
+    out += [
+        "",
+        "",
+        "class Model(nn.Module):",
+        f'    """{doc}"""',
+        "",
+        "    def __init__(self):",
+        "        super().__init__()",
+    ]
     out += [f"        {line}" for line in parameter_lines(p)]
     out += ["", f"    {forward_signature(p)}"]
     out += [f"        {line}" for line in _body(p, lambda w: f"self.weight_{w}")]

@@ -8,6 +8,7 @@ the operator distribution; only at level >= 3, after half the attempts, are the 
 A validation the device could not run (out of memory: the GPU is shared with verifiers) is not a failed draw:
 it is retried after a wait, then reported, so an index names one program whatever else the GPU held.
 """
+
 from __future__ import annotations
 
 import random
@@ -50,6 +51,7 @@ def ops_by_id(config: Callable[[int], SynthConfig]) -> Callable[[str], list[str]
     def ops_of(program_id: str) -> list[str]:
         level, seed, index = parse_program_id(program_id)
         return samplers.setdefault((level, seed), Sampler(config(level), seed)).planned_ops(index)
+
     return ops_of
 
 
@@ -60,6 +62,7 @@ class SynthesisError(Exception):
 @dataclass
 class ProgramRecord:
     """One dataset row (see `drtriton_ray.synth.dataset.SCHEMA`)."""
+
     id: str
     level: int
     ops: list[str]
@@ -139,8 +142,10 @@ class Sampler:
                     reasons.append(f"attempt {attempt}: PyTorch error {type(e).__name__}: {e}")
                     continue
             return self._record(index, ops, program, source, prog_seed, attempt + 1)
-        raise SynthesisError(f"no valid program for operators {ops} in {cfg.max_attempts} attempts "
-                             f"(profile {cfg.profile_name}, dtype {cfg.dtype}): " + "; ".join(reasons[-3:]))
+        raise SynthesisError(
+            f"no valid program for operators {ops} in {cfg.max_attempts} attempts "
+            f"(profile {cfg.profile_name}, dtype {cfg.dtype}): " + "; ".join(reasons[-3:])
+        )
 
     def _validate(self, source: str, program: Program, prog_seed: int, index: int, attempt: int) -> None:
         cfg = self.config
@@ -154,15 +159,28 @@ class Sampler:
                 # a paper-size program's float32 and float64 runs leave tens of GB in the caching allocator,
                 # which a verifier on the same GPU then lacks (its references ran out of memory)
                 free_cache(cfg.device)
-        raise SynthesisError(f"program {index} (attempt {attempt}, operators {'+'.join(program.ops)}) ran out of "
-                             f"memory in validation on {cfg.device} {1 + len(OOM_RETRY_WAITS_S)} times; not redrawn, "
-                             f"so that the index keeps its program: free the device and draw it again "
-                             f"({str(error).splitlines()[0]})") from error
+        raise SynthesisError(
+            f"program {index} (attempt {attempt}, operators {'+'.join(program.ops)}) ran out of "
+            f"memory in validation on {cfg.device} {1 + len(OOM_RETRY_WAITS_S)} times; not redrawn, "
+            f"so that the index keeps its program: free the device and draw it again "
+            f"({str(error).splitlines()[0]})"
+        ) from error
 
     def _record(self, index, ops, program: Program, source, prog_seed, attempts) -> ProgramRecord:
         cfg = self.config
         return ProgramRecord(
-            id=f"l{cfg.level}-s{self.seed}-{index:06d}", level=cfg.level, ops=ops, source=source,
-            functional=functional_source(program), dag=program.to_json(), flops=program.flops,
-            seed=prog_seed, dtype=cfg.dtype, profile=cfg.profile_name, index=index, attempts=attempts,
-            fan_out=program.fan_out(), num_outputs=len(program.outputs))
+            id=f"l{cfg.level}-s{self.seed}-{index:06d}",
+            level=cfg.level,
+            ops=ops,
+            source=source,
+            functional=functional_source(program),
+            dag=program.to_json(),
+            flops=program.flops,
+            seed=prog_seed,
+            dtype=cfg.dtype,
+            profile=cfg.profile_name,
+            index=index,
+            attempts=attempts,
+            fan_out=program.fan_out(),
+            num_outputs=len(program.outputs),
+        )

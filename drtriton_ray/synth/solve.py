@@ -5,6 +5,7 @@ so every tensor gets a random hint (a rank from its allowed set, a log-uniform e
 over its dims) that the solver repairs into a solution. Infeasible FLOP bands are relaxed by halving
 the lower bound, as DRTriton does, through assumption literals (one model, several solves).
 """
+
 from __future__ import annotations
 
 import math
@@ -157,13 +158,15 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
 
 
 def _describe(b: Bounds) -> str:
-    return (f"elements per tensor {b.min_elems}..{b.max_elems}, dims <= {b.max_dim}, "
-            f"FLOPs <= {b.max_flops}, all tensors <= {b.max_total_elems} elements")
+    return (
+        f"elements per tensor {b.min_elems}..{b.max_elems}, dims <= {b.max_dim}, "
+        f"FLOPs <= {b.max_flops}, all tensors <= {b.max_total_elems} elements"
+    )
 
 
 def _shape(solver: cp_model.CpSolver, t: TensorVar) -> list[int]:
     r = solver.value(t.rank)
-    return [solver.value(d) for d in t.dims[SLOTS - r:]]
+    return [solver.value(d) for d in t.dims[SLOTS - r :]]
 
 
 def _value(solver: cp_model.CpSolver, v):

@@ -18,6 +18,7 @@ dim, the `> 0` of Where) must not be near-ties: where float32 rounding moves val
 closer than CONDITIONING_MARGIN * e can go either way in a kernel (two ArgMax programs failed so on an H100 although
 the float64 check had passed on its seeds), so such programs are refused on the margin itself, not only when the
 seeds happen to flip one."""
+
 from __future__ import annotations
 
 import contextlib
@@ -50,9 +51,9 @@ class Decisions(TorchFunctionMode):
 
     def __init__(self):
         super().__init__()
-        self.recorded: list = []    # float32 operands, in call order
+        self.recorded: list = []  # float32 operands, in call order
         self.replay: list | None = None
-        self.fragile: dict[str, list[int]] = {}   # decision -> [calls' fragile count, decisions checked]
+        self.fragile: dict[str, list[int]] = {}  # decision -> [calls' fragile count, decisions checked]
 
     def wide(self) -> "Decisions":
         """Switch to the float64 run: later calls are paired with the records."""
@@ -66,8 +67,7 @@ class Decisions(TorchFunctionMode):
         if isinstance(x, torch.Tensor) and x.is_floating_point():
             if name in ("argmax", "argmin"):
                 self._see(name, x, kwargs.get("dim", args[1] if len(args) > 1 else None))
-            elif name == "gt" and len(args) > 1 and not isinstance(args[1], torch.Tensor) \
-                    and args[1] == 0:
+            elif name == "gt" and len(args) > 1 and not isinstance(args[1], torch.Tensor) and args[1] == 0:
                 self._see("where", x, None)
         return func(*args, **kwargs)
 
@@ -90,8 +90,9 @@ class Decisions(TorchFunctionMode):
             row_err = err.amax(dim=dim)
             fragile = (row_err > 0) & (top.select(dim, 0) - top.select(dim, 1) <= CONDITIONING_MARGIN * row_err)
             total = row_err.numel()
-        seen = self.fragile.setdefault({"argmax": "ArgMax rows", "argmin": "ArgMin rows",
-                                        "where": "Where conditions (> 0)"}[kind], [0, 0])
+        seen = self.fragile.setdefault(
+            {"argmax": "ArgMax rows", "argmin": "ArgMin rows", "where": "Where conditions (> 0)"}[kind], [0, 0]
+        )
         seen[0] += int(fragile.sum())
         seen[1] += total
 
@@ -114,7 +115,7 @@ def build_model(mod: types.ModuleType, seed: int, device: str = "cpu"):
 def run_problem(mod: types.ModuleType, seed: int, device: str = "cpu") -> list[torch.Tensor]:
     model = build_model(mod, seed, device)
     with torch.device(device):
-        inputs = mod.get_inputs()   # the seed's stream goes on from the model's initialisation
+        inputs = mod.get_inputs()  # the seed's stream goes on from the model's initialisation
     with torch.no_grad():
         return as_list(model(*inputs))
 
@@ -168,7 +169,7 @@ def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int,
     tol = getattr(mod, "TOLERANCE", None)
     rng = random.Random(f"conditioning/{seed}")
     nulls = NullCandidates(tol)
-    for dist in BASE_DISTRIBUTIONS:   # the verifier picks stress scales at which the program is well-conditioned
+    for dist in BASE_DISTRIBUTIONS:  # the verifier picks stress scales at which the program is well-conditioned
         for _ in range(trials):
             inputs = make_inputs(mod.get_inputs, dist, rng.randrange(2**31), device)
             decisions = Decisions() if wide_model is not None else None
@@ -182,16 +183,27 @@ def check_verifiable(mod: types.ModuleType, seed: int, device: str, trials: int,
                 want = as_list(wide_model(*wide))
             result = compare(got, [w.to(g.dtype) for w, g in zip(want, got)], tol, tol_scale=1 / CONDITIONING_MARGIN)
             if not result.ok:
-                raise InvalidProgram(f"ill-conditioned: in float32 it misses its own float64 result by more than "
-                                     f"1/{CONDITIONING_MARGIN:g} of the tolerance on {dist} inputs ({result.detail}), "
-                                     "so a float32 kernel's own rounding would fail the verifier")
+                raise InvalidProgram(
+                    f"ill-conditioned: in float32 it misses its own float64 result by more than "
+                    f"1/{CONDITIONING_MARGIN:g} of the tolerance on {dist} inputs ({result.detail}), "
+                    "so a float32 kernel's own rounding would fail the verifier"
+                )
             for what, (fragile, total) in decisions.fragile.items():
                 if fragile:
-                    raise InvalidProgram(f"near-tie: on {dist} inputs {fragile} of {total} {what} decide between "
-                                         f"values closer than {CONDITIONING_MARGIN:g}x their float32 rounding error, "
-                                         "so a correct float32 kernel may decide otherwise")
+                    raise InvalidProgram(
+                        f"near-tie: on {dist} inputs {fragile} of {total} {what} decide between "
+                        f"values closer than {CONDITIONING_MARGIN:g}x their float32 rounding error, "
+                        "so a correct float32 kernel may decide otherwise"
+                    )
     if nulls.zeros or nulls.constant or nulls.fixed:
-        what = "an all-zeros output" if nulls.zeros else "a constant output" if nulls.constant else \
-            "its first outputs replayed (they do not depend on the inputs)"
-        raise InvalidProgram(f"degenerate: {what} matches it within the tolerance on every input distribution (the "
-                             "verifier refuses such problems)")
+        what = (
+            "an all-zeros output"
+            if nulls.zeros
+            else "a constant output"
+            if nulls.constant
+            else "its first outputs replayed (they do not depend on the inputs)"
+        )
+        raise InvalidProgram(
+            f"degenerate: {what} matches it within the tolerance on every input distribution (the "
+            "verifier refuses such problems)"
+        )

@@ -5,6 +5,7 @@ take (so one tensor may feed several operators: fan-out and diamonds); otherwise
 tensors nobody consumes yet, and only when there are none from a fresh program input (DRTriton's
 rule). "Can take" is the coarse rank relation of the specs; CP-SAT decides the exact shapes.
 """
+
 from __future__ import annotations
 
 import random
@@ -53,8 +54,11 @@ def _fits(plan: Plan, t: int, spec, chosen: list[int]) -> bool:
     the whole plan plus this node (its other slots and its output as yet unconstrained)."""
     n, free = len(plan.tensors), spec.arity - len(chosen) - 1
     ranks = [set(pt.ranks) for pt in plan.tensors] + [set(ALL_RANKS) for _ in range(free + 1)]
-    trial = Plan(plan.ops[: len(plan.inputs)] + [spec.name],
-                 inputs=plan.inputs + [chosen + [t] + list(range(n, n + free))], outputs=plan.outputs + [n + free])
+    trial = Plan(
+        plan.ops[: len(plan.inputs)] + [spec.name],
+        inputs=plan.inputs + [chosen + [t] + list(range(n, n + free))],
+        outputs=plan.outputs + [n + free],
+    )
     return _propagate(trial, ranks)
 
 
@@ -78,9 +82,11 @@ def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: 
         chosen: list[int] = []
         forced_slot = rng.randrange(spec.arity) if chain and k > 0 else None
         for slot in range(spec.arity):
+
             def takes(t: int) -> bool:
                 pt = plan.tensors[t]
                 return pt.consumable and t not in chosen and _fits(plan, t, spec, chosen)
+
             if forced_slot == slot:
                 prev = plan.outputs[k - 1]
                 pick = prev if takes(prev) else None

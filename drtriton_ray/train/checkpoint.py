@@ -9,6 +9,7 @@ The optimizer state is saved in its full, unsharded form keyed by parameter name
 file, and `load` shards it again for FSDP. A plain `optimizer.state_dict()` holds only this rank's shard under FSDP
 and cannot be loaded into another sharding; checkpoints written that way (by DDP runs before this module) still
 load, through `optimizer.load_state_dict`."""
+
 from __future__ import annotations
 
 import json
@@ -40,10 +41,11 @@ def full_state_dict(model) -> dict:
     rank 0 only (on the CPU), otherwise it is the model's own tensors, where they are."""
     import torch
     from torch.distributed.fsdp import FullStateDictConfig, FullyShardedDataParallel, StateDictType
+
     if isinstance(model, FullyShardedDataParallel):
-        with FullyShardedDataParallel.state_dict_type(model, StateDictType.FULL_STATE_DICT,
-                                                      FullStateDictConfig(offload_to_cpu=_on_gpu(model),
-                                                                          rank0_only=True)):
+        with FullyShardedDataParallel.state_dict_type(
+            model, StateDictType.FULL_STATE_DICT, FullStateDictConfig(offload_to_cpu=_on_gpu(model), rank0_only=True)
+        ):
             return model.state_dict()
     inner = model.module if isinstance(model, torch.nn.parallel.DistributedDataParallel) else model
     return inner.state_dict()
@@ -54,26 +56,30 @@ def optimizer_state(model, optimizer) -> dict:
     rank 0 (on a GPU, rank 0 only, moved to the CPU)."""
     import torch.distributed as dist
     from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
     offload = _on_gpu(model) and dist.is_available() and dist.is_initialized()
-    return get_optimizer_state_dict(model, optimizer, options=StateDictOptions(full_state_dict=True,
-                                                                               cpu_offload=offload))
+    return get_optimizer_state_dict(
+        model, optimizer, options=StateDictOptions(full_state_dict=True, cpu_offload=offload)
+    )
 
 
 def load_optimizer_state(model, optimizer, state: dict) -> None:
     """Load `optimizer_state`'s output on every rank (each rank has the whole file; FSDP keeps its shard)."""
-    if any(isinstance(k, int) for k in state.get("state", {})):   # a plain optimizer.state_dict() (DDP, older runs)
+    if any(isinstance(k, int) for k in state.get("state", {})):  # a plain optimizer.state_dict() (DDP, older runs)
         optimizer.load_state_dict(state)
         return
     from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
     set_optimizer_state_dict(model, optimizer, state, options=StateDictOptions(full_state_dict=True))
 
 
 @dataclass
 class Restored:
     """What a trainer starts from: the checkpoint Ray Train handed it, or the starting model."""
-    model_dir: str                 # the weights to load
-    trainer_state: dict | None     # trainer_state.pt; None: a fresh start
-    job_state: dict | None         # the job's own JSON file; None: a fresh start (or a job without one)
+
+    model_dir: str  # the weights to load
+    trainer_state: dict | None  # trainer_state.pt; None: a fresh start
+    job_state: dict | None  # the job's own JSON file; None: a fresh start (or a job without one)
 
     @property
     def step(self) -> int:
@@ -86,11 +92,12 @@ class CheckpointManager:
 
     def __init__(self, rank: int, start_model: str, job_state_file: str | None = None):
         self.rank, self.start_model, self.job_state_file = rank, start_model, job_state_file
-        self._pending: str | None = None   # the folder of the checkpoint being reported
+        self._pending: str | None = None  # the folder of the checkpoint being reported
 
     def restore(self) -> Restored:
         import ray.train
         import torch
+
         checkpoint = ray.train.get_checkpoint()
         if not checkpoint:
             return Restored(self.start_model, None, None)
@@ -105,6 +112,7 @@ class CheckpointManager:
     def load(restored: Restored, model, optimizer, scheduler) -> int:
         """Optimizer, scheduler and RNG from the checkpoint (nothing on a fresh start); the step to start from."""
         import torch
+
         state = restored.trainer_state
         if state:
             load_optimizer_state(model, optimizer, state["optimizer"])
@@ -113,13 +121,22 @@ class CheckpointManager:
             torch.set_rng_state(state["torch_rng"])
         return restored.step
 
-    def save(self, step: int, model, optimizer, scheduler, tokenizer, full: dict | None = None,
-             job_state: Callable[[], dict] | None = None):
+    def save(
+        self,
+        step: int,
+        model,
+        optimizer,
+        scheduler,
+        tokenizer,
+        full: dict | None = None,
+        job_state: Callable[[], dict] | None = None,
+    ):
         """Write a checkpoint of `step`; every rank calls it. `full`: the model's `full_state_dict` when the caller
         has it already; `job_state`: called on rank 0 for the job's JSON file. Returns the ray.train.Checkpoint on
         rank 0 (None elsewhere) for `report`."""
         import ray.train
         import torch
+
         full = full_state_dict(model) if full is None else full
         optim = optimizer_state(model, optimizer)
         if self.rank != 0:
@@ -127,9 +144,16 @@ class CheckpointManager:
         folder = self._pending = tempfile.mkdtemp(prefix="checkpoint-")
         unwrap(model).save_pretrained(folder, state_dict=full)
         tokenizer.save_pretrained(folder)
-        torch.save({"optimizer": optim, "scheduler": scheduler.state_dict(), "step": step,
-                    "python_rng": random.getstate(), "torch_rng": torch.get_rng_state()},
-                   os.path.join(folder, TRAINER_STATE))
+        torch.save(
+            {
+                "optimizer": optim,
+                "scheduler": scheduler.state_dict(),
+                "step": step,
+                "python_rng": random.getstate(),
+                "torch_rng": torch.get_rng_state(),
+            },
+            os.path.join(folder, TRAINER_STATE),
+        )
         if self.job_state_file:
             Path(folder, self.job_state_file).write_text(json.dumps(job_state(), default=str))
         return ray.train.Checkpoint.from_directory(folder)
@@ -138,6 +162,7 @@ class CheckpointManager:
         """ray.train.report on every rank (with the checkpoint `save` made on rank 0); Ray Train has copied it to the
         run's storage when this returns, and the local folder goes."""
         import ray.train
+
         try:
             ray.train.report(metrics, checkpoint=checkpoint)
         finally:

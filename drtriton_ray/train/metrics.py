@@ -2,13 +2,14 @@
 the numbers as TensorBoard scalars under RUN/tensorboard. A trainer that starts at step s (a resume, or Ray Train's
 restart after a failure) first drops the file's rows past s: they are those of steps whose checkpoint Ray Train never
 registered, which are trained again, so the file holds each step once."""
+
 from __future__ import annotations
 
 import json
 import os
 from pathlib import Path
 
-NOT_SCALARS = ("timestamp", "resumed_from")   # in metrics.jsonl, not TensorBoard curves
+NOT_SCALARS = ("timestamp", "resumed_from")  # in metrics.jsonl, not TensorBoard curves
 
 
 def read_metrics(path: Path) -> list[dict]:
@@ -40,6 +41,7 @@ class MetricsLogger:
         if rank != 0:
             return
         from torch.utils.tensorboard import SummaryWriter
+
         self.run_dir.mkdir(parents=True, exist_ok=True)
         drop_rows_after(self.path, step)
         self.writer = SummaryWriter(str(self.run_dir / "tensorboard"))

@@ -8,6 +8,7 @@ name and storage path resumes from the latest checkpoint (the batch order is a f
 a resumed run sees what the uninterrupted one would have). Metrics go to TensorBoard and a JSONL file on rank 0
 (train/metrics.py).
 """
+
 from __future__ import annotations
 
 import json
@@ -58,8 +59,11 @@ def read_pairs(paths: list[str]) -> list[tuple[list[dict], str]]:
     """(chat messages, answer) pairs from Parquet or JSONL files; `prompt` may be a JSON string."""
     pairs = []
     for path in paths:
-        rows = [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()] \
-            if path.endswith((".jsonl", ".json")) else pq.read_table(path, columns=["prompt", "answer"]).to_pylist()
+        rows = (
+            [json.loads(line) for line in open(path, encoding="utf-8") if line.strip()]
+            if path.endswith((".jsonl", ".json"))
+            else pq.read_table(path, columns=["prompt", "answer"]).to_pylist()
+        )
         for row in rows:
             prompt = json.loads(row["prompt"]) if isinstance(row["prompt"], str) else row["prompt"]
             pairs.append((prompt, row["answer"]))
@@ -89,8 +93,8 @@ def plan_batches(lengths: list[int], micro_batch: int, seed: int, epoch: int) ->
     window = micro_batch * 50
     batches = []
     for i in range(0, len(order), window):
-        chunk = sorted(order[i:i + window], key=lambda j: lengths[j])
-        batches += [chunk[k:k + micro_batch] for k in range(0, len(chunk), micro_batch)]
+        chunk = sorted(order[i : i + window], key=lambda j: lengths[j])
+        batches += [chunk[k : k + micro_batch] for k in range(0, len(chunk), micro_batch)]
     rng.shuffle(batches)
     return batches
 
@@ -99,6 +103,7 @@ def plan_batches(lengths: list[int], micro_batch: int, seed: int, epoch: int) ->
 class Shard:
     """This rank's examples and the step plan over them: equal shards, so every rank steps (and reports) equally
     often; the batch order is a function of the seed, the rank and the epoch."""
+
     examples: list[tuple[list[int], list[int]]]
     steps_per_epoch: int
     total: int
@@ -108,17 +113,21 @@ class Shard:
         examples = tokenize_pairs(read_pairs(cfg.data), tokenizer, cfg.max_len)
         per_rank = len(examples) // world
         if per_rank < cfg.micro_batch:
-            raise ValueError(f"{len(examples)} examples cannot fill a micro-batch of {cfg.micro_batch} on {world} "
-                             "workers")
+            raise ValueError(
+                f"{len(examples)} examples cannot fill a micro-batch of {cfg.micro_batch} on {world} workers"
+            )
         steps_per_epoch = per_rank // cfg.micro_batch // cfg.grad_accum
-        return cls(examples[rank * per_rank:(rank + 1) * per_rank], steps_per_epoch,
-                   min(cfg.max_steps or math.inf, steps_per_epoch * cfg.epochs))
+        return cls(
+            examples[rank * per_rank : (rank + 1) * per_rank],
+            steps_per_epoch,
+            min(cfg.max_steps or math.inf, steps_per_epoch * cfg.epochs),
+        )
 
     def micro_batches(self, cfg: SFTConfig, rank: int, step: int) -> list[list[int]]:
         """The micro-batches (indices into `examples`) of optimizer step `step` (0-based)."""
         epoch, in_epoch = divmod(step, self.steps_per_epoch)
         batches = plan_batches([len(ids) for ids, _ in self.examples], cfg.micro_batch, cfg.seed + rank, epoch)
-        return batches[in_epoch * cfg.grad_accum:(in_epoch + 1) * cfg.grad_accum]
+        return batches[in_epoch * cfg.grad_accum : (in_epoch + 1) * cfg.grad_accum]
 
 
 def setup(cfg: SFTConfig, restored: Restored, total: int):
@@ -126,6 +135,7 @@ def setup(cfg: SFTConfig, restored: Restored, total: int):
     there is one; and the step to start from."""
     import torch
     from transformers import AutoModelForCausalLM, get_cosine_schedule_with_warmup
+
     model = AutoModelForCausalLM.from_pretrained(restored.model_dir, dtype=torch.float32)
     model = prepare_model(model, cfg.strategy)
     optimizer = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.0)
@@ -136,19 +146,22 @@ def setup(cfg: SFTConfig, restored: Restored, total: int):
 def micro_batch_loss(model, batch: list[tuple[list[int], list[int]]], pad: int, device, bf16: bool):
     """Mean cross-entropy over the answer tokens of `batch` (padded to its longest), and its tokens."""
     import torch
+
     width = max(len(ids) for ids, _ in batch)
     ids = torch.tensor([ids + [pad] * (width - len(ids)) for ids, _ in batch], device=device)
     labels = torch.tensor([lab + [-100] * (width - len(lab)) for _, lab in batch], device=device)
     attn = torch.tensor([[1] * len(ids) + [0] * (width - len(ids)) for ids, _ in batch], device=device)
     with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=bf16):
         logits = model(input_ids=ids, attention_mask=attn).logits
-    loss = torch.nn.functional.cross_entropy(logits[:, :-1].float().reshape(-1, logits.shape[-1]),
-                                             labels[:, 1:].reshape(-1), ignore_index=-100)
+    loss = torch.nn.functional.cross_entropy(
+        logits[:, :-1].float().reshape(-1, logits.shape[-1]), labels[:, 1:].reshape(-1), ignore_index=-100
+    )
     return loss, int(attn.sum())
 
 
-def train_step(model, optimizer, scheduler, batches: list[list], grad_accum: int, pad: int, device,
-               bf16: bool) -> tuple[float, int]:
+def train_step(
+    model, optimizer, scheduler, batches: list[list], grad_accum: int, pad: int, device, bf16: bool
+) -> tuple[float, int]:
     """One optimizer step over `grad_accum` micro-batches: the loss and the tokens seen."""
     loss_sum, tokens = 0.0, 0
     for batch in batches:
@@ -188,8 +201,12 @@ def train_loop(config: dict) -> None:
         batches = [[shard.examples[j] for j in micro] for micro in shard.micro_batches(cfg, rank, step)]
         loss, tokens = train_step(model, optimizer, scheduler, batches, cfg.grad_accum, pad, device, bf16)
         step += 1
-        metrics = {"step": step, "loss": loss, "lr": scheduler.get_last_lr()[0],
-                   "tokens_per_s": tokens * world / (time.perf_counter() - t0)}
+        metrics = {
+            "step": step,
+            "loss": loss,
+            "lr": scheduler.get_last_lr()[0],
+            "tokens_per_s": tokens * world / (time.perf_counter() - t0),
+        }
         log.log(metrics, step)
         due = step % cfg.checkpoint_every == 0 or step == shard.total
         checkpoints.report(metrics, checkpoints.save(step, model, optimizer, scheduler, tokenizer) if due else None)
@@ -200,10 +217,16 @@ def run_sft(cfg: SFTConfig):
     """Fit (or resume) and return Ray Train's Result; its checkpoint is an HF model folder."""
     from ray.train import CheckpointConfig, RunConfig, ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
+
     trainer = TorchTrainer(
-        train_loop, train_loop_config=cfg.model_dump(),
+        train_loop,
+        train_loop_config=cfg.model_dump(),
         scaling_config=ScalingConfig(num_workers=cfg.num_workers, use_gpu=cfg.use_gpu),
         torch_config=TorchConfig(backend="nccl" if cfg.use_gpu else "gloo"),
-        run_config=RunConfig(name=cfg.run_name, storage_path=str(Path(cfg.storage_path).absolute()),
-                             checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints)))
+        run_config=RunConfig(
+            name=cfg.run_name,
+            storage_path=str(Path(cfg.storage_path).absolute()),
+            checkpoint_config=CheckpointConfig(num_to_keep=cfg.keep_checkpoints),
+        ),
+    )
     return trainer.fit()

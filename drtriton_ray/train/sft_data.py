@@ -1,6 +1,7 @@
 """SFT pairs: synthesized programs and their reference lowerings, kept only when the strict verifier
 accepts the lowering; external PyTorch->Triton pairs (JSONL or Parquet with `prompt`/`answer`, or
 `source`/`solution`) can be mixed in."""
+
 from __future__ import annotations
 
 import json
@@ -15,8 +16,16 @@ from drtriton_ray.synth import Program, Sampler, SynthConfig
 from drtriton_ray.synth.dataset import check_writable
 from drtriton_ray.verify import Task, WorkerPool
 
-SCHEMA = pa.schema([("id", pa.string()), ("level", pa.int32()), ("ops", pa.list_(pa.string())),
-                    ("prompt", pa.string()), ("answer", pa.string()), ("origin", pa.string())])
+SCHEMA = pa.schema(
+    [
+        ("id", pa.string()),
+        ("level", pa.int32()),
+        ("ops", pa.list_(pa.string())),
+        ("prompt", pa.string()),
+        ("answer", pa.string()),
+        ("origin", pa.string()),
+    ]
+)
 
 
 def lowered_pairs(levels: list[int], count: int, seed: int, profile: str, pool: WorkerPool) -> tuple[list[dict], dict]:
@@ -36,8 +45,16 @@ def lowered_pairs(levels: list[int], count: int, seed: int, profile: str, pool: 
         if verdict.status != "correct":
             rejected[verdict.status] = rejected.get(verdict.status, 0) + 1
             continue
-        rows.append({"id": rec.id, "level": rec.level, "ops": rec.ops, "prompt": json.dumps(build_messages(rec.source)),
-                     "answer": format_answer(solution), "origin": "lowering"})
+        rows.append(
+            {
+                "id": rec.id,
+                "level": rec.level,
+                "ops": rec.ops,
+                "prompt": json.dumps(build_messages(rec.source)),
+                "answer": format_answer(solution),
+                "origin": "lowering",
+            }
+        )
     return rows, rejected
 
 
@@ -48,14 +65,23 @@ def external_pairs(path: str, pool: WorkerPool) -> tuple[list[dict], int]:
     p = Path(path)
     if not p.is_file():
         raise ValueError(f"external pairs file {path} not found")
-    rows = [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()] \
-        if p.suffix in (".jsonl", ".json") else pq.read_table(p).to_pylist()
+    rows = (
+        [json.loads(line) for line in p.read_text(encoding="utf-8").splitlines() if line.strip()]
+        if p.suffix in (".jsonl", ".json")
+        else pq.read_table(p).to_pylist()
+    )
     for i, row in enumerate(rows):
         if not ({"prompt", "answer"} <= set(row) or {"source", "solution"} <= set(row)):
             raise ValueError(f"{path} row {i}: needs prompt/answer or source/solution columns")
     to_check = [i for i, row in enumerate(rows) if "source" in row and "solution" in row]
-    verdicts = dict(zip(to_check, pool.map([Task(rows[i]["source"], rows[i]["solution"], name=f"{p.stem}-{i}",
-                                                 timing=False) for i in to_check])))
+    verdicts = dict(
+        zip(
+            to_check,
+            pool.map(
+                [Task(rows[i]["source"], rows[i]["solution"], name=f"{p.stem}-{i}", timing=False) for i in to_check]
+            ),
+        )
+    )
     out, rejected = [], 0
     for i, row in enumerate(rows):
         if i in verdicts:
@@ -66,8 +92,16 @@ def external_pairs(path: str, pool: WorkerPool) -> tuple[list[dict], int]:
         else:
             prompt = row["prompt"] if isinstance(row["prompt"], str) else json.dumps(row["prompt"])
             answer = row["answer"]
-        out.append({"id": f"{p.stem}-{i}", "level": int(row.get("level", 0)), "ops": list(row.get("ops", [])),
-                    "prompt": prompt, "answer": answer, "origin": p.name})
+        out.append(
+            {
+                "id": f"{p.stem}-{i}",
+                "level": int(row.get("level", 0)),
+                "ops": list(row.get("ops", [])),
+                "prompt": prompt,
+                "answer": answer,
+                "origin": p.name,
+            }
+        )
     return out, rejected
 
 

@@ -30,6 +30,7 @@ problem nor the candidate is blamed.
 The reference outputs live only in local variables of this module; the candidate has no import path, frame or
 gc access to reach them (static rules), and the functions comparing them were bound before it was imported.
 """
+
 from __future__ import annotations
 
 import copy
@@ -55,8 +56,8 @@ from drtriton_ray.verify.protocol import Acquire, Granted, Release
 from drtriton_ray.verify.task import BASE_DISTRIBUTIONS, STRESS_DISTRIBUTIONS, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 
-STRESS_DRAWS = 4   # draws a stress trial may try before it is skipped
-REDRAWS = 2        # further draws of a trial whose reference left a correct kernel no headroom
+STRESS_DRAWS = 4  # draws a stress trial may try before it is skipped
+REDRAWS = 2  # further draws of a trial whose reference left a correct kernel no headroom
 NO_SCALE = "at no scale are the reference's outputs finite, well-conditioned and different from draw to draw"
 # A trial needing more than this share of the GPU's memory runs its checks alone on the GPU (exclusive section).
 BIG_SHARE = 0.25
@@ -70,7 +71,7 @@ class GpuSection:
 
     def __init__(self, conn=None):
         self.conn = conn
-        self.waited = 0.0   # seconds spent waiting for grants
+        self.waited = 0.0  # seconds spent waiting for grants
 
     @contextmanager
     def hold(self, kind: str):
@@ -98,6 +99,7 @@ class GpuSection:
 @dataclass
 class WorkerContext:
     """Everything a worker set up once, handed to each task explicitly."""
+
     name: str
     device: str
     scratch: str
@@ -107,30 +109,37 @@ class WorkerContext:
     audit_cls: type
     tasks_run: int = 0
     gate: GpuSection = field(default_factory=GpuSection)
-    gpu_bytes: int = 0   # the GPU's memory (0 on CPU)
-    problems: dict = field(default_factory=dict)   # problem sha256 -> ProblemCheck
+    gpu_bytes: int = 0  # the GPU's memory (0 on CPU)
+    problems: dict = field(default_factory=dict)  # problem sha256 -> ProblemCheck
 
 
 @dataclass
 class ProblemCheck:
     """What a worker learnt of a problem once, before its first candidate."""
-    reason: Optional[str]            # None if usable, else why no candidate can be judged on it
-    out_nbytes: list = field(default_factory=list)   # output sizes, for poisoning freed blocks of those sizes
-    peak: int = 0                    # the reference's peak device memory over a forward and its output checks
-    scales: Optional[dict] = None    # stress distribution -> scale, None where no scale is usable; None: not chosen
+
+    reason: Optional[str]  # None if usable, else why no candidate can be judged on it
+    out_nbytes: list = field(default_factory=list)  # output sizes, for poisoning freed blocks of those sizes
+    peak: int = 0  # the reference's peak device memory over a forward and its output checks
+    scales: Optional[dict] = None  # stress distribution -> scale, None where no scale is usable; None: not chosen
 
 
 def _null_reason(nulls: NullCandidates, dists: str) -> Optional[str]:
     """Why a problem that a null candidate matches on every input distribution cannot judge candidates, or None."""
     if nulls.zeros:
-        return (f"the problem is unusable: an all-zeros output matches the reference on every input distribution "
-                f"({dists}), so a candidate that computes nothing would pass")
+        return (
+            f"the problem is unusable: an all-zeros output matches the reference on every input distribution "
+            f"({dists}), so a candidate that computes nothing would pass"
+        )
     if nulls.constant:
-        return (f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in nulls.constants)}) "
-                f"matches the reference on every input distribution ({dists}): it does not depend on its inputs")
+        return (
+            f"the problem is unusable: a constant output ({', '.join(f'{c:g}' for c in nulls.constants)}) "
+            f"matches the reference on every input distribution ({dists}): it does not depend on its inputs"
+        )
     if nulls.fixed:
-        return (f"the problem is unusable: its outputs are the same on every input distribution ({dists}): they do "
-                "not depend on its inputs, so a candidate that replays a stored answer would pass")
+        return (
+            f"the problem is unusable: its outputs are the same on every input distribution ({dists}): they do "
+            "not depend on its inputs, so a candidate that replays a stored answer would pass"
+        )
     return None
 
 
@@ -159,8 +168,10 @@ def _memory_note(device: str) -> str:
     if not device.startswith("cuda"):
         return ""
     free, total = torch.cuda.mem_get_info(device)
-    return (f" [device {free / 2**30:.1f} of {total / 2**30:.1f} GiB free; this worker holds "
-            f"{torch.cuda.memory_allocated(device) / 2**30:.1f} GiB]")
+    return (
+        f" [device {free / 2**30:.1f} of {total / 2**30:.1f} GiB free; this worker holds "
+        f"{torch.cuda.memory_allocated(device) / 2**30:.1f} GiB]"
+    )
 
 
 def _failure_status(e: BaseException) -> Status:
@@ -191,10 +202,10 @@ class _Run:
         self.rng = random.Random(verdict.seed)
         self.out_nbytes: list[int] = []
         self.gpu = self.device.startswith("cuda")
-        self.big = False               # the problem's trials run alone on the GPU (BIG_SHARE)
-        self.scales: dict = {}         # stress distribution -> scale (ProblemCheck.scales)
-        self.buffers = None            # the candidate's input tensors, refilled by every trial
-        self.wide = None               # a float64 copy of the reference, for the stress trials' conditioning
+        self.big = False  # the problem's trials run alone on the GPU (BIG_SHARE)
+        self.scales: dict = {}  # stress distribution -> scale (ProblemCheck.scales)
+        self.buffers = None  # the candidate's input tensors, refilled by every trial
+        self.wide = None  # a float64 copy of the reference, for the stress trials' conditioning
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
         self.verdict.checks.append(CheckResult(name, passed, detail))
@@ -254,9 +265,13 @@ class _Run:
         if known.scales is None:
             self._memory_retry(self._choose_scales, "exclusive" if self.big else "shared", self._no_scales)
         self.scales = known.scales
-        self.check("problem", True, "self-test passed: deterministic; no all-zeros or constant output matches; "
-                   f"stress inputs: {_describe_scales(self.scales)}"
-                   + ("; checked alone on the GPU (large problem)" if self.big else ""))
+        self.check(
+            "problem",
+            True,
+            "self-test passed: deterministic; no all-zeros or constant output matches; "
+            f"stress inputs: {_describe_scales(self.scales)}"
+            + ("; checked alone on the GPU (large problem)" if self.big else ""),
+        )
 
     def _memory_retry(self, fn, kind: str, on_limit) -> None:
         """fn() in the GPU section `kind`; out of device memory, once more alone on the GPU (other workers' tasks
@@ -276,8 +291,12 @@ class _Run:
                     on_limit(e)
 
     def _reference_limit(self, e: BaseException) -> None:
-        self.reject("problem", Status.VERIFIER_LIMIT, "the reference ran out of memory with no other worker's "
-                    f"kernels running, so no candidate can be judged here: {_describe(e)}{_memory_note(self.device)}")
+        self.reject(
+            "problem",
+            Status.VERIFIER_LIMIT,
+            "the reference ran out of memory with no other worker's "
+            f"kernels running, so no candidate can be judged here: {_describe(e)}{_memory_note(self.device)}",
+        )
 
     def _no_scales(self, e: BaseException) -> None:
         """The float64 evaluation does not fit beside the reference: the problem is checked without stress inputs."""
@@ -324,8 +343,10 @@ class _Run:
                     raise TypeError("Model.forward must return a tensor or a tuple of tensors")
                 out_nbytes = [o.numel() * o.element_size() for o in outs]
                 if not compare(again, out, self.tol).ok:
-                    return ProblemCheck(f"the problem is unusable: two calls on the same {dist} inputs disagree "
-                                        "(random layers such as Dropout in training mode?): no candidate can match it")
+                    return ProblemCheck(
+                        f"the problem is unusable: two calls on the same {dist} inputs disagree "
+                        "(random layers such as Dropout in training mode?): no candidate can match it"
+                    )
                 del again
                 nulls.observe(list(outs))
                 del out, outs
@@ -353,9 +374,11 @@ class _Run:
                 raise
             wide = None
         self.ctx.problems[self.key].scales = {
-            dist: next((s for s in STRESS_SCALES if wide is not None and self._usable_scale(model, wide, dist, s, rng)),
-                       None)
-            for dist in STRESS_DISTRIBUTIONS}
+            dist: next(
+                (s for s in STRESS_SCALES if wide is not None and self._usable_scale(model, wide, dist, s, rng)), None
+            )
+            for dist in STRESS_DISTRIBUTIONS
+        }
 
     def _usable_scale(self, model, wide, dist: str, scale: float, rng: random.Random) -> bool:
         """On two draws: outputs a kernel can be judged on (conditioning.py), different from one draw to the other.
@@ -413,7 +436,7 @@ class _Run:
     def compile_pass(self) -> None:
         """Every launch compiles (Triton's warmup path) and none runs: JIT time leaves the GPU's shared section.
         Its outputs are discarded; an error here is left for the trials to report."""
-        with self.gpu_section():   # drawing the inputs runs kernels; compiling below runs none
+        with self.gpu_section():  # drawing the inputs runs kernels; compiling below runs none
             inputs = make_inputs(self.get_inputs, "uniform_signed", self.rng.randrange(2**31), self.device)
             _sync(self.device)
         monitor = self.ctx.monitor
@@ -456,9 +479,13 @@ class _Run:
         except Exception as e:
             if not _out_of_memory(e):
                 raise
-            self.reject(label, Status.VERIFIER_LIMIT, f"{label}: the reference ran out of memory next to the "
-                        f"candidate's outputs, so the candidate could not be judged: {_describe(e)}"
-                        f"{_memory_note(self.device)}")
+            self.reject(
+                label,
+                Status.VERIFIER_LIMIT,
+                f"{label}: the reference ran out of memory next to the "
+                f"candidate's outputs, so the candidate could not be judged: {_describe(e)}"
+                f"{_memory_note(self.device)}",
+            )
         return out
 
     def candidate_inputs(self, pristine: list) -> list:
@@ -467,9 +494,16 @@ class _Run:
         through `.data`, which leaves the tensors' version counters where they were: a cache keyed on
         (address, version) misses the change as well."""
         held = self.buffers
-        if held is None or len(held) != len(pristine) or any(
-                isinstance(h, torch.Tensor) != isinstance(p, torch.Tensor) or isinstance(p, torch.Tensor)
-                and (h.shape != p.shape or h.dtype != p.dtype or h.device != p.device) for h, p in zip(held, pristine)):
+        if (
+            held is None
+            or len(held) != len(pristine)
+            or any(
+                isinstance(h, torch.Tensor) != isinstance(p, torch.Tensor)
+                or isinstance(p, torch.Tensor)
+                and (h.shape != p.shape or h.dtype != p.dtype or h.device != p.device)
+                for h, p in zip(held, pristine)
+            )
+        ):
             self.buffers = clone_inputs(pristine)
             return self.buffers
         for h, p in zip(held, pristine):
@@ -491,8 +525,10 @@ class _Run:
                 return None
         for _ in range(STRESS_DRAWS):
             inputs = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
-            if judged_outputs(self.ref, self.wide, inputs, self.tol, self.rng.randrange(2**31), self.device) \
-                    is not None:
+            if (
+                judged_outputs(self.ref, self.wide, inputs, self.tol, self.rng.randrange(2**31), self.device)
+                is not None
+            ):
                 return inputs
         return None
 
@@ -502,8 +538,12 @@ class _Run:
         for attempt in range(REDRAWS + 1):
             if self.trial_once(label, distribution, scale, last=attempt == REDRAWS):
                 return
-            self.check(label, True, "drawn again: the reference's intermediates exceeded sqrt(float32 max), where a "
-                       "correct kernel may overflow")
+            self.check(
+                label,
+                True,
+                "drawn again: the reference's intermediates exceeded sqrt(float32 max), where a "
+                "correct kernel may overflow",
+            )
 
     def trial_once(self, label: str, distribution: str, scale: float, last: bool) -> bool:
         """False: the candidate missed on inputs that cannot judge it (see trial)."""
@@ -525,8 +565,11 @@ class _Run:
         if launches == 0:
             self.reject("launch", Status.NO_LAUNCH, f"{label}: forward launched no Triton kernel")
         if ops:
-            self.reject("torch_compute", Status.TORCH_COMPUTE,
-                        f"{label}: PyTorch ran {', '.join(ops[:6])} outside Triton kernels (policy strict)")
+            self.reject(
+                "torch_compute",
+                Status.TORCH_COMPUTE,
+                f"{label}: PyTorch ran {', '.join(ops[:6])} outside Triton kernels (policy strict)",
+            )
         if not inputs_unchanged(pristine, mine):
             self.reject("inputs_unchanged", Status.INPUT_MUTATED, f"{label}: forward modified its inputs")
         headroom = Headroom()
@@ -551,8 +594,9 @@ class _Run:
                 self.check(f"trial {dist}", True, f"skipped: {NO_SCALE}")
                 continue
             for k in range(self.task.trials_per_distribution):
-                self.trial(f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}",
-                           dist, scale)
+                self.trial(
+                    f"trial {dist}" + (f" x{scale:g}" if dist in STRESS_DISTRIBUTIONS else "") + f"#{k}", dist, scale
+                )
         self.buffers = self.wide = None
 
     def hand_back(self) -> None:
@@ -573,9 +617,12 @@ class _Run:
             return
         self.tamper_check("faithfulness run")
         if compare(out, self.reference(pristine, "faithfulness"), self.tol).ok:
-            self.reject("faithfulness", Status.NOT_FAITHFUL,
-                        f"the output still matches with all {launches} Triton launches made no-ops: "
-                        "the kernels do not compute the result")
+            self.reject(
+                "faithfulness",
+                Status.NOT_FAITHFUL,
+                f"the output still matches with all {launches} Triton launches made no-ops: "
+                "the kernels do not compute the result",
+            )
         self.check("faithfulness", True, "output stops matching when kernels are no-ops")
 
     # -- 7. timing --
@@ -588,23 +635,33 @@ class _Run:
             inputs times a random factor in [0.99, 1.01] (one kernel per tensor; elementwise noise cost 4 and
             made input preparation most of the timing phase); integer tensors are copied."""
             s = 1.0 + 0.02 * (rng.random() - 0.5)
-            return [(b * s if b.is_floating_point() else b.clone()) if isinstance(b, torch.Tensor) else b
-                    for b in base]
+            return [(b * s if b.is_floating_point() else b.clone()) if isinstance(b, torch.Tensor) else b for b in base]
+
         return fresh
 
     def time_it(self) -> None:
         t = self.task
-        cand = timing.measure(self.cand, self.timing_inputs(), t.timing_trials, t.timing_warmup,
-                              exclusive=self.ctx.gate.exclusive, first=self.ctx.gate.shared)
-        free_cache(self.device)   # the window's input copies: other workers share this GPU's memory
+        cand = timing.measure(
+            self.cand,
+            self.timing_inputs(),
+            t.timing_trials,
+            t.timing_warmup,
+            exclusive=self.ctx.gate.exclusive,
+            first=self.ctx.gate.shared,
+        )
+        free_cache(self.device)  # the window's input copies: other workers share this GPU's memory
         self.tamper_check("timing")
         v = self.verdict
         v.candidate_ms = cand.median_ms
         refs = t.ref_times or {}
         v.set_reference(refs.get("eager_ms"), refs.get("compile_ms"))
-        self.check("timing", True, f"candidate {cand.median_ms:.4f} ms/call ({cand.calls} calls x {cand.trials} "
-                   f"trials; events {cand.event_ms:.4f}, host {cand.host_ms:.4f}, IQR {cand.iqr_ms:.4f}"
-                   f"{', host time used: unsynchronised work suspected' if cand.host_suspect else ''})")
+        self.check(
+            "timing",
+            True,
+            f"candidate {cand.median_ms:.4f} ms/call ({cand.calls} calls x {cand.trials} "
+            f"trials; events {cand.event_ms:.4f}, host {cand.host_ms:.4f}, IQR {cand.iqr_ms:.4f}"
+            f"{', host time used: unsynchronised work suspected' if cand.host_suspect else ''})",
+        )
 
     def run(self) -> None:
         n = self.ctx.tasks_run
@@ -689,11 +746,18 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
             ctx.sandbox.trusted_depth += 1  # torch.compile may start compiler processes
             try:
                 alone = ctx.gate.exclusive if run.big else None
-                result.update(timing.reference_times(run.ref, run.timing_inputs(), task.timing_trials,
-                                                     task.timing_warmup, exclusive=ctx.gate.exclusive,
-                                                     shared=alone or ctx.gate.shared,
-                                                     compiling=alone or nullcontext,
-                                                     with_compile=task.compile_reference))
+                result.update(
+                    timing.reference_times(
+                        run.ref,
+                        run.timing_inputs(),
+                        task.timing_trials,
+                        task.timing_warmup,
+                        exclusive=ctx.gate.exclusive,
+                        shared=alone or ctx.gate.shared,
+                        compiling=alone or nullcontext,
+                        with_compile=task.compile_reference,
+                    )
+                )
             finally:
                 ctx.sandbox.trusted_depth -= 1
     except Rejected as r:

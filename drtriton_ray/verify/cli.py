@@ -1,6 +1,7 @@
 """`drtriton verify` and `drtriton eval`, registered on the main typer app by `register(app)` (drtriton_ray/cli.py).
 
 User errors print one line through cli_common's `fail` and exit 2; a rejected candidate exits 1."""
+
 from __future__ import annotations
 
 import json
@@ -34,6 +35,7 @@ def _options(device: str, policy: str) -> None:
         _fail(f"unknown --policy {policy!r}; known: {', '.join(POLICIES)}")
     if device == "cuda":
         import torch
+
         if not torch.cuda.is_available():
             _fail("--device cuda asked for, but this machine has no CUDA device")
 
@@ -46,8 +48,13 @@ def _pool(device: str, timeout: float, workers: Optional[int] = 1):
 
 
 def _invalid(reason: str, name: str = "") -> Verdict:
-    return Verdict(status=Status.INVALID_SOURCE.value, reason=reason, name=name, worker="parent",
-                   checks=[CheckResult("source", False, reason)])
+    return Verdict(
+        status=Status.INVALID_SOURCE.value,
+        reason=reason,
+        name=name,
+        worker="parent",
+        checks=[CheckResult("source", False, reason)],
+    )
 
 
 def _fmt(x: Optional[float]) -> str:
@@ -104,11 +111,16 @@ def _verify_one(problem_text: str, candidate: Path, policy: str, name: str, devi
 
 def _print_verdict(verdict: Verdict) -> None:
     from rich.console import Console
-    Console().print(f"[bold]{verdict.status}[/]" + (f": {verdict.reason}" if verdict.reason else "")
-                    + f"\nspeedup vs eager {_fmt(verdict.speedup_vs_eager)}, vs torch.compile "
-                    f"{_fmt(verdict.speedup_vs_compile)}" + (" [flagged > 10x]" if verdict.speedup_flagged else "")
-                    + f"\nmax abs err {verdict.max_abs_error}, {verdict.duration_s:.1f} s on {verdict.worker}",
-                    highlight=False)
+
+    Console().print(
+        f"[bold]{verdict.status}[/]"
+        + (f": {verdict.reason}" if verdict.reason else "")
+        + f"\nspeedup vs eager {_fmt(verdict.speedup_vs_eager)}, vs torch.compile "
+        f"{_fmt(verdict.speedup_vs_compile)}"
+        + (" [flagged > 10x]" if verdict.speedup_flagged else "")
+        + f"\nmax abs err {verdict.max_abs_error}, {verdict.duration_s:.1f} s on {verdict.worker}",
+        highlight=False,
+    )
 
 
 def eval_cmd(
@@ -117,13 +129,18 @@ def eval_cmd(
     out_path: Optional[Path] = typer.Option(None, "--out", help="JSON file for per-problem verdicts + summary"),
     device: str = typer.Option("cpu", "--device"),
     policy: str = typer.Option("strict", "--policy"),
-    workers: Optional[int] = typer.Option(None, "--workers", help="verifier processes (default: 4 on a GPU, "
-                                          "which share it: they compile and check concurrently and take "
-                                          "turns to time; 1 on CPU)"),
+    workers: Optional[int] = typer.Option(
+        None,
+        "--workers",
+        help="verifier processes (default: 4 on a GPU, "
+        "which share it: they compile and check concurrently and take "
+        "turns to time; 1 on CPU)",
+    ),
     timeout: float = typer.Option(300.0, "--timeout"),
 ):
     """KernelBench-style evaluation: Acc, fast_p vs eager and vs torch.compile, geomean over all problems."""
     from drtriton_ray.verify.metrics import summarize
+
     _options(device, policy)
     for folder, what in ((problems, "--problems"), (solutions, "--solutions")):
         if not folder.is_dir():
@@ -178,6 +195,7 @@ def _eval_tasks(files: list[Path], solutions: Path, policy: str):
 def _print_eval(verdicts: list[Verdict], summary: dict) -> None:
     from rich.console import Console
     from rich.table import Table
+
     table = Table(title=f"{summary['correct']}/{summary['problems']} correct")
     for col in ("problem", "status", "vs eager", "vs compile", "reason"):
         table.add_column(col)
@@ -186,7 +204,8 @@ def _print_eval(verdicts: list[Verdict], summary: dict) -> None:
     console = Console()
     console.print(table)
     for base in ("eager", "compile"):
-        fast = ", ".join(f"fast_{p}={'n/a' if x is None else f'{x:.2f}'}"
-                         for p, x in summary[f"fast_p_vs_{base}"].items())
+        fast = ", ".join(
+            f"fast_{p}={'n/a' if x is None else f'{x:.2f}'}" for p, x in summary[f"fast_p_vs_{base}"].items()
+        )
         console.print(f"vs {base}: {fast}; geomean {_fmt(summary[f'geomean_speedup_vs_{base}'])}", highlight=False)
     console.print(f"Acc {summary['acc']:.2f}", highlight=False)

@@ -8,6 +8,7 @@ float32 holds. Relative to the output's own scale, zeros fail wherever the outpu
 correct kernel's rounding, which is relative to the magnitudes it computes with, passes.
 
 Runs in the worker with functions captured before any candidate was imported (hooks.Trusted re-checks them)."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -40,7 +41,7 @@ class Comparison:
     status: Status
     detail: str = ""
     max_abs: float = 0.0
-    max_rel: float = 0.0    # max abs error over the output's scale (output_scale)
+    max_rel: float = 0.0  # max abs error over the output's scale (output_scale)
 
     @property
     def ok(self) -> bool:
@@ -53,16 +54,17 @@ def as_list(out) -> Optional[list]:
     return [out]
 
 
-CHUNK = 1 << 24   # elements compared at once: float64 temporaries of a few hundred MiB, whatever the output size
+CHUNK = 1 << 24  # elements compared at once: float64 temporaries of a few hundred MiB, whatever the output size
 
 
 def output_scale(r) -> float:
     """Root mean square of a flat reference's finite values, at least the dtype's smallest normal number (an output
     that is exactly zero everywhere is then compared exactly)."""
     import torch
+
     total, count = 0.0, 0
     for start in range(0, r.numel(), CHUNK):
-        r64 = r[start:start + CHUNK].to(torch.float64)
+        r64 = r[start : start + CHUNK].to(torch.float64)
         finite = torch.isfinite(r64)
         total += float(torch.where(finite, r64 * r64, torch.zeros_like(r64)).sum())
         count += int(finite.sum())
@@ -74,12 +76,13 @@ def _values(c, r, tol: float) -> tuple[int, int, float, float, float]:
     """Elements off, NaN/Inf where the reference is finite, max abs error, max error relative to the output's scale,
     and that scale, of two flat tensors."""
     import torch
+
     bad = nonfinite = 0
     max_abs = 0.0
     scale = output_scale(r) if tol else 0.0
     for start in range(0, c.numel(), CHUNK):
-        c64 = c[start:start + CHUNK].to(torch.float64)
-        r64 = r[start:start + CHUNK].to(torch.float64)
+        c64 = c[start : start + CHUNK].to(torch.float64)
+        r64 = r[start : start + CHUNK].to(torch.float64)
         close = torch.isclose(c64, r64, rtol=tol, atol=tol * scale, equal_nan=True)
         both_finite = torch.isfinite(c64) & torch.isfinite(r64)
         diff = torch.where(both_finite, (c64 - r64).abs(), torch.zeros_like(c64))
@@ -113,12 +116,14 @@ class NullCandidates:
 
     def observe(self, outs: list) -> None:
         import torch
+
         if self.constants is None:
             self.constants = [o.reshape(-1)[0].item() if o.numel() else 0 for o in outs]
         self.zeros = self.zeros and compare([torch.zeros_like(o) for o in outs], outs, self.tol).ok
-        self.constant = self.constant and compare([torch.full_like(o, c) for o, c in zip(outs, self.constants)],
-                                                  outs, self.tol).ok
-        samples = [o.reshape(-1)[::max(1, o.numel() // self.REPLAY_SAMPLE)][:self.REPLAY_SAMPLE].cpu() for o in outs]
+        self.constant = (
+            self.constant and compare([torch.full_like(o, c) for o, c in zip(outs, self.constants)], outs, self.tol).ok
+        )
+        samples = [o.reshape(-1)[:: max(1, o.numel() // self.REPLAY_SAMPLE)][: self.REPLAY_SAMPLE].cpu() for o in outs]
         if self.first is None:
             self.first = samples
         self.replays = self.replays and compare(self.first, samples, self.tol).ok
@@ -128,32 +133,44 @@ class NullCandidates:
 def compare(candidate, reference, requested_tol: Optional[float] = None, tol_scale: float = 1.0) -> Comparison:
     """tol_scale < 1 asks for part of the tolerance only (synthesis's conditioning margin; the verifier uses 1)."""
     import torch
+
     ref = as_list(reference)
     single = not isinstance(reference, (tuple, list))
     if single and type(candidate) is not torch.Tensor or not single and not isinstance(candidate, (tuple, list)):
-        return Comparison(Status.OUTPUT_TYPE, f"returned {type(candidate).__name__}, expected "
-                          f"{'a plain torch.Tensor' if single else 'a tuple of tensors'}")
+        return Comparison(
+            Status.OUTPUT_TYPE,
+            f"returned {type(candidate).__name__}, expected "
+            f"{'a plain torch.Tensor' if single else 'a tuple of tensors'}",
+        )
     cand = as_list(candidate)
     if len(cand) != len(ref):
         return Comparison(Status.OUTPUT_COUNT, f"returned {len(cand)} outputs, expected {len(ref)}")
     worst = Comparison(Status.CORRECT)
     for i, (c, r) in enumerate(zip(cand, ref)):
         if type(c) is not torch.Tensor:  # subclasses can fake comparisons through __torch_function__
-            return Comparison(Status.OUTPUT_TYPE, f"output {i} is {type(c).__module__}.{type(c).__name__}, "
-                              "expected a plain torch.Tensor")
+            return Comparison(
+                Status.OUTPUT_TYPE,
+                f"output {i} is {type(c).__module__}.{type(c).__name__}, expected a plain torch.Tensor",
+            )
         if c.device != r.device:
             return Comparison(Status.DEVICE_MISMATCH, f"output {i} on {c.device}, expected {r.device}")
         if c.dtype != r.dtype:
             return Comparison(Status.DTYPE_MISMATCH, f"output {i} is {c.dtype}, expected {r.dtype}")
         if c.shape != r.shape:
-            return Comparison(Status.SHAPE_MISMATCH, f"output {i} has shape {tuple(c.shape)}, "
-                              f"expected {tuple(r.shape)}")
+            return Comparison(
+                Status.SHAPE_MISMATCH, f"output {i} has shape {tuple(c.shape)}, expected {tuple(r.shape)}"
+            )
         tol = tolerance(r.dtype, requested_tol) * tol_scale
         bad, nonfinite, max_abs, max_rel, scale = _values(c.detach().reshape(-1), r.detach().reshape(-1), tol)
         worst.max_abs, worst.max_rel = max(worst.max_abs, max_abs), max(worst.max_rel, max_rel)
         if bad:
-            return Comparison(Status.VALUE_MISMATCH, f"output {i}: {bad}/{c.numel()} elements off "
-                              f"(rtol={tol:g}, atol={tol:g} x output scale {scale:.3g}; max abs err {max_abs:.3g}"
-                              + (f"; {nonfinite} NaN/Inf where the reference is finite" if nonfinite else "") + ")",
-                              worst.max_abs, worst.max_rel)
+            return Comparison(
+                Status.VALUE_MISMATCH,
+                f"output {i}: {bad}/{c.numel()} elements off "
+                f"(rtol={tol:g}, atol={tol:g} x output scale {scale:.3g}; max abs err {max_abs:.3g}"
+                + (f"; {nonfinite} NaN/Inf where the reference is finite" if nonfinite else "")
+                + ")",
+                worst.max_abs,
+                worst.max_rel,
+            )
     return worst

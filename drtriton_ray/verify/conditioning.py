@@ -11,6 +11,7 @@ rounding errors. So the reference is judged usable on some inputs when its outpu
   kernel's mean, (x1 + x2) / 2, rounds at 1e-3 while Welford's does not.
 Large-magnitude inputs (the verifier's stress distributions) need this: at unit scale, synthesis already guarantees
 it for every program it emits."""
+
 from __future__ import annotations
 
 from typing import Optional
@@ -20,8 +21,8 @@ from torch.overrides import TorchFunctionMode
 
 from drtriton_ray.verify.compare import CONDITIONING_MARGIN, as_list, compare
 
-ULPS = 2.0          # perturbation, in float32 rounding errors
-EPS = 2.0 ** -24    # float32's unit roundoff
+ULPS = 2.0  # perturbation, in float32 rounding errors
+EPS = 2.0**-24  # float32's unit roundoff
 
 
 class RoundingNoise(TorchFunctionMode):
@@ -38,9 +39,11 @@ class RoundingNoise(TorchFunctionMode):
         if type(out) is not torch.Tensor or not out.is_floating_point() or out.numel() == 0:
             return out
         storage = out.untyped_storage().data_ptr()
-        if any(isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == storage
-               for a in (*args, *(kwargs or {}).values())):
-            return out   # a view, or an in-place result
+        if any(
+            isinstance(a, torch.Tensor) and a.untyped_storage().data_ptr() == storage
+            for a in (*args, *(kwargs or {}).values())
+        ):
+            return out  # a view, or an in-place result
         return jitter(out, self.gen)
 
 
@@ -85,8 +88,9 @@ def judged_outputs(model, wide, inputs: list, tol: Optional[float], seed: int, d
         with torch.no_grad():
             got = as_list(model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]))
             want = as_list(wide(*_float64(inputs)))
-            noisy_inputs = [jitter(x, gen) if isinstance(x, torch.Tensor) and x.is_floating_point() else x
-                            for x in inputs]
+            noisy_inputs = [
+                jitter(x, gen) if isinstance(x, torch.Tensor) and x.is_floating_point() else x for x in inputs
+            ]
             with RoundingNoise(gen):
                 noisy = as_list(model(*noisy_inputs))
         if device.startswith("cuda"):

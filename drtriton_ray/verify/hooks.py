@@ -12,6 +12,7 @@
 - Sandbox: an audit hook (cannot be removed once added) that forbids sockets, child processes and writes outside
   the scratch directory. Best effort: it stops Python-level calls, not native code (ctypes is banned statically).
 """
+
 from __future__ import annotations
 
 import inspect
@@ -20,31 +21,83 @@ import sys
 from typing import Optional
 
 # aten ops a strict candidate may run itself: allocation, initialisation of fresh buffers, views, shape queries.
-STRICT_ALLOWED_ATEN = frozenset({
-    "empty", "empty_like", "empty_strided", "zeros", "zeros_like", "ones", "ones_like", "full", "full_like",
-    "new_empty", "new_empty_strided", "new_zeros", "new_ones", "new_full", "fill_", "zero_", "view", "_unsafe_view",
-    "reshape", "_reshape_alias", "as_strided", "t", "transpose", "permute", "expand", "unsqueeze", "squeeze",
-    "flatten", "unflatten", "slice", "select", "narrow", "detach", "alias", "lift_fresh", "split", "chunk",
-    "unbind", "view_as", "expand_as", "sym_size", "sym_stride", "sym_numel", "sym_storage_offset", "size", "stride",
-    "is_contiguous", "dim", "numel", "contiguous", "resize_", "split_with_sizes", "movedim", "swapaxes",
-})
+STRICT_ALLOWED_ATEN = frozenset(
+    {
+        "empty",
+        "empty_like",
+        "empty_strided",
+        "zeros",
+        "zeros_like",
+        "ones",
+        "ones_like",
+        "full",
+        "full_like",
+        "new_empty",
+        "new_empty_strided",
+        "new_zeros",
+        "new_ones",
+        "new_full",
+        "fill_",
+        "zero_",
+        "view",
+        "_unsafe_view",
+        "reshape",
+        "_reshape_alias",
+        "as_strided",
+        "t",
+        "transpose",
+        "permute",
+        "expand",
+        "unsqueeze",
+        "squeeze",
+        "flatten",
+        "unflatten",
+        "slice",
+        "select",
+        "narrow",
+        "detach",
+        "alias",
+        "lift_fresh",
+        "split",
+        "chunk",
+        "unbind",
+        "view_as",
+        "expand_as",
+        "sym_size",
+        "sym_stride",
+        "sym_numel",
+        "sym_storage_offset",
+        "size",
+        "stride",
+        "is_contiguous",
+        "dim",
+        "numel",
+        "contiguous",
+        "resize_",
+        "split_with_sizes",
+        "movedim",
+        "swapaxes",
+    }
+)
 
 
 class LaunchMonitor:
     def __init__(self):
         self.count = 0
         self.names: list[str] = []
-        self.counting = False   # only candidate forward calls are counted
-        self.noop = False       # faithfulness check: launches do nothing
+        self.counting = False  # only candidate forward calls are counted
+        self.noop = False  # faithfulness check: launches do nothing
         self.compile_only = False  # compile pass: launches compile (warmup=True) but run nothing
-        self.inside = 0         # depth of launches in progress (their own torch ops and compiler processes pass)
+        self.inside = 0  # depth of launches in progress (their own torch ops and compiler processes pass)
         self._wrappers: dict[type, object] = {}
 
     def install(self) -> None:
         import triton.runtime.jit as jit
+
         classes = [jit.JITFunction]
         if os.environ.get("TRITON_INTERPRET") == "1":
             from triton.runtime.interpreter import InterpretedFunction
+
             classes.append(InterpretedFunction)
         for cls in classes:
             original = cls.__dict__["run"]
@@ -53,6 +106,7 @@ class LaunchMonitor:
         # An autotuner benchmarks its configs by launching them: in the compile pass it must compile every config
         # instead (its `warmup`), or it would cache a choice made from no-op timings.
         from triton.runtime.autotuner import Autotuner
+
         if callable(getattr(Autotuner, "warmup", None)):
             Autotuner.run = self._wrap_autotuner(Autotuner.__dict__["run"])
             self._wrappers[Autotuner] = Autotuner.__dict__["run"]
@@ -81,6 +135,7 @@ class LaunchMonitor:
                 return original(kernel, *args, **kwargs)
             finally:
                 monitor.inside -= 1
+
         return run
 
     def _wrap_autotuner(self, original):
@@ -97,6 +152,7 @@ class LaunchMonitor:
                 monitor.count += 1
                 return None
             return original(tuner, *args, **kwargs)
+
         return run
 
     def intact(self) -> bool:
@@ -134,14 +190,51 @@ def make_torch_audit(monitor: LaunchMonitor):
 
 class Trusted:
     """Captured identities of what the grader relies on; `changed()` names anything replaced since capture."""
-    TORCH = ("allclose", "isclose", "equal", "abs", "max", "isnan", "isinf", "isfinite", "where", "manual_seed",
-             "randn", "rand", "empty", "zeros", "Tensor", "is_tensor", "no_grad", "float64")
-    TENSOR = ("clone", "detach", "copy_", "to", "double", "abs", "max", "sub", "isnan", "isfinite", "numel",
-              "__eq__", "__sub__", "__torch_function__", "__torch_dispatch__", "data_ptr", "untyped_storage")
+
+    TORCH = (
+        "allclose",
+        "isclose",
+        "equal",
+        "abs",
+        "max",
+        "isnan",
+        "isinf",
+        "isfinite",
+        "where",
+        "manual_seed",
+        "randn",
+        "rand",
+        "empty",
+        "zeros",
+        "Tensor",
+        "is_tensor",
+        "no_grad",
+        "float64",
+    )
+    TENSOR = (
+        "clone",
+        "detach",
+        "copy_",
+        "to",
+        "double",
+        "abs",
+        "max",
+        "sub",
+        "isnan",
+        "isfinite",
+        "numel",
+        "__eq__",
+        "__sub__",
+        "__torch_function__",
+        "__torch_dispatch__",
+        "data_ptr",
+        "untyped_storage",
+    )
 
     def __init__(self, monitor: LaunchMonitor):
         import time
         import torch
+
         self.monitor = monitor
         self.entries = [(torch, n) for n in self.TORCH] + [(torch.Tensor, n) for n in self.TENSOR]
         self.entries += [(time, n) for n in ("perf_counter", "perf_counter_ns", "time", "monotonic")]
@@ -149,16 +242,22 @@ class Trusted:
         if torch.cuda.is_available():
             self.entries += [(torch.cuda, n) for n in ("synchronize", "Event", "Stream", "current_stream")]
             import triton.testing
+
             self.entries.append((triton.testing, "do_bench"))
         # getattr_static: classmethods (Tensor.__torch_function__) give a new bound object on every getattr.
         self.values = [inspect.getattr_static(owner, name) for owner, name in self.entries]
         import builtins
+
         self.builtins = dict(vars(builtins))
 
     def changed(self) -> list[str]:
         import builtins
-        out = [f"{getattr(owner, '__name__', owner)}.{name}" for (owner, name), value
-               in zip(self.entries, self.values) if inspect.getattr_static(owner, name, None) is not value]
+
+        out = [
+            f"{getattr(owner, '__name__', owner)}.{name}"
+            for (owner, name), value in zip(self.entries, self.values)
+            if inspect.getattr_static(owner, name, None) is not value
+        ]
         out += [f"builtins.{k}" for k, v in self.builtins.items() if getattr(builtins, k, None) is not v]
         if not self.monitor.intact():
             out.append("triton launch hook")
@@ -167,13 +266,47 @@ class Trusted:
 
 # Events that create processes; allowed only while a Triton launch compiles (ptxas) or the grader itself
 # runs torch.compile, never while candidate Python runs.
-_PROCESS_EVENTS = frozenset({"os.fork", "os.forkpty", "os.system", "os.exec", "os.posix_spawn", "os.spawn",
-                             "subprocess.Popen", "pty.spawn", "os.startfile"})
-_NETWORK_EVENTS = frozenset({"socket.__new__", "socket.connect", "socket.bind", "socket.getaddrinfo",
-                             "socket.sendto", "socket.sendmsg", "socket.gethostbyname", "socket.gethostbyaddr"})
-_PATH_EVENTS = {"os.remove": (0,), "os.rmdir": (0,), "os.mkdir": (0,), "os.rename": (0, 1), "os.replace": (0, 1),
-                "os.symlink": (0, 1), "os.link": (0, 1), "os.truncate": (0,), "os.chmod": (0,), "os.chown": (0,),
-                "os.utime": (0,), "shutil.rmtree": (0,), "shutil.copyfile": (1,), "shutil.move": (0, 1)}
+_PROCESS_EVENTS = frozenset(
+    {
+        "os.fork",
+        "os.forkpty",
+        "os.system",
+        "os.exec",
+        "os.posix_spawn",
+        "os.spawn",
+        "subprocess.Popen",
+        "pty.spawn",
+        "os.startfile",
+    }
+)
+_NETWORK_EVENTS = frozenset(
+    {
+        "socket.__new__",
+        "socket.connect",
+        "socket.bind",
+        "socket.getaddrinfo",
+        "socket.sendto",
+        "socket.sendmsg",
+        "socket.gethostbyname",
+        "socket.gethostbyaddr",
+    }
+)
+_PATH_EVENTS = {
+    "os.remove": (0,),
+    "os.rmdir": (0,),
+    "os.mkdir": (0,),
+    "os.rename": (0, 1),
+    "os.replace": (0, 1),
+    "os.symlink": (0, 1),
+    "os.link": (0, 1),
+    "os.truncate": (0,),
+    "os.chmod": (0,),
+    "os.chown": (0,),
+    "os.utime": (0,),
+    "shutil.rmtree": (0,),
+    "shutil.copyfile": (1,),
+    "shutil.move": (0, 1),
+}
 _WRITE_FLAGS = os.O_WRONLY | os.O_RDWR | os.O_CREAT | os.O_TRUNC | os.O_APPEND
 
 
@@ -215,15 +348,17 @@ class Sandbox:
             raise PermissionError(f"child processes are disabled in the verifier ({event})")
         if event == "open":
             path, mode, flags = (tuple(args) + (None, None, None))[:3]
-            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or \
-                (isinstance(flags, int) and flags & _WRITE_FLAGS)
+            writing = (isinstance(mode, str) and any(c in mode for c in "wax+")) or (
+                isinstance(flags, int) and flags & _WRITE_FLAGS
+            )
             if writing and not self._inside_scratch(path):
                 raise PermissionError(f"writing outside the scratch directory is disabled ({path!r}, {_caller()})")
         elif event in _PATH_EVENTS:
             for i in _PATH_EVENTS[event]:
                 if i < len(args) and args[i] is not None and not self._inside_scratch(args[i]):
-                    raise PermissionError(f"{event} outside the scratch directory is disabled ({args[i]!r}, "
-                                          f"{_caller()})")
+                    raise PermissionError(
+                        f"{event} outside the scratch directory is disabled ({args[i]!r}, {_caller()})"
+                    )
 
 
 def poison_memory(device: str, nbytes: list[int], copies: int = 4) -> None:
@@ -232,6 +367,7 @@ def poison_memory(device: str, nbytes: list[int], copies: int = 4) -> None:
     what the allocator holds free (beyond that come fresh blocks from the driver) and at the first allocation that
     does not fit: then every free block is already poisoned."""
     import torch
+
     budget = float("inf")
     if device.startswith("cuda"):
         budget = max(sum(nbytes), torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))

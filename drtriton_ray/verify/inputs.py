@@ -12,6 +12,7 @@ every problem (exp(100) is finite in float32, exp(1e4) is not):
 - `offset`: S * (1 + 1e-3 * normal), a large common offset around a small spread. A variance computed as
   E[x^2] - E[x]^2 cancels catastrophically, and a long sum accumulated in half precision overflows or loses the
   spread, where PyTorch (two-pass or Welford, float32 accumulation) stays exact."""
+
 from __future__ import annotations
 
 import copy
@@ -22,11 +23,12 @@ def free_cache(device: str) -> None:
     workers; the synthesizer's validation runs next to verifiers)."""
     if device.startswith("cuda"):
         import torch
+
         torch.cuda.empty_cache()
 
 
-STRESS_SCALES = (1e4, 1e3, 1e2, 1e1)   # tried largest first
-OFFSET_SPREAD = 1e-3                    # the offset distribution's spread relative to its offset
+STRESS_SCALES = (1e4, 1e3, 1e2, 1e1)  # tried largest first
+OFFSET_SPREAD = 1e-3  # the offset distribution's spread relative to its offset
 
 
 def make_inputs(get_inputs, distribution: str, seed: int, device: str, scale: float = 1.0) -> list:
@@ -34,6 +36,7 @@ def make_inputs(get_inputs, distribution: str, seed: int, device: str, scale: fl
     straight on the GPU: a 4096x4096 input drawn on one CPU thread and copied costs ~0.1 s, several times per task.
     Hidden distributions are redrawn on the device too, from their own generator."""
     import torch
+
     torch.manual_seed(seed)
     with torch.device(device):
         values = list(get_inputs())
@@ -50,6 +53,7 @@ def make_inputs(get_inputs, distribution: str, seed: int, device: str, scale: fl
 
 def _redraw(t, distribution: str, gen, scale: float = 1.0):
     import torch
+
     if distribution == "problem":
         return t
     if distribution == "large":
@@ -69,14 +73,21 @@ def _redraw(t, distribution: str, gen, scale: float = 1.0):
 def clone_inputs(values: list) -> list:
     """Independent copies: the candidate and the reference never share input storage."""
     import torch
+
     return [v.detach().clone() if isinstance(v, torch.Tensor) else copy.deepcopy(v) for v in values]
 
 
 def inputs_unchanged(before: list, after: list) -> bool:
     import torch
+
     for b, a in zip(before, after):
         if isinstance(b, torch.Tensor):
-            if not (type(a) is torch.Tensor and a.shape == b.shape and a.dtype == b.dtype
-                    and a.device == b.device and torch.equal(a.detach(), b.detach())):
+            if not (
+                type(a) is torch.Tensor
+                and a.shape == b.shape
+                and a.dtype == b.dtype
+                and a.device == b.device
+                and torch.equal(a.detach(), b.detach())
+            ):
                 return False
     return True

@@ -5,6 +5,7 @@ Geomean convention: a problem without a correct candidate counts as speedup 1.0 
 reference falls back to it), so failures pull the geomean toward 1 instead of silently leaving the average (the
 selection bias of averaging over correct kernels only). Without timings (CPU interpreter) every speed figure is
 None; fast_0 is then still the correctness rate."""
+
 from __future__ import annotations
 
 import math
@@ -34,9 +35,12 @@ def _geomean(verdicts: list[Verdict], attr: str) -> Optional[float]:
 def summarize(verdicts: list[Verdict]) -> dict:
     if not verdicts:
         raise ValueError("no verdicts to summarize")
-    out: dict = {"problems": len(verdicts), "correct": sum(v.correct for v in verdicts),
-                 "acc": sum(v.correct for v in verdicts) / len(verdicts),
-                 "flagged_speedups": sum(v.speedup_flagged for v in verdicts)}
+    out: dict = {
+        "problems": len(verdicts),
+        "correct": sum(v.correct for v in verdicts),
+        "acc": sum(v.correct for v in verdicts) / len(verdicts),
+        "flagged_speedups": sum(v.speedup_flagged for v in verdicts),
+    }
     for base, attr in BASELINES.items():
         out[f"fast_p_vs_{base}"] = {f"{p:g}": _fast_p(verdicts, attr, p) for p in FAST_P}
         out[f"geomean_speedup_vs_{base}"] = _geomean(verdicts, attr)

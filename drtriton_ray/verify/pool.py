@@ -29,6 +29,7 @@ same problem, as a policy sampled at a low temperature writes it several times p
 code in the GPU RL runs, docs/verify.md) get copies of one verdict, whose seed is the one its trial inputs were
 drawn from. A candidate right on some inputs only is then judged once for all its copies, and copies timed on a
 shared GPU do not differ in speed by noise alone. `duplicates` counts the tasks so answered."""
+
 from __future__ import annotations
 
 import copy
@@ -46,8 +47,17 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Optional
 
-from drtriton_ray.verify.protocol import (Acquire, Granted, Ready, ReferenceReady, Release, RunReference, RunTask,
-                                          Stop, VerdictReady)
+from drtriton_ray.verify.protocol import (
+    Acquire,
+    Granted,
+    Ready,
+    ReferenceReady,
+    Release,
+    RunReference,
+    RunTask,
+    Stop,
+    VerdictReady,
+)
 from drtriton_ray.verify.static import SourceError, check_candidate, check_problem, summarize
 from drtriton_ray.verify.task import TIMING_VERSION, Limits, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
@@ -69,8 +79,15 @@ def static_verdict(task: Task) -> Optional[Verdict]:
     t0 = time.perf_counter()
 
     def verdict(status: Status, reason: str, check: str) -> Verdict:
-        return Verdict(status=status.value, reason=reason, checks=[CheckResult(check, False, reason)],
-                       worker="parent", name=task.name, duration_s=time.perf_counter() - t0)
+        return Verdict(
+            status=status.value,
+            reason=reason,
+            checks=[CheckResult(check, False, reason)],
+            worker="parent",
+            name=task.name,
+            duration_s=time.perf_counter() - t0,
+        )
+
     try:
         check_problem(task.problem_source)
     except SourceError as e:
@@ -104,12 +121,12 @@ class _Worker:
 
 @dataclass
 class _Job:
-    kind: str                 # "task" or "reference"
-    index: int                # the task's index in map()'s list
-    key: tuple                # (problem sha256, GPU model)
+    kind: str  # "task" or "reference"
+    index: int  # the task's index in map()'s list
+    key: tuple  # (problem sha256, GPU model)
     start: float
     deadline: float
-    waiting_since: Optional[float] = None   # waiting for the GPU section: the deadline is paused
+    waiting_since: Optional[float] = None  # waiting for the GPU section: the deadline is paused
 
 
 class SectionArbiter:
@@ -118,7 +135,7 @@ class SectionArbiter:
     def __init__(self):
         self.readers: set[int] = set()
         self.writer: Optional[int] = None
-        self.queue: deque = deque()   # (slot, kind)
+        self.queue: deque = deque()  # (slot, kind)
 
     def request(self, slot: int, kind: str) -> list[int]:
         self.queue.append((slot, kind))
@@ -153,16 +170,17 @@ class SectionArbiter:
 @dataclass
 class _Schedule:
     """The state of one map() call: what waits, what runs where, and what has been answered."""
+
     tasks: list
-    results: list                                        # Verdict or None per task, in input order
-    queue: deque = field(default_factory=deque)          # task indices waiting for a worker
-    keys: dict = field(default_factory=dict)             # task index -> (problem sha256, GPU model)
-    busy: dict = field(default_factory=dict)             # worker slot -> _Job
+    results: list  # Verdict or None per task, in input order
+    queue: deque = field(default_factory=deque)  # task indices waiting for a worker
+    keys: dict = field(default_factory=dict)  # task index -> (problem sha256, GPU model)
+    busy: dict = field(default_factory=dict)  # worker slot -> _Job
     section: SectionArbiter = field(default_factory=SectionArbiter)
-    measuring: set = field(default_factory=set)          # problem keys whose reference job is in flight or queued
-    failed: set = field(default_factory=set)             # problem keys whose reference gave no times (this call)
-    solo: deque = field(default_factory=deque)           # (kind, index): to run again alone, after a memory failure
-    alone: set = field(default_factory=set)              # (kind, index) that run, or ran, alone
+    measuring: set = field(default_factory=set)  # problem keys whose reference job is in flight or queued
+    failed: set = field(default_factory=set)  # problem keys whose reference gave no times (this call)
+    solo: deque = field(default_factory=deque)  # (kind, index): to run again alone, after a memory failure
+    alone: set = field(default_factory=set)  # (kind, index) that run, or ran, alone
 
     def running_alone(self) -> bool:
         return any((j.kind, j.index) in self.alone for j in self.busy.values())
@@ -170,14 +188,23 @@ class _Schedule:
 
 def memory_failure(status: str, reason: str) -> bool:
     """A job that ran out of device memory: on a shared GPU other workers' tensors may be the cause."""
-    return status == Status.VERIFIER_LIMIT.value or \
-        (status == Status.RESOURCE_LIMIT.value and "out of memory" in reason.lower())
+    return status == Status.VERIFIER_LIMIT.value or (
+        status == Status.RESOURCE_LIMIT.value and "out of memory" in reason.lower()
+    )
 
 
 class WorkerPool:
-    def __init__(self, device: str = "cpu", size: Optional[int] = None, max_tasks_per_worker: int = 100,
-                 limits: Optional[Limits] = None, root: Optional[str] = None, name: str = "pool",
-                 gated: Optional[bool] = None, reference_cache: Optional[str] = None):
+    def __init__(
+        self,
+        device: str = "cpu",
+        size: Optional[int] = None,
+        max_tasks_per_worker: int = 100,
+        limits: Optional[Limits] = None,
+        root: Optional[str] = None,
+        name: str = "pool",
+        gated: Optional[bool] = None,
+        reference_cache: Optional[str] = None,
+    ):
         """size: worker processes (None: 4 on a GPU, 1 on CPU). gated: arbitrate GPU work (default: on a GPU)."""
         gpu = device.startswith("cuda")
         size = (4 if gpu else 1) if size is None else size
@@ -192,11 +219,11 @@ class WorkerPool:
         self.replacements = 0
         # (problem sha256, GPU model) -> reference eager/compile times: measured once, reused by later tasks.
         self.reference_times: dict[tuple[str, str], dict] = {}
-        self.reference_log: list[dict] = []   # one entry per reference job: times, phases, error
-        self.startup_log: list[dict] = []     # one entry per worker start: the worker's phases + spawn-to-ready
-        self.solo_log: list[dict] = []        # one entry per job run again alone after a memory failure
-        self.worker_memory: dict[str, dict] = {}   # worker name -> GPU peak and held GiB over its jobs
-        self.duplicates = 0                   # tasks answered with a copy of an identical task's verdict
+        self.reference_log: list[dict] = []  # one entry per reference job: times, phases, error
+        self.startup_log: list[dict] = []  # one entry per worker start: the worker's phases + spawn-to-ready
+        self.solo_log: list[dict] = []  # one entry per job run again alone after a memory failure
+        self.worker_memory: dict[str, dict] = {}  # worker name -> GPU peak and held GiB over its jobs
+        self.duplicates = 0  # tasks answered with a copy of an identical task's verdict
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -208,9 +235,12 @@ class WorkerPool:
         scratch = os.path.join(self.root, f"w{slot}-g{generation}")
         os.makedirs(scratch)
         parent_conn, child_conn = self._ctx.Pipe()
-        process = self._ctx.Process(target=worker_main, daemon=True, name=f"{self.name}-w{slot}.{generation}",
-                                    args=(child_conn, f"{self.name}/w{slot}.{generation}", scratch, self.device,
-                                          self.limits, self.gated))
+        process = self._ctx.Process(
+            target=worker_main,
+            daemon=True,
+            name=f"{self.name}-w{slot}.{generation}",
+            args=(child_conn, f"{self.name}/w{slot}.{generation}", scratch, self.device, self.limits, self.gated),
+        )
         # spawn imports the parent's __main__ in the child before worker_main runs; if that module imports
         # triton, triton would settle on compiled mode before the worker sets TRITON_INTERPRET, so a CPU
         # worker must inherit the variable from its first instruction
@@ -238,8 +268,9 @@ class WorkerPool:
                     message = w.conn.recv()
                     if isinstance(message, Ready):
                         w.info = message.info
-                        self.startup_log.append(dict(w.info.get("startup", {}),
-                                                     spawn_to_ready=time.perf_counter() - w.started))
+                        self.startup_log.append(
+                            dict(w.info.get("startup", {}), spawn_to_ready=time.perf_counter() - w.started)
+                        )
                         return w
                 except (EOFError, OSError):
                     pass
@@ -281,9 +312,15 @@ class WorkerPool:
             status, reason = Status.CRASH, f"worker killed by {signal.Signals(-code).name}"
         else:
             status, reason = Status.CRASH, f"worker exited with status {code}"
-        return Verdict(status=status.value, reason=reason, checks=[CheckResult("worker", False, reason)],
-                       worker=f"{self.name}/{w.name}", device=self.device, name=task.name,
-                       duration_s=time.perf_counter() - t0)
+        return Verdict(
+            status=status.value,
+            reason=reason,
+            checks=[CheckResult("worker", False, reason)],
+            worker=f"{self.name}/{w.name}",
+            device=self.device,
+            name=task.name,
+            duration_s=time.perf_counter() - t0,
+        )
 
     # -- serving --
     def verify(self, task: Task) -> Verdict:
@@ -305,13 +342,13 @@ class WorkerPool:
         s = _Schedule(tasks, [static_verdict(t) for t in tasks])
         s.queue.extend(i for i, v in enumerate(s.results) if v is None)
         while s.queue or s.busy or s.solo:
-            if s.solo and not s.busy:   # everything else has ended: the GPU's memory is this job's
+            if s.solo and not s.busy:  # everything else has ended: the GPU's memory is this job's
                 self._start_alone(s)
             if not s.solo and not s.running_alone():
                 self._fill(s)
             if s.busy:
                 self._wait(s)
-        for i, v in enumerate(s.results):   # tasks that ran before their problem's (complete) reference times came
+        for i, v in enumerate(s.results):  # tasks that ran before their problem's (complete) reference times came
             refs = self.reference_times.get(s.keys.get(i))
             if v is not None and refs and v.candidate_ms is not None and (v.eager_ms is None or v.compile_ms is None):
                 v.set_reference(refs["eager_ms"], refs["compile_ms"])
@@ -319,8 +356,11 @@ class WorkerPool:
 
     def _send(self, s: _Schedule, slot: int, kind: str, i: int) -> None:
         w = self._workers[slot]
-        message = RunReference(replace(s.tasks[i], ref_times=None)) if kind == "reference" \
+        message = (
+            RunReference(replace(s.tasks[i], ref_times=None))
+            if kind == "reference"
             else RunTask(self._with_reference_times(s.tasks[i], s.keys[i]))
+        )
         w.conn.send(message)
         now = time.perf_counter()
         s.busy[slot] = _Job(kind, i, s.keys[i], now, now + self.limits.task_timeout_s)
@@ -396,7 +436,7 @@ class WorkerPool:
             try:
                 self._workers[slot].conn.send(Granted())
             except (OSError, ValueError):
-                pass   # it died meanwhile: its EOF ends the job
+                pass  # it died meanwhile: its EOF ends the job
 
     def _end(self, slot: int, s: _Schedule, timed_out: bool) -> None:
         """The worker died or ran out of time: replace it, release its section, answer for its job."""
@@ -420,8 +460,9 @@ class WorkerPool:
         return True
 
     def _solo_entry(self, job: _Job) -> dict:
-        return next(e for e in reversed(self.solo_log) if (e["kind"], e["index"]) == (job.kind, job.index)
-                    and "alone" not in e)
+        return next(
+            e for e in reversed(self.solo_log) if (e["kind"], e["index"]) == (job.kind, job.index) and "alone" not in e
+        )
 
     def _note_memory(self, w: _Worker, peak: Optional[float], held: Optional[float]) -> None:
         if peak is None:
@@ -450,11 +491,18 @@ class WorkerPool:
         if (job.kind, job.index) in s.alone:
             self._solo_entry(job)["alone"] = error or "measured"
         elif self._run_again_alone(s, job, "out of memory" in error.lower(), error):
-            return   # the key stays in `measuring`: no second reference job starts meanwhile
+            return  # the key stays in `measuring`: no second reference job starts meanwhile
         s.measuring.discard(job.key)
-        self.reference_log.append({"key": job.key, "error": result.get("error"), "phases": result.get("phases", {}),
-                                   "eager_ms": result.get("eager_ms"), "compile_ms": result.get("compile_ms"),
-                                   "gpu_peak_gib": result.get("gpu_peak_gib")})
+        self.reference_log.append(
+            {
+                "key": job.key,
+                "error": result.get("error"),
+                "phases": result.get("phases", {}),
+                "eager_ms": result.get("eager_ms"),
+                "compile_ms": result.get("compile_ms"),
+                "gpu_peak_gib": result.get("gpu_peak_gib"),
+            }
+        )
         task = s.tasks[job.index]
         if result.get("eager_ms") is None or (task.compile_reference and result.get("compile_ms") is None):
             s.failed.add(job.key)
@@ -468,8 +516,16 @@ class WorkerPool:
             os.makedirs(os.path.dirname(path), exist_ok=True)
             tmp = f"{path}.{os.getpid()}.tmp"
             with open(tmp, "w") as f:
-                json.dump(dict(times, device_name=key[1], torch=(w.info or {}).get("torch"),
-                               triton=(w.info or {}).get("triton"), timing_version=TIMING_VERSION), f)
+                json.dump(
+                    dict(
+                        times,
+                        device_name=key[1],
+                        torch=(w.info or {}).get("torch"),
+                        triton=(w.info or {}).get("triton"),
+                        timing_version=TIMING_VERSION,
+                    ),
+                    f,
+                )
             os.replace(tmp, path)
 
     def _needs_reference(self, task: Task, key: tuple) -> bool:
@@ -482,8 +538,10 @@ class WorkerPool:
                     with open(path) as f:
                         d = json.load(f)
                     compiled = d.get("compile_ms")
-                    self.reference_times[key] = {"eager_ms": float(d["eager_ms"]),
-                                                 "compile_ms": None if compiled is None else float(compiled)}
+                    self.reference_times[key] = {
+                        "eager_ms": float(d["eager_ms"]),
+                        "compile_ms": None if compiled is None else float(compiled),
+                    }
                 except (OSError, ValueError, KeyError, TypeError):
                     pass
         known = self.reference_times.get(key)

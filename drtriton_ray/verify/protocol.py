@@ -3,6 +3,7 @@
 Plain dataclasses of the standard library: they pickle across the pipe and import nowhere (the worker loads this
 module before torch). Parent to worker: RunTask, RunReference, Granted, Stop. Worker to parent: Ready once, then
 per job any number of Acquire / Release of the GPU's section and one VerdictReady or ReferenceReady."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -10,12 +11,12 @@ from dataclasses import dataclass, field
 
 @dataclass
 class RunTask:
-    task: object              # task.Task
+    task: object  # task.Task
 
 
 @dataclass
 class RunReference:
-    task: object              # task.Task: its problem's reference is timed, its candidate ignored
+    task: object  # task.Task: its problem's reference is timed, its candidate ignored
 
 
 @dataclass
@@ -30,12 +31,12 @@ class Stop:
 
 @dataclass
 class Ready:
-    info: dict = field(default_factory=dict)   # pid, device name, torch and triton versions, start-up phases
+    info: dict = field(default_factory=dict)  # pid, device name, torch and triton versions, start-up phases
 
 
 @dataclass
 class Acquire:
-    kind: str                 # "shared" (checks) or "exclusive" (timing, large problems)
+    kind: str  # "shared" (checks) or "exclusive" (timing, large problems)
 
 
 @dataclass
@@ -45,11 +46,11 @@ class Release:
 
 @dataclass
 class VerdictReady:
-    verdict: dict             # Verdict.to_dict()
-    retire: bool              # the worker cannot serve another task (CUDA error, tampering) and has exited
+    verdict: dict  # Verdict.to_dict()
+    retire: bool  # the worker cannot serve another task (CUDA error, tampering) and has exited
 
 
 @dataclass
 class ReferenceReady:
-    result: dict              # eager_ms, compile_ms, error, phases, gpu_peak_gib, gpu_held_gib
+    result: dict  # eager_ms, compile_ms, error, phases, gpu_peak_gib, gpu_held_gib
     retire: bool

@@ -2,6 +2,7 @@
 default 4, that compile and check concurrently and take turns to time, so candidates on a GPU are still timed one
 at a time), CPU verifier actors for interpreter mode, and a service that spreads a batch over all of them and
 returns verdicts in input order. The only module of drtriton_ray.verify that imports Ray."""
+
 from __future__ import annotations
 
 import os
@@ -18,13 +19,25 @@ from drtriton_ray.verify.verdict import Verdict
 class _VerifierActor:
     """Owns a persistent worker pool on its device; the pool's workers are this actor's child processes."""
 
-    def __init__(self, device: str, workers: int = 1, max_tasks_per_worker: int = 100,
-                 limits: Optional[Limits] = None, reference_cache: Optional[str] = None):
+    def __init__(
+        self,
+        device: str,
+        workers: int = 1,
+        max_tasks_per_worker: int = 100,
+        limits: Optional[Limits] = None,
+        reference_cache: Optional[str] = None,
+    ):
         if device == "cuda":
             # Ray sets CUDA_VISIBLE_DEVICES to this actor's GPU: inside it, that GPU is cuda:0.
             device = "cuda:0"
-        self.pool = WorkerPool(device, size=workers, max_tasks_per_worker=max_tasks_per_worker, limits=limits,
-                               name=f"ray-{device}-{os.getpid()}", reference_cache=reference_cache)
+        self.pool = WorkerPool(
+            device,
+            size=workers,
+            max_tasks_per_worker=max_tasks_per_worker,
+            limits=limits,
+            name=f"ray-{device}-{os.getpid()}",
+            reference_cache=reference_cache,
+        )
 
     def verify_batch(self, tasks: list[Task]) -> list[Verdict]:
         return self.pool.map(tasks)
@@ -43,29 +56,43 @@ CPUVerifier = ray.remote(num_cpus=1)(_VerifierActor)
 class VerifyService:
     """Spreads batches over every verifier actor. `gpu_actors=None` takes one per GPU in the cluster."""
 
-    def __init__(self, gpu_actors: Optional[int] = None, cpu_actors: int = 0, cpu_workers_per_actor: int = 1,
-                 max_tasks_per_worker: int = 100, limits: Optional[Limits] = None, chunk: int = 4,
-                 gpu_workers: int = 4, reference_cache: Optional[str] = None):
+    def __init__(
+        self,
+        gpu_actors: Optional[int] = None,
+        cpu_actors: int = 0,
+        cpu_workers_per_actor: int = 1,
+        max_tasks_per_worker: int = 100,
+        limits: Optional[Limits] = None,
+        chunk: int = 4,
+        gpu_workers: int = 4,
+        reference_cache: Optional[str] = None,
+    ):
         """gpu_workers: worker processes per GPU actor. chunk: tasks per call; keep it >= gpu_workers so a GPU
         actor's workers all have work. reference_cache: a folder for reference times shared across runs."""
         if gpu_actors is None:
             gpu_actors = int(ray.cluster_resources().get("GPU", 0))
         if gpu_actors + cpu_actors < 1:
-            raise ValueError("VerifyService needs at least one verifier actor (no GPU in the cluster: "
-                             "pass cpu_actors >= 1)")
+            raise ValueError(
+                "VerifyService needs at least one verifier actor (no GPU in the cluster: pass cpu_actors >= 1)"
+            )
         self.chunk = max(1, chunk)
         if gpu_workers < 1:
             raise ValueError(f"gpu_workers must be >= 1, got {gpu_workers}")
         # the pool's processes use the actor's CPUs: reserve one per worker
-        self.actors = [Verifier.options(num_cpus=gpu_workers).remote("cuda", gpu_workers, max_tasks_per_worker,
-                                                                     limits, reference_cache)
-                       for _ in range(gpu_actors)]
-        self.actors += [CPUVerifier.remote("cpu", cpu_workers_per_actor, max_tasks_per_worker, limits,
-                                           reference_cache) for _ in range(cpu_actors)]
+        self.actors = [
+            Verifier.options(num_cpus=gpu_workers).remote(
+                "cuda", gpu_workers, max_tasks_per_worker, limits, reference_cache
+            )
+            for _ in range(gpu_actors)
+        ]
+        self.actors += [
+            CPUVerifier.remote("cpu", cpu_workers_per_actor, max_tasks_per_worker, limits, reference_cache)
+            for _ in range(cpu_actors)
+        ]
 
     def verify(self, tasks: list[Task]) -> list[Verdict]:
         """Verdicts in input order. Small chunks, handed to whichever actor is free, balance slow candidates."""
-        chunks = [tasks[i:i + self.chunk] for i in range(0, len(tasks), self.chunk)]
+        chunks = [tasks[i : i + self.chunk] for i in range(0, len(tasks), self.chunk)]
         pool = ActorPool(self.actors)
         return [v for part in pool.map(lambda actor, batch: actor.verify_batch.remote(batch), chunks) for v in part]
 

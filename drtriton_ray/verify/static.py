@@ -7,6 +7,7 @@ Each violation names its rule, so a rejection tells the model (and the reader) w
 - policy `strict` only: no `torch.*` compute call, no `F.*`, no `torch.nn` layer call, no tensor compute method on
   the forward path. Operators (`x + y`) cannot be typed statically: the worker's dispatch audit catches those.
 """
+
 from __future__ import annotations
 
 import ast
@@ -16,52 +17,297 @@ from typing import Iterable, Optional
 POLICIES = ("strict", "hybrid")
 
 # Modules that let a candidate escape the worker, read the grader's state or tamper with timers.
-BANNED_MODULES = frozenset({
-    "os", "sys", "subprocess", "socket", "ctypes", "inspect", "gc", "importlib", "builtins", "threading",
-    "multiprocessing", "_thread", "signal", "shutil", "pathlib", "io", "pickle", "marshal", "types", "weakref",
-    "resource", "time", "concurrent", "asyncio", "traceback", "code", "codeop", "runpy", "atexit", "mmap",
-    "tempfile", "glob", "urllib", "http", "requests", "cffi", "pty", "fcntl", "posix", "select", "selectors",
-})
+BANNED_MODULES = frozenset(
+    {
+        "os",
+        "sys",
+        "subprocess",
+        "socket",
+        "ctypes",
+        "inspect",
+        "gc",
+        "importlib",
+        "builtins",
+        "threading",
+        "multiprocessing",
+        "_thread",
+        "signal",
+        "shutil",
+        "pathlib",
+        "io",
+        "pickle",
+        "marshal",
+        "types",
+        "weakref",
+        "resource",
+        "time",
+        "concurrent",
+        "asyncio",
+        "traceback",
+        "code",
+        "codeop",
+        "runpy",
+        "atexit",
+        "mmap",
+        "tempfile",
+        "glob",
+        "urllib",
+        "http",
+        "requests",
+        "cffi",
+        "pty",
+        "fcntl",
+        "posix",
+        "select",
+        "selectors",
+    }
+)
 # Everything a kernel module legitimately needs; anything else is rejected even if not known to be dangerous.
-ALLOWED_MODULE_PREFIXES = ("torch", "triton", "math", "typing", "functools", "numpy", "__future__", "operator",
-                           "itertools", "dataclasses", "numbers")
+ALLOWED_MODULE_PREFIXES = (
+    "torch",
+    "triton",
+    "math",
+    "typing",
+    "functools",
+    "numpy",
+    "__future__",
+    "operator",
+    "itertools",
+    "dataclasses",
+    "numbers",
+)
 # Sub-packages of allowed roots that build native code or reach interpreter internals.
-BANNED_SUBMODULES = ("torch.utils.cpp_extension", "torch._", "triton.runtime", "triton._", "triton.compiler",
-                     "triton.backends", "torch.multiprocessing", "torch.distributed", "numpy.ctypeslib")
-BANNED_CALLS = frozenset({"eval", "exec", "compile", "open", "__import__", "globals", "locals", "vars", "getattr",
-                          "setattr", "delattr", "breakpoint", "input", "exit", "quit", "help", "memoryview"})
+BANNED_SUBMODULES = (
+    "torch.utils.cpp_extension",
+    "torch._",
+    "triton.runtime",
+    "triton._",
+    "triton.compiler",
+    "triton.backends",
+    "torch.multiprocessing",
+    "torch.distributed",
+    "numpy.ctypeslib",
+)
+BANNED_CALLS = frozenset(
+    {
+        "eval",
+        "exec",
+        "compile",
+        "open",
+        "__import__",
+        "globals",
+        "locals",
+        "vars",
+        "getattr",
+        "setattr",
+        "delattr",
+        "breakpoint",
+        "input",
+        "exit",
+        "quit",
+        "help",
+        "memoryview",
+    }
+)
 BANNED_NAMES = frozenset({"__builtins__", "__loader__", "__spec__", "__file__", "__import__"})
-FRAME_ATTRIBUTES = frozenset({"f_back", "f_locals", "f_globals", "f_code", "f_builtins", "gi_frame", "tb_frame",
-                              "cr_frame", "ag_frame", "tb_next", "co_code"})
+FRAME_ATTRIBUTES = frozenset(
+    {
+        "f_back",
+        "f_locals",
+        "f_globals",
+        "f_code",
+        "f_builtins",
+        "gi_frame",
+        "tb_frame",
+        "cr_frame",
+        "ag_frame",
+        "tb_next",
+        "co_code",
+    }
+)
 # Launch paths around the hooked `run`: compiled-kernel caches and the launcher objects behind them.
-TRITON_INTERNALS = frozenset({"run", "warmup", "cache", "device_caches", "launcher", "pre_run_hooks",
-                              "add_pre_run_hook", "kernel_cache", "_call_hook"})
+TRITON_INTERNALS = frozenset(
+    {
+        "run",
+        "warmup",
+        "cache",
+        "device_caches",
+        "launcher",
+        "pre_run_hooks",
+        "add_pre_run_hook",
+        "kernel_cache",
+        "_call_hook",
+    }
+)
 
 # strict policy: what the forward path may call in torch (allocation and shape/device queries).
-TORCH_ALLOWED = frozenset({
-    "torch.empty", "torch.empty_like", "torch.empty_strided", "torch.zeros", "torch.zeros_like", "torch.ones",
-    "torch.ones_like", "torch.full", "torch.full_like", "torch.Size", "torch.device", "torch.finfo", "torch.iinfo",
-    "torch.is_tensor", "torch.get_default_dtype", "torch.promote_types", "torch.result_type",
-    "torch.broadcast_shapes", "torch.no_grad", "torch.inference_mode",
-})
+TORCH_ALLOWED = frozenset(
+    {
+        "torch.empty",
+        "torch.empty_like",
+        "torch.empty_strided",
+        "torch.zeros",
+        "torch.zeros_like",
+        "torch.ones",
+        "torch.ones_like",
+        "torch.full",
+        "torch.full_like",
+        "torch.Size",
+        "torch.device",
+        "torch.finfo",
+        "torch.iinfo",
+        "torch.is_tensor",
+        "torch.get_default_dtype",
+        "torch.promote_types",
+        "torch.result_type",
+        "torch.broadcast_shapes",
+        "torch.no_grad",
+        "torch.inference_mode",
+    }
+)
 TORCH_ALLOWED_PREFIXES = ("torch.cuda.",)
 # Tensor methods that compute (in-place `name_` variants included); views, shape queries and allocation pass.
-TENSOR_COMPUTE_METHODS = frozenset({
-    "abs", "add", "addmm", "addcmul", "addcdiv", "all", "any", "amax", "amin", "argmax", "argmin", "baddbmm", "bmm",
-    "ceil", "clamp", "clamp_min", "clamp_max", "clip", "clone", "copy", "cos", "cosh", "cumsum", "cumprod", "div",
-    "divide", "dot", "eq", "erf", "exp", "exp2", "expm1", "floor", "fmod", "gather", "ge", "gelu", "gt", "hardtanh",
-    "index_add", "index_copy", "index_fill", "index_put", "index_select", "le", "lerp", "log", "log2", "log10",
-    "log1p", "log_softmax", "logsumexp", "lt", "masked_fill", "masked_scatter", "masked_select", "matmul", "max",
-    "maximum", "mean", "median", "min", "minimum", "mm", "mul", "multiply", "mv", "nan_to_num", "ne", "neg",
-    "norm", "pow", "prod", "reciprocal", "relu", "remainder", "round", "rsqrt", "scatter", "scatter_add",
-    "scatter_reduce", "sigmoid", "sign", "silu", "sin", "sinh", "softmax", "softplus", "sort", "sqrt", "square",
-    "std", "sub", "subtract", "sum", "tan", "tanh", "topk", "tril", "triu", "true_divide", "trunc", "var",
-    "where", "to", "float", "half", "double", "bfloat16", "type", "cpu", "cuda", "numpy", "tolist", "apply",
-    "map", "logical_and", "logical_or", "logical_not", "bitwise_and", "bitwise_or", "cross", "outer", "kron",
-    "flip", "roll", "repeat", "repeat_interleave", "tile", "cat", "stack", "pad", "unfold", "fill_diagonal",
-})
-NN_CONTAINERS = frozenset({"Parameter", "ParameterList", "ParameterDict", "Module", "ModuleList", "ModuleDict",
-                           "Buffer"})
+TENSOR_COMPUTE_METHODS = frozenset(
+    {
+        "abs",
+        "add",
+        "addmm",
+        "addcmul",
+        "addcdiv",
+        "all",
+        "any",
+        "amax",
+        "amin",
+        "argmax",
+        "argmin",
+        "baddbmm",
+        "bmm",
+        "ceil",
+        "clamp",
+        "clamp_min",
+        "clamp_max",
+        "clip",
+        "clone",
+        "copy",
+        "cos",
+        "cosh",
+        "cumsum",
+        "cumprod",
+        "div",
+        "divide",
+        "dot",
+        "eq",
+        "erf",
+        "exp",
+        "exp2",
+        "expm1",
+        "floor",
+        "fmod",
+        "gather",
+        "ge",
+        "gelu",
+        "gt",
+        "hardtanh",
+        "index_add",
+        "index_copy",
+        "index_fill",
+        "index_put",
+        "index_select",
+        "le",
+        "lerp",
+        "log",
+        "log2",
+        "log10",
+        "log1p",
+        "log_softmax",
+        "logsumexp",
+        "lt",
+        "masked_fill",
+        "masked_scatter",
+        "masked_select",
+        "matmul",
+        "max",
+        "maximum",
+        "mean",
+        "median",
+        "min",
+        "minimum",
+        "mm",
+        "mul",
+        "multiply",
+        "mv",
+        "nan_to_num",
+        "ne",
+        "neg",
+        "norm",
+        "pow",
+        "prod",
+        "reciprocal",
+        "relu",
+        "remainder",
+        "round",
+        "rsqrt",
+        "scatter",
+        "scatter_add",
+        "scatter_reduce",
+        "sigmoid",
+        "sign",
+        "silu",
+        "sin",
+        "sinh",
+        "softmax",
+        "softplus",
+        "sort",
+        "sqrt",
+        "square",
+        "std",
+        "sub",
+        "subtract",
+        "sum",
+        "tan",
+        "tanh",
+        "topk",
+        "tril",
+        "triu",
+        "true_divide",
+        "trunc",
+        "var",
+        "where",
+        "to",
+        "float",
+        "half",
+        "double",
+        "bfloat16",
+        "type",
+        "cpu",
+        "cuda",
+        "numpy",
+        "tolist",
+        "apply",
+        "map",
+        "logical_and",
+        "logical_or",
+        "logical_not",
+        "bitwise_and",
+        "bitwise_or",
+        "cross",
+        "outer",
+        "kron",
+        "flip",
+        "roll",
+        "repeat",
+        "repeat_interleave",
+        "tile",
+        "cat",
+        "stack",
+        "pad",
+        "unfold",
+        "fill_diagonal",
+    }
+)
+NN_CONTAINERS = frozenset(
+    {"Parameter", "ParameterList", "ParameterDict", "Module", "ModuleList", "ModuleDict", "Buffer"}
+)
 
 
 @dataclass(frozen=True)
@@ -107,8 +353,10 @@ def check_problem(text: str) -> None:
     defined |= {t.id for n in tree.body if isinstance(n, ast.Assign) for t in n.targets if isinstance(t, ast.Name)}
     missing = [name for name in ("Model", "get_inputs", "get_init_inputs") if name not in defined]
     if missing:
-        raise SourceError(f"the problem does not define {', '.join(missing)} (KernelBench format needs "
-                          "class Model, get_inputs() and get_init_inputs())")
+        raise SourceError(
+            f"the problem does not define {', '.join(missing)} (KernelBench format needs "
+            "class Model, get_inputs() and get_init_inputs())"
+        )
 
 
 def _root(node: ast.AST) -> Optional[ast.AST]:
@@ -150,8 +398,11 @@ class _Checker:
         self.tree, self.policy = tree, policy
         self.aliases = _Aliases(tree)
         self.violations: list[Violation] = []
-        self.kernels = {n.name for n in tree.body if isinstance(n, ast.FunctionDef)
-                        and any(_is_jit_decorator(d, self.aliases) for d in n.decorator_list)}
+        self.kernels = {
+            n.name
+            for n in tree.body
+            if isinstance(n, ast.FunctionDef) and any(_is_jit_decorator(d, self.aliases) for d in n.decorator_list)
+        }
         self.functions = {n.name: n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name not in self.kernels}
         self.classes = {n.name: n for n in tree.body if isinstance(n, ast.ClassDef)}
 
@@ -178,10 +429,15 @@ class _Checker:
                 targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else [node.target]
                 for t in targets:
                     for sub in ast.walk(t):
-                        if isinstance(sub, ast.Attribute) and not (isinstance(_root(sub), ast.Name)
-                                                                   and _root(sub).id == "self"):
-                            self.add("attribute_assignment", sub, "only attributes of self may be assigned "
-                                     f"(assigning {ast.unparse(sub)} could tamper with torch, triton or timers)")
+                        if isinstance(sub, ast.Attribute) and not (
+                            isinstance(_root(sub), ast.Name) and _root(sub).id == "self"
+                        ):
+                            self.add(
+                                "attribute_assignment",
+                                sub,
+                                "only attributes of self may be assigned "
+                                f"(assigning {ast.unparse(sub)} could tamper with torch, triton or timers)",
+                            )
                             break
             elif isinstance(node, ast.Global):
                 self.add("global_statement", node, "global state is not allowed (it can cache outputs)")
@@ -240,11 +496,18 @@ class _Checker:
                 continue
             seen.add(id(fn))
             out.append(fn)
-            owner_methods = {n.name: n for n in self.classes[owner].body
-                             if isinstance(n, ast.FunctionDef)} if owner in self.classes else {}
+            owner_methods = (
+                {n.name: n for n in self.classes[owner].body if isinstance(n, ast.FunctionDef)}
+                if owner in self.classes
+                else {}
+            )
             for node in ast.walk(fn):
-                if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self"
-                        and node.attr in owner_methods):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and node.value.id == "self"
+                    and node.attr in owner_methods
+                ):
                     todo.append((owner, owner_methods[node.attr]))
                 elif isinstance(node, ast.Name) and node.id in self.functions:
                     todo.append((None, self.functions[node.id]))
@@ -261,9 +524,15 @@ class _Checker:
         path, cls = self.forward_path()
         if cls is None:
             return
-        launches = [n for fn in path for n in ast.walk(fn) if isinstance(n, ast.Call)
-                    and isinstance(n.func, ast.Subscript) and isinstance(n.func.value, ast.Name)
-                    and n.func.value.id in self.kernels]
+        launches = [
+            n
+            for fn in path
+            for n in ast.walk(fn)
+            if isinstance(n, ast.Call)
+            and isinstance(n.func, ast.Subscript)
+            and isinstance(n.func.value, ast.Name)
+            and n.func.value.id in self.kernels
+        ]
         if self.kernels and not launches:
             self.add("no_launch_from_forward", cls, "no kernel[grid](...) launch is reachable from ModelNew.forward")
         if self.policy == "strict":
@@ -295,15 +564,29 @@ class _Checker:
             self.add("functional_call", node, f"{text}(): torch.nn.functional on the forward path (policy strict)")
         elif path and path.startswith("torch.nn.") and path.rsplit(".", 1)[-1] not in NN_CONTAINERS:
             self.add("nn_layer", node, f"{text}(): a torch.nn layer on the forward path (policy strict)")
-        elif path and path.startswith("torch.") and path not in TORCH_ALLOWED \
-                and not path.startswith(TORCH_ALLOWED_PREFIXES) and path.split(".")[1][:1].islower():
+        elif (
+            path
+            and path.startswith("torch.")
+            and path not in TORCH_ALLOWED
+            and not path.startswith(TORCH_ALLOWED_PREFIXES)
+            and path.split(".")[1][:1].islower()
+        ):
             self.add("torch_compute", node, f"{text}(): PyTorch compute on the forward path (policy strict)")
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Attribute) \
-                and isinstance(func.value.value, ast.Name) and func.value.value.id == "self" \
-                and func.value.attr in layers and func.attr in ("forward", "__call__"):
+        elif (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Attribute)
+            and isinstance(func.value.value, ast.Name)
+            and func.value.value.id == "self"
+            and func.value.attr in layers
+            and func.attr in ("forward", "__call__")
+        ):
             self.add("nn_layer", node, f"{text}(): a torch.nn layer on the forward path (policy strict)")
-        elif isinstance(func, ast.Attribute) and isinstance(func.value, ast.Name) and func.value.id == "self" \
-                and func.attr in layers:
+        elif (
+            isinstance(func, ast.Attribute)
+            and isinstance(func.value, ast.Name)
+            and func.value.id == "self"
+            and func.attr in layers
+        ):
             self.add("nn_layer", node, f"{text}(): a torch.nn layer on the forward path (policy strict)")
         elif isinstance(func, ast.Attribute) and path is None and func.attr.rstrip("_") in TENSOR_COMPUTE_METHODS:
             self.add("tensor_method", node, f"{text}(): tensor compute method on the forward path (policy strict)")

@@ -1,4 +1,5 @@
 """What the grader asks a worker to do (Task) and the limits a worker runs under (Limits). Plain, picklable data."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -23,10 +24,10 @@ class Task:
     seed: Optional[int] = None
     trials_per_distribution: int = 1
     distributions: tuple = DISTRIBUTIONS
-    timing: bool = True                 # GPU only; the interpreter never measures speed
-    timing_trials: int = 50             # windows of up to 32 calls each (timing.py): >= KernelBench's 100 calls
-    timing_warmup: int = 10             # calls, and at least timing.WARMUP_MS of them
-    profile_gpu: bool = False           # report device time spent in kernels (gpu_kernel_ms)
+    timing: bool = True  # GPU only; the interpreter never measures speed
+    timing_trials: int = 50  # windows of up to 32 calls each (timing.py): >= KernelBench's 100 calls
+    timing_warmup: int = 10  # calls, and at least timing.WARMUP_MS of them
+    profile_gpu: bool = False  # report device time spent in kernels (gpu_kernel_ms)
     # Also time the reference under torch.compile (compile_ms, speedup_vs_compile). Compiling a new problem costs
     # seconds of CPU per worker: a caller rewarding speed against eager alone (the RL default) turns it off.
     compile_reference: bool = True
@@ -38,9 +39,9 @@ class Task:
 
 @dataclass
 class Limits:
-    task_timeout_s: float = 120.0       # wall clock per task, enforced by the parent (kill and replace)
-    cpu_s: int = 600                    # CPU seconds per task (RLIMIT_CPU, re-armed before each task)
-    address_space_gb: float = 8.0       # RLIMIT_AS, CPU workers only (CUDA reserves huge virtual ranges)
-    rss_gb: float = 8.0                 # resident-memory watchdog, every worker
-    file_size_mb: int = 256             # RLIMIT_FSIZE
-    startup_timeout_s: float = 180.0    # importing torch and triton, first kernel
+    task_timeout_s: float = 120.0  # wall clock per task, enforced by the parent (kill and replace)
+    cpu_s: int = 600  # CPU seconds per task (RLIMIT_CPU, re-armed before each task)
+    address_space_gb: float = 8.0  # RLIMIT_AS, CPU workers only (CUDA reserves huge virtual ranges)
+    rss_gb: float = 8.0  # resident-memory watchdog, every worker
+    file_size_mb: int = 256  # RLIMIT_FSIZE
+    startup_timeout_s: float = 180.0  # importing torch and triton, first kernel

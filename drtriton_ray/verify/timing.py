@@ -19,6 +19,7 @@ The host-clock cross-check spans the lead call and the window (an extra event be
 events miss (side streams, threads) shows up as host time far beyond event time, and the host time is used.
 
 Every torch/time function used here is bound at import, which happens in the worker before any candidate."""
+
 from __future__ import annotations
 
 import math
@@ -32,13 +33,13 @@ import torch
 
 from drtriton_ray.verify.verdict import SPEEDUP_FLAG, speedup  # noqa: F401  (re-exported for callers)
 
-L2_FLUSH_BYTES = 256 << 20   # larger than any current GPU's L2 (H100 50 MB, B200 126 MB)
-WARMUP_MS = 25.0             # warm-up by time as well as by count (do_bench's 25 ms; 100 ms changed nothing)
-WINDOW_MS = 2.0              # a trial's window of back-to-back calls lasts about this long
-MAX_CALLS = 32               # calls per window at most
-WINDOW_BYTES = 2 << 30       # input copies a window may hold at once
+L2_FLUSH_BYTES = 256 << 20  # larger than any current GPU's L2 (H100 50 MB, B200 126 MB)
+WARMUP_MS = 25.0  # warm-up by time as well as by count (do_bench's 25 ms; 100 ms changed nothing)
+WINDOW_MS = 2.0  # a trial's window of back-to-back calls lasts about this long
+MAX_CALLS = 32  # calls per window at most
+WINDOW_BYTES = 2 << 30  # input copies a window may hold at once
 
-DEVICE = "cuda"              # where the L2 flush buffer lives (tests run the logic on CPU with fake events)
+DEVICE = "cuda"  # where the L2 flush buffer lives (tests run the logic on CPU with fake events)
 
 _perf_counter = time.perf_counter
 _synchronize = torch.cuda.synchronize
@@ -47,22 +48,30 @@ _Event = torch.cuda.Event
 
 @dataclass
 class Timing:
-    median_ms: float       # the measurement: per call
-    event_ms: float        # median of CUDA-event windows / calls
-    host_ms: float         # median of host-clock windows / calls
-    host_suspect: bool     # host time far above event time: unsynchronised work, the host time is used
-    calls: int = 1         # calls per trial window
+    median_ms: float  # the measurement: per call
+    event_ms: float  # median of CUDA-event windows / calls
+    host_ms: float  # median of host-clock windows / calls
+    host_suspect: bool  # host time far above event time: unsynchronised work, the host time is used
+    calls: int = 1  # calls per trial window
     trials: int = 0
-    iqr_ms: float = 0.0    # inter-quartile range of the per-trial values (within-run noise)
+    iqr_ms: float = 0.0  # inter-quartile range of the per-trial values (within-run noise)
 
 
 def _nbytes(args: list) -> int:
     return sum(a.numel() * a.element_size() for a in args if isinstance(a, torch.Tensor))
 
 
-def measure(fn: Callable, make_args: Callable[[], list], trials: int = 50, warmup: int = 10,
-            warmup_ms: float = WARMUP_MS, calls: Optional[int] = None, lead: Optional[bool] = None,
-            exclusive=nullcontext, first=nullcontext) -> Timing:
+def measure(
+    fn: Callable,
+    make_args: Callable[[], list],
+    trials: int = 50,
+    warmup: int = 10,
+    warmup_ms: float = WARMUP_MS,
+    calls: Optional[int] = None,
+    lead: Optional[bool] = None,
+    exclusive=nullcontext,
+    first=nullcontext,
+) -> Timing:
     """Median per-call time of fn(*make_args()) on the current CUDA device; make_args runs outside the timed region.
 
     The first call (JIT compile, autotuning, torch.compile) runs in `first()` (the pool's shared GPU section, or
@@ -71,7 +80,7 @@ def measure(fn: Callable, make_args: Callable[[], list], trials: int = 50, warmu
     `calls=1` times one call per trial; `lead=None` adds the lead call to windows of more than one call."""
     with torch.no_grad():
         with first():
-            fn(*make_args())      # compile / autotune outside the exclusive section
+            fn(*make_args())  # compile / autotune outside the exclusive section
             _synchronize()
         with exclusive():
             return _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead)
@@ -101,24 +110,23 @@ def _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead) -> Timing:
             _synchronize()
             probe.append(start.elapsed_time(end))
         one = max(statistics.median(probe), 1e-3)
-        calls = max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one),
-                           WINDOW_BYTES // max(_nbytes(make_args()), 1) - 1))
+        calls = max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one), WINDOW_BYTES // max(_nbytes(make_args()), 1) - 1))
     lead = int(calls > 1 if lead is None else lead)
     events, hosts, totals = [], [], []
     for _ in range(max(trials, 20)):
-        sets = [make_args() for _ in range(calls + lead)]   # fresh values and addresses for every call
+        sets = [make_args() for _ in range(calls + lead)]  # fresh values and addresses for every call
         flush.zero_()
         _synchronize()
         first, start, end = (_Event(enable_timing=True) for _ in range(3))
         t0 = _perf_counter()
         first.record()
         if lead:
-            fn(*sets[0])        # the lead call: the GPU runs it while the host starts the window
+            fn(*sets[0])  # the lead call: the GPU runs it while the host starts the window
         start.record()
         for args in sets[lead:]:
             fn(*args)
         end.record()
-        _synchronize()          # device-wide: waits for every stream, not just the current one
+        _synchronize()  # device-wide: waits for every stream, not just the current one
         hosts.append((_perf_counter() - t0) * 1e3)
         totals.append(first.elapsed_time(end))
         events.append(start.elapsed_time(end))
@@ -136,8 +144,16 @@ def _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead) -> Timing:
     return Timing(per_call, event_ms / calls, host_ms / n, suspect, calls, len(events), q[2] - q[0])
 
 
-def reference_times(model, make_args, trials: int, warmup: int, exclusive=nullcontext, shared=nullcontext,
-                    compiling=nullcontext, with_compile: bool = True) -> dict:
+def reference_times(
+    model,
+    make_args,
+    trials: int,
+    warmup: int,
+    exclusive=nullcontext,
+    shared=nullcontext,
+    compiling=nullcontext,
+    with_compile: bool = True,
+) -> dict:
     """Eager and (with_compile) torch.compile times of the reference (the pool caches them per problem and GPU
     model). The compiled module's first call compiles for seconds in `compiling()`: by default no section, so other
     workers go on meanwhile (a problem too large to share the GPU passes its exclusive section)."""
@@ -157,6 +173,7 @@ def kernel_clock(enabled: bool):
         yield result
         return
     from torch.profiler import ProfilerActivity, profile
+
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         yield result
     _synchronize()

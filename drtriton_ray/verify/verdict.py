@@ -2,6 +2,7 @@
 
 Imports nothing beyond the standard library at module level so the parent, the worker and the CLI can all
 use it (pyarrow is imported only when a table is asked for)."""
+
 from __future__ import annotations
 
 import enum
@@ -9,7 +10,7 @@ import json
 from dataclasses import asdict, dataclass, field, fields
 from typing import Optional
 
-SPEEDUP_FLAG = 10.0          # above this a speedup is flagged for review (KernelBench)
+SPEEDUP_FLAG = 10.0  # above this a speedup is flagged for review (KernelBench)
 
 
 def speedup(ref_ms: Optional[float], cand_ms: Optional[float]) -> Optional[float]:
@@ -20,28 +21,29 @@ def speedup(ref_ms: Optional[float], cand_ms: Optional[float]) -> Optional[float
 
 class Status(str, enum.Enum):
     """Verdict categories. Every check that can reject has its own, so a reward or a report can tell them apart."""
+
     CORRECT = "correct"
-    BAD_PROBLEM = "bad_problem"            # the problem itself is unusable (CLI exit 2)
-    INVALID_SOURCE = "invalid_source"      # empty, not UTF-8, syntax error, no ModelNew
-    STATIC_REJECTED = "static_rejected"    # an AST rule; the reason names it
-    TAMPERING = "tampering"                # a captured grader function or hook was replaced at run time
-    RUNTIME_ERROR = "runtime_error"        # the candidate raised (import, construction or forward)
-    NO_LAUNCH = "no_launch"                # a forward call launched no Triton kernel
-    TORCH_COMPUTE = "torch_compute"        # strict policy: PyTorch computed on the forward path (dispatch audit)
-    OUTPUT_TYPE = "output_type"            # not a plain torch.Tensor (subclass, list, None...)
-    OUTPUT_COUNT = "output_count"          # a different number of outputs than the reference
+    BAD_PROBLEM = "bad_problem"  # the problem itself is unusable (CLI exit 2)
+    INVALID_SOURCE = "invalid_source"  # empty, not UTF-8, syntax error, no ModelNew
+    STATIC_REJECTED = "static_rejected"  # an AST rule; the reason names it
+    TAMPERING = "tampering"  # a captured grader function or hook was replaced at run time
+    RUNTIME_ERROR = "runtime_error"  # the candidate raised (import, construction or forward)
+    NO_LAUNCH = "no_launch"  # a forward call launched no Triton kernel
+    TORCH_COMPUTE = "torch_compute"  # strict policy: PyTorch computed on the forward path (dispatch audit)
+    OUTPUT_TYPE = "output_type"  # not a plain torch.Tensor (subclass, list, None...)
+    OUTPUT_COUNT = "output_count"  # a different number of outputs than the reference
     SHAPE_MISMATCH = "shape_mismatch"
     DTYPE_MISMATCH = "dtype_mismatch"
     DEVICE_MISMATCH = "device_mismatch"
     VALUE_MISMATCH = "value_mismatch"
     INPUT_MUTATED = "input_mutated"
-    NOT_FAITHFUL = "not_faithful"          # output still matched with every Triton kernel made a no-op
-    TIMEOUT = "timeout"                    # per-task wall clock or CPU-time limit; the worker was replaced
-    RESOURCE_LIMIT = "resource_limit"      # memory watchdog; the worker was replaced
-    CRASH = "crash"                        # the worker died (signal, os._exit); it was replaced
-    DEVICE_ERROR = "device_error"          # CUDA error: the context is poisoned, the worker was replaced
-    VERIFIER_LIMIT = "verifier_limit"      # the reference itself ran out of memory: nothing could be judged
-    MISSING = "missing"                    # eval: no solution file for a problem
+    NOT_FAITHFUL = "not_faithful"  # output still matched with every Triton kernel made a no-op
+    TIMEOUT = "timeout"  # per-task wall clock or CPU-time limit; the worker was replaced
+    RESOURCE_LIMIT = "resource_limit"  # memory watchdog; the worker was replaced
+    CRASH = "crash"  # the worker died (signal, os._exit); it was replaced
+    DEVICE_ERROR = "device_error"  # CUDA error: the context is poisoned, the worker was replaced
+    VERIFIER_LIMIT = "verifier_limit"  # the reference itself ran out of memory: nothing could be judged
+    MISSING = "missing"  # eval: no solution file for a problem
 
 
 @dataclass
@@ -63,15 +65,15 @@ class Verdict:
     compile_ms: Optional[float] = None
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
-    speedup_flagged: bool = False          # > 10x: implausible, review before trusting
+    speedup_flagged: bool = False  # > 10x: implausible, review before trusting
     gpu_kernel_ms: Optional[float] = None  # device time spent in kernels during the task (GPU only)
-    gpu_peak_gib: Optional[float] = None   # the worker's peak reserved device memory during the task (GPU only)
-    gpu_held_gib: Optional[float] = None   # what it still reserved after handing its cache back (GPU only)
+    gpu_peak_gib: Optional[float] = None  # the worker's peak reserved device memory during the task (GPU only)
+    gpu_held_gib: Optional[float] = None  # what it still reserved after handing its cache back (GPU only)
     worker: str = ""
     device: str = ""
     duration_s: float = 0.0
     seed: Optional[int] = None
-    name: str = ""                         # the problem's name where known (eval, service batches)
+    name: str = ""  # the problem's name where known (eval, service batches)
     # seconds per phase in the worker (problem, import, construct, compile, checks, faithfulness, timing,
     # gate_wait: waiting for the GPU's shared/exclusive section); where the ~seconds per candidate go
     phases: dict = field(default_factory=dict)
@@ -105,20 +107,37 @@ class Verdict:
 
 def arrow_schema():
     import pyarrow as pa
-    return pa.schema([
-        ("name", pa.string()), ("status", pa.string()), ("correct", pa.bool_()), ("reason", pa.string()),
-        ("checks", pa.list_(pa.struct([("name", pa.string()), ("passed", pa.bool_()), ("detail", pa.string())]))),
-        ("max_abs_error", pa.float64()), ("max_rel_error", pa.float64()),
-        ("candidate_ms", pa.float64()), ("eager_ms", pa.float64()), ("compile_ms", pa.float64()),
-        ("speedup_vs_eager", pa.float64()), ("speedup_vs_compile", pa.float64()), ("speedup_flagged", pa.bool_()),
-        ("gpu_kernel_ms", pa.float64()), ("gpu_peak_gib", pa.float64()), ("gpu_held_gib", pa.float64()),
-        ("worker", pa.string()), ("device", pa.string()),
-        ("duration_s", pa.float64()), ("seed", pa.int64()), ("phases", pa.map_(pa.string(), pa.float64())),
-    ])
+
+    return pa.schema(
+        [
+            ("name", pa.string()),
+            ("status", pa.string()),
+            ("correct", pa.bool_()),
+            ("reason", pa.string()),
+            ("checks", pa.list_(pa.struct([("name", pa.string()), ("passed", pa.bool_()), ("detail", pa.string())]))),
+            ("max_abs_error", pa.float64()),
+            ("max_rel_error", pa.float64()),
+            ("candidate_ms", pa.float64()),
+            ("eager_ms", pa.float64()),
+            ("compile_ms", pa.float64()),
+            ("speedup_vs_eager", pa.float64()),
+            ("speedup_vs_compile", pa.float64()),
+            ("speedup_flagged", pa.bool_()),
+            ("gpu_kernel_ms", pa.float64()),
+            ("gpu_peak_gib", pa.float64()),
+            ("gpu_held_gib", pa.float64()),
+            ("worker", pa.string()),
+            ("device", pa.string()),
+            ("duration_s", pa.float64()),
+            ("seed", pa.int64()),
+            ("phases", pa.map_(pa.string(), pa.float64())),
+        ]
+    )
 
 
 def to_arrow(verdicts: list[Verdict]):
     import pyarrow as pa
+
     schema = arrow_schema()
     rows = [v.to_dict() for v in verdicts]
     return pa.Table.from_pylist([{k: r[k] for k in schema.names} for r in rows], schema=schema)

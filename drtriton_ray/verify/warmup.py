@@ -1,5 +1,6 @@
 """A worker's first kernel: proves Triton launches on this device (interpreter or GPU), compiles Triton's launcher
 utilities into the worker's own cache, and is imported only after TRITON_INTERPRET is settled."""
+
 import torch
 import triton
 import triton.language as tl

@@ -3,6 +3,7 @@ then serve tasks from the pool over a pipe until told to stop, retired, or kille
 
 Started with multiprocessing's spawn context by pool.py. Only the standard library is imported at module level:
 TRITON_INTERPRET and the cache directories must be set before torch or triton is imported."""
+
 from __future__ import annotations
 
 import os
@@ -12,24 +13,35 @@ import tempfile
 import threading
 import time
 
-EXIT_MEMORY = 86   # the memory watchdog's exit status: the pool reports RESOURCE_LIMIT
+EXIT_MEMORY = 86  # the memory watchdog's exit status: the pool reports RESOURCE_LIMIT
 
-_CUDA_ERROR_MARKERS = ("CUDA error", "illegal memory access", "device-side assert", "CUDA_ERROR",
-                       "unspecified launch failure", "AcceleratorError")
+_CUDA_ERROR_MARKERS = (
+    "CUDA error",
+    "illegal memory access",
+    "device-side assert",
+    "CUDA_ERROR",
+    "unspecified launch failure",
+    "AcceleratorError",
+)
 
 
 def _environment(scratch: str, device: str) -> None:
     os.chdir(scratch)
     for sub in ("triton", "inductor", "tmp"):
         os.makedirs(os.path.join(scratch, sub), exist_ok=True)
-    os.environ.update({
-        "TRITON_CACHE_DIR": os.path.join(scratch, "triton"), "TRITON_HOME": scratch,
-        "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"), "TMPDIR": os.path.join(scratch, "tmp"),
-        "TORCHINDUCTOR_COMPILE_THREADS": "1",   # compile in-process: no compile-worker pool to sandbox
-        "PYTHONDONTWRITEBYTECODE": "1", "HOME": scratch,
-    })
+    os.environ.update(
+        {
+            "TRITON_CACHE_DIR": os.path.join(scratch, "triton"),
+            "TRITON_HOME": scratch,
+            "TORCHINDUCTOR_CACHE_DIR": os.path.join(scratch, "inductor"),
+            "TMPDIR": os.path.join(scratch, "tmp"),
+            "TORCHINDUCTOR_COMPILE_THREADS": "1",  # compile in-process: no compile-worker pool to sandbox
+            "PYTHONDONTWRITEBYTECODE": "1",
+            "HOME": scratch,
+        }
+    )
     if device == "cpu":
-        os.environ["TRITON_INTERPRET"] = "1"   # triton has no CPU backend; must precede `import triton`
+        os.environ["TRITON_INTERPRET"] = "1"  # triton has no CPU backend; must precede `import triton`
     sys.dont_write_bytecode = True
     # tempfile caches its directory on first use, which may precede this function (a spawn child first imports
     # its parent's main module, e.g. a Ray worker's), and Triton's compiler makes temporary files on every new kernel
@@ -77,6 +89,7 @@ def _memory_watchdog(limit_bytes: int, rss_bytes) -> None:
             if rss is not None and rss > limit_bytes:
                 os._exit(EXIT_MEMORY)
             time.sleep(0.05)
+
     threading.Thread(target=watch, name="rss-watchdog", daemon=True).start()
 
 
@@ -85,6 +98,7 @@ def _device_poisoned(device: str, verdict) -> bool:
     if not device.startswith("cuda"):
         return False
     import torch
+
     try:
         torch.cuda.synchronize()
     except Exception:
@@ -99,12 +113,14 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
 
     def lap(what: str) -> None:
         startup[what] = round(time.perf_counter() - t0 - sum(startup.values()), 3)
+
     _environment(scratch, device)
     _limits(limits, device)
     import torch  # imported once per worker: the point of a persistent pool
     import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed: do it before Trusted captures)
     import triton
     from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, make_torch_audit, rss_bytes
+
     lap("import_torch_triton")
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device).index or 0)
@@ -118,28 +134,51 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
     monitor = LaunchMonitor()
     monitor.install()
     from drtriton_ray.verify.warmup import warm_up
+
     warm_up(device)
     lap("first_kernel")
-    from drtriton_ray.verify.checks import GpuSection, WorkerContext, release_memory, run_reference, run_task
-    from drtriton_ray.verify.protocol import Ready, ReferenceReady, RunReference, RunTask, VerdictReady
-    from drtriton_ray.verify.verdict import Status
-    ctx = WorkerContext(name=name, device=device, scratch=scratch, monitor=monitor, trusted=Trusted(monitor),
-                        sandbox=Sandbox(scratch, monitor, allow_compiler_processes=device != "cpu"),
-                        audit_cls=make_torch_audit(monitor), gate=GpuSection(conn if gated else None),
-                        gpu_bytes=torch.cuda.get_device_properties(device).total_memory
-                        if device.startswith("cuda") else 0)
+    # Everything _serve needs is imported here, before the sandbox closes the file system.
+    from drtriton_ray.verify.checks import GpuSection, WorkerContext
+    from drtriton_ray.verify.protocol import Ready
+    from drtriton_ray.verify.verdict import Status  # noqa: F401
+
+    ctx = WorkerContext(
+        name=name,
+        device=device,
+        scratch=scratch,
+        monitor=monitor,
+        trusted=Trusted(monitor),
+        sandbox=Sandbox(scratch, monitor, allow_compiler_processes=device != "cpu"),
+        audit_cls=make_torch_audit(monitor),
+        gate=GpuSection(conn if gated else None),
+        gpu_bytes=torch.cuda.get_device_properties(device).total_memory if device.startswith("cuda") else 0,
+    )
     ctx.sandbox.install()
     _memory_watchdog(int(limits.rss_gb * (1 << 30)), rss_bytes)
     lap("sandbox")
-    info = {"pid": os.getpid(), "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda")
-            else "cpu-interpreter", "torch": torch.__version__, "triton": triton.__version__, "startup": startup}
+    info = {
+        "pid": os.getpid(),
+        "device_name": torch.cuda.get_device_name(device) if device.startswith("cuda") else "cpu-interpreter",
+        "torch": torch.__version__,
+        "triton": triton.__version__,
+        "startup": startup,
+    }
     conn.send(Ready(info))
+    _serve(conn, ctx, device, limits)
+
+
+def _serve(conn, ctx, device: str, limits) -> None:
+    """Jobs from the pool until it says stop or the pipe closes; a worker that cannot be trusted any more returns."""
+    from drtriton_ray.verify.checks import release_memory, run_reference, run_task
+    from drtriton_ray.verify.protocol import ReferenceReady, RunReference, RunTask, VerdictReady
+    from drtriton_ray.verify.verdict import Status
+
     while True:
         try:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if not isinstance(message, (RunTask, RunReference)):   # Stop, or nothing this worker understands
+        if not isinstance(message, (RunTask, RunReference)):  # Stop, or nothing this worker understands
             return
         _arm_cpu_limit(limits.cpu_s)
         if isinstance(message, RunReference):

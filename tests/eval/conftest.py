@@ -1,5 +1,6 @@
 """Eval suite: one real CPU verifier pool and one tiny model for the whole suite (each costs seconds to start), and
 a scripted rollout engine."""
+
 import pytest
 
 from drtriton_ray.rollout.engine import Sample, SamplingConfig
@@ -29,12 +30,15 @@ def scripted():
 @pytest.fixture(scope="session")
 def pool(tmp_path_factory):
     from drtriton_ray.verify import Limits, WorkerPool
-    with WorkerPool("cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path_factory.mktemp("pool")),
-                    name="eval") as p:
+
+    with WorkerPool(
+        "cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path_factory.mktemp("pool")), name="eval"
+    ) as p:
         yield p
 
 
 @pytest.fixture(scope="session")
 def tiny_dir(tmp_path_factory):
     from drtriton_ray.models import prepare_model
+
     return prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=0)

@@ -1,7 +1,7 @@
 """The ReLU problem and the Triton candidates (right, and each with one mistake a model makes) that the eval
 tests grade."""
 
-PROBLEM = '''
+PROBLEM = """
 import torch
 import torch.nn as nn
 
@@ -20,9 +20,9 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
-CANDIDATE = '''
+CANDIDATE = """
 import torch
 import torch.nn as nn
 import triton
@@ -43,7 +43,7 @@ class ModelNew(nn.Module):
         y = torch.empty_like(x)
         relu_kernel[(triton.cdiv(x.numel(), BLOCK_SIZE),)](x, y, x.numel(), BLOCK=BLOCK_SIZE)
         return RETURN
-'''
+"""
 
 
 def problem(shape: str = "37, 53") -> str:
@@ -52,5 +52,6 @@ def problem(shape: str = "37, 53") -> str:
 
 def candidate(result="tl.maximum(x, 0.0)", block="4096", ret="y", head="", arange="BLOCK") -> str:
     """`arange="n"`: tl.arange with a run-time bound, which Triton refuses to compile."""
-    return head + CANDIDATE.replace("RESULT", result).replace("BLOCK_SIZE", block).replace("RETURN", ret) \
-        .replace("RANGE", arange)
+    return head + CANDIDATE.replace("RESULT", result).replace("BLOCK_SIZE", block).replace("RETURN", ret).replace(
+        "RANGE", arange
+    )

@@ -1,6 +1,7 @@
 """`drtriton eval-model`'s declared option validation (EvalModelOptions): one bad value per declared constraint gives
 one clear line and exit 2, before any model is read; the checks across options; the defaults that depend on other
 options; and the model's fields matching the command's options, so a new option cannot skip validation."""
+
 import inspect
 
 import annotated_types
@@ -9,8 +10,15 @@ from pydantic import AfterValidator, ValidationError
 from typer.testing import CliRunner
 
 from drtriton_ray.cli import app
-from drtriton_ray.eval.cli import (DEFAULT_WORKERS, ENGINES, SAMPLED_TEMPERATURE, EvalModelOptions, eval_model_cmd,
-                                   flag, options_error)
+from drtriton_ray.eval.cli import (
+    DEFAULT_WORKERS,
+    ENGINES,
+    SAMPLED_TEMPERATURE,
+    EvalModelOptions,
+    eval_model_cmd,
+    flag,
+    options_error,
+)
 
 runner = CliRunner()
 GOOD = {"model": "no/such/model", "level": 1, "count": 1}
@@ -34,22 +42,35 @@ CASES = list(constraint_cases())
 
 
 def test_every_numeric_and_choice_option_is_constrained():
-    assert {c[0] for c in CASES} == {"level", "count", "samples", "temperature", "max_tokens", "engine", "device",
-                                     "dtype", "profile", "baseline", "workers", "timeout"}
+    assert {c[0] for c in CASES} == {
+        "level",
+        "count",
+        "samples",
+        "temperature",
+        "max_tokens",
+        "engine",
+        "device",
+        "dtype",
+        "profile",
+        "baseline",
+        "workers",
+        "timeout",
+    }
 
 
 @pytest.mark.parametrize("name, value, words", CASES, ids=[c[0] for c in CASES])
 def test_one_bad_value_per_constraint(name, value, words):
     with pytest.raises(ValidationError) as e:
         EvalModelOptions(**{**GOOD, name: value})
-    assert options_error(e.value) == words if not words.endswith("known: ") else \
-        options_error(e.value).startswith(words)
+    assert (
+        options_error(e.value) == words if not words.endswith("known: ") else options_error(e.value).startswith(words)
+    )
     r = runner.invoke(app, ["eval-model", *[x for k, v in {**GOOD, name: value}.items() for x in (flag(k), str(v))]])
     assert r.exit_code == 2, r.output
     assert r.exception is None or isinstance(r.exception, SystemExit)
     lines = [line for line in r.output.splitlines() if line.strip()]
     assert len(lines) == 1 and lines[0].startswith("error: ") and words in lines[0], r.output
-    assert "Traceback" not in r.output and "no/such/model" not in r.output   # judged before the model is read
+    assert "Traceback" not in r.output and "no/such/model" not in r.output  # judged before the model is read
 
 
 def test_choices_are_listed():
@@ -64,14 +85,18 @@ def test_choices_are_listed():
 def test_several_problems_on_one_line():
     with pytest.raises(ValidationError) as e:
         EvalModelOptions(**{**GOOD, "level": 0, "dtype": "int3", "timeout": -1.0})
-    assert options_error(e.value) == ("--level must be >= 1, got 0; unknown --dtype 'int3'; known: fp32, bf16; "
-                                      "--timeout must be > 0, got -1.0")
+    assert options_error(e.value) == (
+        "--level must be >= 1, got 0; unknown --dtype 'int3'; known: fp32, bf16; --timeout must be > 0, got -1.0"
+    )
 
 
-@pytest.mark.parametrize("extra, words", [
-    ({"samples": 3, "temperature": 0.0}, "--samples 3 at --temperature 0 gives 3 copies of the greedy answer"),
-    ({"engine": "vllm", "static_cache": True}, "--static-cache is an option of --engine hf"),
-])
+@pytest.mark.parametrize(
+    "extra, words",
+    [
+        ({"samples": 3, "temperature": 0.0}, "--samples 3 at --temperature 0 gives 3 copies of the greedy answer"),
+        ({"engine": "vllm", "static_cache": True}, "--static-cache is an option of --engine hf"),
+    ],
+)
 def test_checks_across_options(extra, words):
     with pytest.raises(ValidationError) as e:
         EvalModelOptions(**GOOD, **extra)
@@ -80,7 +105,7 @@ def test_checks_across_options(extra, words):
 
 def test_defaults_that_depend_on_other_options():
     one = EvalModelOptions(**GOOD)
-    assert one.temperature == 0.0 and one.workers == DEFAULT_WORKERS["cpu"] == 2   # greedy pass@1
+    assert one.temperature == 0.0 and one.workers == DEFAULT_WORKERS["cpu"] == 2  # greedy pass@1
     many = EvalModelOptions(**GOOD, samples=4, device="cuda")
     assert many.temperature == SAMPLED_TEMPERATURE and many.workers == DEFAULT_WORKERS["cuda"] == 1
     given = EvalModelOptions(**GOOD, samples=4, temperature=0.3, workers=12)

@@ -1,4 +1,5 @@
 """The held-out stream: deterministic, a seed of its own that training refuses, the curriculum's default."""
+
 import pytest
 
 from drtriton_ray.eval.heldout import HELDOUT_SEED, check_training_seed, heldout_programs, is_heldout_seed

@@ -1,5 +1,6 @@
 """pass@k by hand; `evaluate` with a scripted engine: report arithmetic against scripted verdicts, and pass@1 = 1
 through the real CPU verifier when the engine answers with the reference lowering."""
+
 import asyncio
 import json
 import math
@@ -7,8 +8,7 @@ import math
 import pytest
 
 from drtriton_ray.eval.heldout import heldout_programs
-from drtriton_ray.eval.policy import (EvalReport, NothingJudged, answer_sha, evaluate, pass_at_k, prompt_ids,
-                                     verify_seed)
+from drtriton_ray.eval.policy import EvalReport, NothingJudged, answer_sha, evaluate, pass_at_k, prompt_ids, verify_seed
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.models import load_tokenizer
 from drtriton_ray.prompts import format_answer
@@ -19,11 +19,11 @@ from drtriton_ray.verify import Verdict
 
 def test_pass_at_k_by_hand():
     assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
-    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)          # 1 - C(3,2)/C(4,2)
-    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)      # 1 - C(7,5)/C(10,5)
+    assert pass_at_k(4, 1, 2) == pytest.approx(1 - 3 / 6)  # 1 - C(3,2)/C(4,2)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - 21 / 252)  # 1 - C(7,5)/C(10,5)
     assert pass_at_k(200, 10, 100) == pytest.approx(1 - math.comb(190, 100) / math.comb(200, 100))
     assert pass_at_k(5, 0, 3) == 0.0
-    assert pass_at_k(5, 3, 3) == 1.0                               # only 2 wrong: every 3-subset has a correct one
+    assert pass_at_k(5, 3, 3) == 1.0  # only 2 wrong: every 3-subset has a correct one
     assert pass_at_k(1, 1, 1) == 1.0
     for n, c, k in ((3, 4, 1), (3, 1, 4), (3, 1, 0), (3, -1, 1)):
         with pytest.raises(ValueError):
@@ -46,14 +46,23 @@ def code(tag):
 
 def test_report_arithmetic(tok, problems, scripted):
     a, b = problems
-    engine = scripted(tok, {
-        tuple(prompt_ids(tok, a.source)): [format_answer(code("fast")), format_answer(code("slow")),
-                                           format_answer(code("wrong")), "no code here"],
-        tuple(prompt_ids(tok, b.source)): ["```python\nclass ModelNew(", "nothing", "still nothing", ""],
-    })
-    verdicts = {"fast": Verdict("correct", speedup_vs_eager=12.0, speedup_vs_compile=3.0, speedup_flagged=True),
-                "slow": Verdict("correct", speedup_vs_eager=0.5, speedup_vs_compile=0.25),
-                "wrong": Verdict("value_mismatch", reason="trial problem#0: max abs err 3")}
+    engine = scripted(
+        tok,
+        {
+            tuple(prompt_ids(tok, a.source)): [
+                format_answer(code("fast")),
+                format_answer(code("slow")),
+                format_answer(code("wrong")),
+                "no code here",
+            ],
+            tuple(prompt_ids(tok, b.source)): ["```python\nclass ModelNew(", "nothing", "still nothing", ""],
+        },
+    )
+    verdicts = {
+        "fast": Verdict("correct", speedup_vs_eager=12.0, speedup_vs_compile=3.0, speedup_flagged=True),
+        "slow": Verdict("correct", speedup_vs_eager=0.5, speedup_vs_compile=0.25),
+        "wrong": Verdict("value_mismatch", reason="trial problem#0: max abs err 3"),
+    }
     seen = []
 
     def verify(tasks):
@@ -69,8 +78,16 @@ def test_report_arithmetic(tok, problems, scripted):
     assert verify_seed(6, a.id, 0) != verify_seed(5, a.id, 0) != verify_seed(5, b.id, 0)
     assert report.pass_at_1 == pytest.approx((2 / 4 + 0) / 2)
     assert report.pass_at_k == pytest.approx((1 + 0) / 2)
-    assert report.outcomes == {"no_code": 5, "static_reject": 0, "compile_error": 0, "runtime_error": 0,
-                               "wrong": 1, "correct_slower": 1, "correct_faster": 1, "correct": 0}
+    assert report.outcomes == {
+        "no_code": 5,
+        "static_reject": 0,
+        "compile_error": 0,
+        "runtime_error": 0,
+        "wrong": 1,
+        "correct_slower": 1,
+        "correct_faster": 1,
+        "correct": 0,
+    }
     assert (report.answers, report.correct_answers, report.speedups_flagged) == (8, 2, 1)
     assert report.details["no_code"] == {"no_code": 4, "unterminated": 1}
     assert report.details["wrong"] == {"value_mismatch": 1}
@@ -96,8 +113,11 @@ def test_report_arithmetic(tok, problems, scripted):
 
 def test_refuses_what_cannot_be_measured(tok, problems, scripted):
     engine = scripted(tok, {})
-    for kwargs, match in (({"samples": 3, "temperature": 0.0}, "copies of the greedy answer"),
-                          ({"samples": 0}, "samples must be"), ({"baseline": "cudnn"}, "unknown baseline")):
+    for kwargs, match in (
+        ({"samples": 3, "temperature": 0.0}, "copies of the greedy answer"),
+        ({"samples": 0}, "samples must be"),
+        ({"baseline": "cudnn"}, "unknown baseline"),
+    ):
         with pytest.raises(ValueError, match=match):
             asyncio.run(evaluate(engine, tok, problems, lambda t: [], **kwargs))
     with pytest.raises(ValueError, match="no problems"):
@@ -107,9 +127,15 @@ def test_refuses_what_cannot_be_measured(tok, problems, scripted):
 
 def test_reference_lowering_passes_the_real_verifier(tok, problems, pool, scripted):
     """The engine answers with the verified reference lowering: pass@1 = 1, measured end to end."""
-    engine = scripted(tok, {tuple(prompt_ids(tok, p.source)): [
-        "Fused kernels below.\n\n" + format_answer(lower_program(Program.from_json(p.dag), p.source))]
-        for p in problems})
+    engine = scripted(
+        tok,
+        {
+            tuple(prompt_ids(tok, p.source)): [
+                "Fused kernels below.\n\n" + format_answer(lower_program(Program.from_json(p.dag), p.source))
+            ]
+            for p in problems
+        },
+    )
     report = asyncio.run(evaluate(engine, tok, problems, pool.map, samples=1, temperature=0.0))
     assert report.pass_at_1 == 1.0 and report.pass_at_k == 1.0, [a.reason for p in report.problems for a in p.answers]
     # the worker ran each answer's trials from the evaluation's seed for it: a rerun draws the same inputs
@@ -124,12 +150,15 @@ def test_unjudged_problems_are_left_out_not_counted_as_failures(tok, problems, s
     """A verdict about the problem or the verifier (reference out of memory) says nothing about the answer."""
     a, b = problems
     engine = scripted(tok, {tuple(prompt_ids(tok, p.source)): [format_answer(code(p.id))] for p in problems})
-    verdicts = {a.id: Verdict("verifier_limit", reason="trial problem#0: the reference ran out of memory"),
-                b.id: Verdict("correct")}
+    verdicts = {
+        a.id: Verdict("verifier_limit", reason="trial problem#0: the reference ran out of memory"),
+        b.id: Verdict("correct"),
+    }
     report = asyncio.run(evaluate(engine, tok, problems, lambda ts: [verdicts[t.name.split("#")[0]] for t in ts]))
     assert report.pass_at_1 == 1.0 and [p.id for p in report.problems] == [b.id]
-    assert report.unjudged == [{"id": a.id, "status": "verifier_limit",
-                                "reason": "trial problem#0: the reference ran out of memory"}]
+    assert report.unjudged == [
+        {"id": a.id, "status": "verifier_limit", "reason": "trial problem#0: the reference ran out of memory"}
+    ]
     verdicts[b.id] = Verdict("bad_problem", reason="the problem is unusable")
     with pytest.raises(NothingJudged, match="could judge none of the 2 problems"):
         asyncio.run(evaluate(engine, tok, problems, lambda ts: [verdicts[t.name.split("#")[0]] for t in ts]))

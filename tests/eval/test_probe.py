@@ -1,5 +1,6 @@
 """The reference probe (eval/probe.py) on the tiny model: a sequence the model writes greedily counts as written,
 one changed token does not, and the held-out references split by whether their operators are elementwise."""
+
 import pytest
 import torch
 
@@ -29,8 +30,9 @@ def test_greedy_continuation_is_written_and_a_changed_token_is_not(model_and_tok
     changed[len(prompt) + 5] = (changed[len(prompt) + 5] + 1) % model.config.vocab_size
     other = Probe(changed, len(prompt), elementwise=False)
     summary = probe_model(model, [greedy, other], CPU, bf16=False)
-    assert summary["elementwise"] == pytest.approx({"n": 1, "greedy_exact": 1, "mismatches": 0,
-                                                    "logp": summary["elementwise"]["logp"]})
+    assert summary["elementwise"] == pytest.approx(
+        {"n": 1, "greedy_exact": 1, "mismatches": 0, "logp": summary["elementwise"]["logp"]}
+    )
     assert summary["other"]["greedy_exact"] == 0 and summary["other"]["mismatches"] >= 1
     assert summary["other"]["logp"] < summary["elementwise"]["logp"] < 0
     assert probe_metrics(summary)["probe/exact_elementwise"] == 1 and model.training is False
@@ -43,5 +45,5 @@ def test_reference_probes_split_by_operator_kind(model_and_tokenizer):
     assert [p.elementwise for p in probes] == [all(is_elementwise(op) for op in r.ops) for r in records]
     assert any(p.elementwise for p in probes) and not all(p.elementwise for p in probes)
     for p, r in zip(probes, records):
-        assert p.ids[:p.start] == prompt_ids(tok, r.source) and p.ids[-1] == tok.eos_token_id
-        assert "class ModelNew" in tok.decode(p.ids[p.start:])
+        assert p.ids[: p.start] == prompt_ids(tok, r.source) and p.ids[-1] == tok.eos_token_id
+        assert "class ModelNew" in tok.decode(p.ids[p.start :])

@@ -2,6 +2,7 @@
 
 Fault payloads use modules the static rules ban (os, signal, socket...), so these tasks switch the parent-side
 static checks off (Task.static_checks=False) to reach the runtime defences: process isolation, limits, sandbox."""
+
 import os
 from pathlib import Path
 
@@ -44,12 +45,19 @@ def results(tmp_path_factory):
     out = {}
     root = str(tmp_path_factory.mktemp("faults"))
     # gated: faults strike while the worker holds the pool's GPU-style section; its death must release it
-    with WorkerPool("cpu", size=1, limits=Limits(task_timeout_s=20, cpu_s=5, rss_gb=1.0, address_space_gb=6),
-                    root=root, name="faults", gated=True) as pool:
+    with WorkerPool(
+        "cpu",
+        size=1,
+        limits=Limits(task_timeout_s=20, cpu_s=5, rss_gb=1.0, address_space_gb=6),
+        root=root,
+        name="faults",
+        gated=True,
+    ) as pool:
         for name, (payload, _, _) in FAULTS.items():
             before = pool.alive_workers()
-            bad, good = pool.map([Task(RELU, faulty(payload), static_checks=False, name=name),
-                                  Task(RELU, GOOD, name=f"{name}-next")])
+            bad, good = pool.map(
+                [Task(RELU, faulty(payload), static_checks=False, name=name), Task(RELU, GOOD, name=f"{name}-next")]
+            )
             out[name] = (bad, good, before, pool.alive_workers())
         assert os.listdir(root) == [os.path.basename(pool.root)]
     assert not os.path.exists(pool.root)

@@ -1,5 +1,6 @@
 """The reference lowering against PyTorch, in the Triton interpreter: every operator, and whole
 level-2 and level-5 programs (fused elementwise groups, fan-out, several outputs)."""
+
 import importlib.util
 
 import pytest
@@ -67,8 +68,10 @@ def test_level5_programs_fuse_elementwise(tmp_path):
 
 
 def test_half_precision(tmp_path):
-    sampler = Sampler(SynthConfig(level=2, profile="small", dtype="float16",
-                                  ops=("Add", "ReLU", "Softmax", "Sum", "LayerNorm")), seed=34)
+    sampler = Sampler(
+        SynthConfig(level=2, profile="small", dtype="float16", ops=("Add", "ReLU", "Softmax", "Sum", "LayerNorm")),
+        seed=34,
+    )
     for i in range(4):
         check_lowering(sampler.sample(i), tmp_path)
 
@@ -77,18 +80,22 @@ def test_lowering_from_source_alone(tmp_path):
     """`drtriton lower PROBLEM.py`: the DAG is recovered from the problem text and one run."""
     from drtriton_ray.lower.emit import lower_source
     from drtriton_ray.lower.parse import UnsupportedProblem, program_from_source
+
     sampler = Sampler(SynthConfig(level=5, profile="small"), seed=35)
     for i in range(6):
         rec = sampler.sample(i)
         parsed, original = program_from_source(rec.source), Program.from_json(rec.dag)
-        assert [(n.op, n.inputs, n.outputs, n.weights) for n in parsed.nodes] == \
-            [(n.op, n.inputs, n.outputs, n.weights) for n in original.nodes]
-        assert {k: (t.shape, t.role) for k, t in parsed.tensors.items()} == \
-            {k: (t.shape, t.role) for k, t in original.tensors.items()}
+        assert [(n.op, n.inputs, n.outputs, n.weights) for n in parsed.nodes] == [
+            (n.op, n.inputs, n.outputs, n.weights) for n in original.nodes
+        ]
+        assert {k: (t.shape, t.role) for k, t in parsed.tensors.items()} == {
+            k: (t.shape, t.role) for k, t in original.tensors.items()
+        }
         assert lower_source(rec.source) == lower_program(original, rec.source)
     with pytest.raises(UnsupportedProblem, match="no operator of the registry"):
-        program_from_source(rec.source.replace("return tensor_",
-                                               "tensor_99 = torch.fft.fft(tensor_0)\n        return tensor_", 1))
+        program_from_source(
+            rec.source.replace("return tensor_", "tensor_99 = torch.fft.fft(tensor_0)\n        return tensor_", 1)
+        )
     with pytest.raises(UnsupportedProblem, match="does not load"):
         program_from_source("def broken(:\n")
 
@@ -97,6 +104,7 @@ def test_lower_cli(tmp_path):
     from typer.testing import CliRunner
 
     from drtriton_ray.cli import app
+
     runner = CliRunner()
     rec = Sampler(SynthConfig(level=2, profile="small"), seed=36).sample(0)
     problem = tmp_path / "problem.py"
@@ -104,8 +112,12 @@ def test_lower_cli(tmp_path):
     r = runner.invoke(app, ["lower", str(problem), "--out", str(tmp_path / "solution.py")])
     assert r.exit_code == 0, r.output
     assert "class ModelNew(nn.Module)" in (tmp_path / "solution.py").read_text()
-    bad = {"empty.py": b"", "latin1.py": "x = 'caf\xe9'".encode("latin-1"), "nomodel.py": b"x = 1\n",
-           "syntax.py": b"class Model(:\n"}
+    bad = {
+        "empty.py": b"",
+        "latin1.py": "x = 'caf\xe9'".encode("latin-1"),
+        "nomodel.py": b"x = 1\n",
+        "syntax.py": b"class Model(:\n",
+    }
     for name, content in bad.items():
         (tmp_path / name).write_bytes(content)
         r = runner.invoke(app, ["lower", str(tmp_path / name)])
@@ -115,24 +127,33 @@ def test_lower_cli(tmp_path):
 
 
 CONVS = [  # (spatial dims, transposed, groups, in channels, out channels, size, kernel, stride, padding, dilation)
-    (1, False, 1, 3, 5, 11, 3, 2, 1, 1), (2, False, 2, 4, 6, 7, 3, 1, 2, 2), (3, False, 1, 2, 17, 5, 2, 3, 0, 1),
-    (1, True, 1, 3, 4, 6, 4, 3, 2, 2), (2, True, 3, 3, 6, 5, 3, 2, 1, 1), (3, True, 1, 7, 17, 3, 3, 2, 1, 1),
-    (3, True, 1, 1, 8, 2, 4, 1, 2, 1), (2, True, 1, 2, 3, 4, 3, 3, 0, 2),
+    (1, False, 1, 3, 5, 11, 3, 2, 1, 1),
+    (2, False, 2, 4, 6, 7, 3, 1, 2, 2),
+    (3, False, 1, 2, 17, 5, 2, 3, 0, 1),
+    (1, True, 1, 3, 4, 6, 4, 3, 2, 2),
+    (2, True, 3, 3, 6, 5, 3, 2, 1, 1),
+    (3, True, 1, 7, 17, 3, 3, 2, 1, 1),
+    (3, True, 1, 1, 8, 2, 4, 1, 2, 1),
+    (2, True, 1, 2, 3, 4, 3, 3, 0, 2),
     (3, True, 1, 2, 8, 1, 4, 2, 2, 1),  # a 1x1x1 output: fewer phases than the stride
     # few channels, below tl.dot's 16 (l5-s7-000005/30 on an H100: a broadcast product there was off)
-    (1, True, 1, 1, 32, 9, 1, 3, 0, 1), (1, True, 1, 1, 32, 20, 7, 3, 0, 1), (1, False, 1, 2, 32, 12, 1, 1, 0, 1),
+    (1, True, 1, 1, 32, 9, 1, 3, 0, 1),
+    (1, True, 1, 1, 32, 20, 7, 3, 0, 1),
+    (1, False, 1, 2, 32, 12, 1, 1, 0, 1),
     (2, False, 4, 4, 4, 6, 3, 1, 1, 1),  # depthwise: one channel per group
 ]
 
 
-@pytest.fixture(params=[False, True, pytest.param("cuda", marks=pytest.mark.gpu)],
-                ids=["interpreter-tiles", "gpu-tiles", "cuda"])
+@pytest.fixture(
+    params=[False, True, pytest.param("cuda", marks=pytest.mark.gpu)], ids=["interpreter-tiles", "gpu-tiles", "cuda"]
+)
 def tiled(request, monkeypatch):
     """The lowering's wrappers under the interpreter's tile choices or a GPU's (small tiles, tl.dot only from 16
     rows), both run by the interpreter, or compiled on the GPU itself (tensors made there, the reference without
     TF32 as the verifier's): what Triton's compiler does to a kernel only shows there."""
     from drtriton_ray.lower import wrappers
     from drtriton_ray.synth.validate import full_float32
+
     if request.param != "cuda":
         monkeypatch.setattr(wrappers, "compiled", lambda t: request.param)
         yield wrappers
@@ -148,6 +169,7 @@ def tiled(request, monkeypatch):
 def test_conv_kernel_matches_torch(tiled):
     """Direct and transposed convs (strides, dilation, groups, output_padding), under every tiling."""
     import torch.nn.functional as F
+
     wrappers = tiled
     torch.manual_seed(0)
     for n, transposed, groups, cin, cout, size, k, stride, padding, dilation in CONVS:
@@ -155,8 +177,9 @@ def test_conv_kernel_matches_torch(tiled):
         b = torch.randn(cout)
         if transposed:
             w = torch.randn(cin, cout // groups, *[k] * n)
-            want = getattr(F, f"conv_transpose{n}d")(x, w, b, stride=stride, padding=padding, groups=groups,
-                                                     dilation=dilation, output_padding=stride - 1)
+            want = getattr(F, f"conv_transpose{n}d")(
+                x, w, b, stride=stride, padding=padding, groups=groups, dilation=dilation, output_padding=stride - 1
+            )
         else:
             w = torch.randn(cout, cin // groups, *[k] * n)
             want = getattr(F, f"conv{n}d")(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
@@ -168,6 +191,7 @@ def test_tiled_kernels_match_torch(tiled):
     """Reductions, along-dim operators, row norms, batch norm, batched matmul and pooling over shapes with many
     short rows or columns (several per program) and long ones (loops), under every tiling."""
     import torch.nn.functional as F
+
     w = tiled
     torch.manual_seed(0)
     close = lambda got, want: torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)  # noqa: E731
@@ -206,21 +230,23 @@ def test_matmul_folds_batches_into_rows(monkeypatch):
     Matmul's 2511 products of 2 rows are one of 5022); where B differs or A's rows do not run on (a transposed or
     broadcast A) the batch stays. Every case gives torch.matmul's values."""
     from drtriton_ray.lower import wrappers
+
     launched = []
     launch = wrappers.launch_matmul
 
     def spy(a, b, bias, batch, m, n, k, sa, sb):
         launched.append((tuple(batch), m))
         return launch(a, b, bias, batch, m, n, k, sa, sb)
+
     monkeypatch.setattr(wrappers, "launch_matmul", spy)
     torch.manual_seed(0)
     cases = [  # a, b, (batch, rows) launched
         (torch.randn(3, 7, 2, 5), torch.randn(1, 5, 6), ((), 42)),
-        (torch.randn(7, 2, 5), torch.randn(4, 1, 5, 6), ((4,), 14)),                 # A broadcasts over 4, B over 7
-        (torch.randn(3, 7, 1, 5), torch.randn(5, 6), ((), 21)),                      # m = 1
-        (torch.randn(7, 5, 2).transpose(1, 2), torch.randn(5, 6), ((7,), 2)),         # A's rows do not run on
-        (torch.randn(7, 2, 5), torch.randn(7, 5, 6), ((7,), 2)),                      # a different B per batch
-        (torch.randn(1, 2, 5), torch.randn(3, 5, 6), ((3,), 2)),                      # A broadcast over the batch
+        (torch.randn(7, 2, 5), torch.randn(4, 1, 5, 6), ((4,), 14)),  # A broadcasts over 4, B over 7
+        (torch.randn(3, 7, 1, 5), torch.randn(5, 6), ((), 21)),  # m = 1
+        (torch.randn(7, 5, 2).transpose(1, 2), torch.randn(5, 6), ((7,), 2)),  # A's rows do not run on
+        (torch.randn(7, 2, 5), torch.randn(7, 5, 6), ((7,), 2)),  # a different B per batch
+        (torch.randn(1, 2, 5), torch.randn(3, 5, 6), ((3,), 2)),  # A broadcast over the batch
     ]
     for a, b, want in cases:
         torch.testing.assert_close(wrappers.matmul(a, b), torch.matmul(a, b), atol=1e-4, rtol=1e-4)
@@ -230,6 +256,7 @@ def test_matmul_folds_batches_into_rows(monkeypatch):
 def _with_library(kernel_source: str) -> str:
     """A generated kernel as a module: the header and the library helpers it calls."""
     from drtriton_ray.lower.emit import HEADER, library_source
+
     return HEADER + "\n" + library_source([kernel_source]) + "\n\n" + kernel_source
 
 
@@ -239,15 +266,25 @@ def test_elementwise_precision_near_zero(tmp_path):
     import torch.nn.functional as F
 
     from drtriton_ray.lower.elementwise import EXPRESSIONS, fused_kernel_source
-    ops = {"Tanh": torch.tanh, "ELU": lambda x: F.elu(x, 0.7), "SELU": F.selu, "Softplus": F.softplus,
-           "LogSigmoid": F.logsigmoid, "Mish": F.mish,
-           "Lerp": lambda x: torch.lerp(x, x / 1024, 1 + 1 / 1024)}  # 2^-20 x, from start all cancellation
+
+    ops = {
+        "Tanh": torch.tanh,
+        "ELU": lambda x: F.elu(x, 0.7),
+        "SELU": F.selu,
+        "Softplus": F.softplus,
+        "LogSigmoid": F.logsigmoid,
+        "Mish": F.mish,
+        "Lerp": lambda x: torch.lerp(x, x / 1024, 1 + 1 / 1024),
+    }  # 2^-20 x, from start all cancellation
     mag = torch.logspace(-9, 3, 2000, dtype=torch.float64)
     x = torch.cat([mag, -mag]).float()
     args = ("v0", "v0 / 1024.0", "v0 * 0.0 + 1.0009765625")  # x; lerp's end and weight
-    src = _with_library("\n\n".join(
-        fused_kernel_source(f"k_{name}", [True], [f"t1 = {EXPRESSIONS[name].format(*args, alpha=0.7)}"], "t1")
-        for name in ops))
+    src = _with_library(
+        "\n\n".join(
+            fused_kernel_source(f"k_{name}", [True], [f"t1 = {EXPRESSIONS[name].format(*args, alpha=0.7)}"], "t1")
+            for name in ops
+        )
+    )
     mod = _import(src, tmp_path / "ew_precision.py")
     for name, f in ops.items():
         out = torch.empty_like(x)
@@ -262,6 +299,7 @@ def test_fused_kernel_dense_and_broadcast_inputs(tmp_path):
     the index); both index widths give PyTorch's result."""
     from drtriton_ray.lower.elementwise import fused_kernel_source
     from drtriton_ray.lower.wrappers import elementwise_args
+
     src = _with_library(fused_kernel_source("k_mix", [True, False], ["t2 = v0 * v1 + v0"], "t2"))
     mod = _import(src, tmp_path / "ew_mix.py")
     a, b = torch.randn(3, 5, 7), torch.randn(5, 1)
@@ -281,8 +319,11 @@ def test_broadcast_dims_coalesce(tmp_path):
 
     def dims(shape, *inputs):
         return coalesced_dims(shape, [torch.empty(t).expand(shape).stride() for t in inputs])
-    assert dims((151, 301, 20, 594), (301, 20, 594), (151, 1, 1, 1)) == \
-        ((1, 1, 1, 301 * 20 * 594), [(0, 0, 0, 0, 1), (1, 0, 0, 0, 0)])
+
+    assert dims((151, 301, 20, 594), (301, 20, 594), (151, 1, 1, 1)) == (
+        (1, 1, 1, 301 * 20 * 594),
+        [(0, 0, 0, 0, 1), (1, 0, 0, 0, 0)],
+    )
     assert dims((8, 16, 5, 7), (1, 16, 1, 1)) == ((1, 1, 16, 35), [(0, 0, 0, 1, 0)])
     assert dims((4, 1, 6), (4, 1, 1)) == ((1, 1, 1, 6), [(1, 0, 0, 0, 0)])
     assert dims((1, 1), (1, 1)) == ((1, 1, 1, 1), [(0, 0, 0, 0, 0)])
@@ -290,11 +331,16 @@ def test_broadcast_dims_coalesce(tmp_path):
     src = _with_library(fused_kernel_source("k_three", [False, False, True], ["t3 = v0 * v1 - v2"], "t3"))
     mod = _import(src, tmp_path / "ew_three.py")
     torch.manual_seed(0)
-    cases = [((2, 3, 4, 5), torch.randn(3, 4, 5), torch.randn(2, 1, 1, 1)),
-             ((2, 3, 4, 5), torch.randn(5, 4).t()[None, :, None, :].expand(1, 4, 3, 5)[..., 0, :].reshape(1, 4, 5)
-              .expand(3, 4, 5), torch.randn(2, 3, 1, 5)),
-             ((6, 1, 7), torch.randn(6, 1, 1), torch.randn(1, 1, 7)),
-             ((2, 3, 2, 3, 4), torch.randn(3, 1, 3, 1), torch.randn(2, 1, 2, 1, 4).transpose(0, 2))]
+    cases = [
+        ((2, 3, 4, 5), torch.randn(3, 4, 5), torch.randn(2, 1, 1, 1)),
+        (
+            (2, 3, 4, 5),
+            torch.randn(5, 4).t()[None, :, None, :].expand(1, 4, 3, 5)[..., 0, :].reshape(1, 4, 5).expand(3, 4, 5),
+            torch.randn(2, 3, 1, 5),
+        ),
+        ((6, 1, 7), torch.randn(6, 1, 1), torch.randn(1, 1, 7)),
+        ((2, 3, 2, 3, 4), torch.randn(3, 1, 3, 1), torch.randn(2, 1, 2, 1, 4).transpose(0, 2)),
+    ]
     for shape, a, b in cases:
         c = torch.randn(shape)
         out, grid, args, _ = elementwise_args(shape, torch.float32, [False, False, True], a, b, c)
@@ -305,6 +351,7 @@ def test_broadcast_dims_coalesce(tmp_path):
 def test_cumsum_accumulates_like_torch():
     """A float64 running sum: the same values as PyTorch's CPU cumsum, which accumulates in double."""
     from drtriton_ray.lower.wrappers import along_dim
+
     torch.manual_seed(0)
     x = torch.randn(3, 4096, 5) * torch.logspace(-2, 3, 4096)[None, :, None]
     assert torch.equal(along_dim(x, 1, 2), torch.cumsum(x, 1))

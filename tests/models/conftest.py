@@ -1,5 +1,6 @@
 """Model folders built once per session (the SmolLM2 conversion takes about a minute and 625 MB), a vLLM engine
 factory for the module-scoped engines, and the HF-vs-vLLM greedy comparison both model suites run."""
+
 import gc
 import shutil
 from contextlib import contextmanager
@@ -35,8 +36,9 @@ def vllm_engine():
 
     @contextmanager
     def engine(path):
-        llm = LLM(model=str(path), dtype="float32", enforce_eager=True, max_model_len=1024,
-                  kv_cache_memory_bytes=64 << 20)
+        llm = LLM(
+            model=str(path), dtype="float32", enforce_eager=True, max_model_len=1024, kv_cache_memory_bytes=64 << 20
+        )
         yield llm
         del llm
         gc.collect()  # the next module's engine may start in this process
@@ -52,10 +54,17 @@ def greedy_hf_vllm():
 
     def run(messages, model, tok, llm, max_new_tokens):
         ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
-        hf = model.generate(torch.tensor([ids]), attention_mask=torch.ones(1, len(ids), dtype=torch.long),
-                            do_sample=False, max_new_tokens=max_new_tokens)[0, len(ids):].tolist()
-        v = llm.generate([TokensPrompt(prompt_token_ids=ids)], SamplingParams(temperature=0, max_tokens=max_new_tokens),
-                         use_tqdm=False)[0].outputs[0]
+        hf = model.generate(
+            torch.tensor([ids]),
+            attention_mask=torch.ones(1, len(ids), dtype=torch.long),
+            do_sample=False,
+            max_new_tokens=max_new_tokens,
+        )[0, len(ids) :].tolist()
+        v = llm.generate(
+            [TokensPrompt(prompt_token_ids=ids)],
+            SamplingParams(temperature=0, max_tokens=max_new_tokens),
+            use_tqdm=False,
+        )[0].outputs[0]
         return (hf, tok.decode(hf, skip_special_tokens=True)), (list(v.token_ids), v.text)
 
     return run

@@ -1,4 +1,5 @@
 """Bad input to the model commands and API: one clear line, exit 2, and nothing on disk lost or left behind."""
+
 import shutil
 
 import pytest

@@ -1,5 +1,6 @@
 """The prompt (problem source inside, renders through a real chat template) and the answer extractor on
 hand-written replies of every kind a model produces."""
+
 import ast
 
 import pytest
@@ -46,12 +47,14 @@ OK_CASES = {
     "py tag": fenced(GOOD, "py"),
     "Python3 tag with info": fenced(GOOD, "Python3 title='x'"),
     "bare fence that parses": "Here:\n" + fenced(GOOD, ""),
-    "shell and json blocks ignored": "\n".join([fenced("pip install triton", "bash"), fenced(GOOD),
-                                                fenced("{}", "json")]),
+    "shell and json blocks ignored": "\n".join(
+        [fenced("pip install triton", "bash"), fenced(GOOD), fenced("{}", "json")]
+    ),
     "usage example after answer": fenced(GOOD) + "\nUse it like this:\n" + fenced(USAGE),
     "truncated usage example after answer": fenced(GOOD) + "\nUsage:\n```python\n" + USAGE[:20],
-    "indented in a list": "1. The module:\n\n   ```python\n" + "\n".join(
-        "   " + line if line else "" for line in GOOD.splitlines()) + "\n   ```\n",
+    "indented in a list": "1. The module:\n\n   ```python\n"
+    + "\n".join("   " + line if line else "" for line in GOOD.splitlines())
+    + "\n   ```\n",
     "CRLF line ends": fenced(GOOD).replace("\n", "\r\n"),
     "longer fence around a fence": "````python\n" + GOOD + "\n# a ``` in a comment\ns = '''\n```\n'''\n````",
 }
@@ -79,8 +82,7 @@ FAIL_CASES = {
     "truncated bare fence": ("Here:\n```\nimport triton\n", Failure.UNTERMINATED),
     "syntax error": (fenced(GOOD.replace("def forward(self, x):", "def forward(self, x)")), Failure.SYNTAX_ERROR),
     "broken bare ModelNew": (fenced("class ModelNew(nn.Module:\n    pass", ""), Failure.SYNTAX_ERROR),
-    "broken final after a good draft": (fenced(GOOD) + "\n" + fenced(GOOD[:-5] + "((", "py"),
-                                        Failure.SYNTAX_ERROR),
+    "broken final after a good draft": (fenced(GOOD) + "\n" + fenced(GOOD[:-5] + "((", "py"), Failure.SYNTAX_ERROR),
     "no ModelNew": (fenced(GOOD.replace("ModelNew", "Model")), Failure.NO_MODELNEW),
     "ModelNew only nested": (fenced("def make():\n    class ModelNew:\n        pass"), Failure.NO_MODELNEW),
 }
@@ -126,6 +128,5 @@ def test_prompt_renders_through_tiny_chat_template(tiny_dir, problem):
     text = tok.apply_chat_template(build_messages(problem), tokenize=False, add_generation_prompt=True)
     assert text.startswith("<|im_start|>system\n") and text.endswith("<|im_start|>assistant\n")
     assert problem.strip() in text
-    ids = tok.apply_chat_template(build_messages(problem), add_generation_prompt=True, tokenize=True,
-                                  return_dict=False)
+    ids = tok.apply_chat_template(build_messages(problem), add_generation_prompt=True, tokenize=True, return_dict=False)
     assert tok.decode(ids) == text and len(ids) < 1024  # fits the context the tests give vLLM

@@ -1,4 +1,5 @@
 """`drtriton prepare-model smollm2`: the GGUF conversion, the folder in transformers and in vLLM, same greedy text."""
+
 import json
 
 import pytest
@@ -16,8 +17,14 @@ def llm(smollm2_cli, vllm_engine):
 
 def test_prepare_smollm2_writes_plain_folder(smollm2_cli):
     result, out = smollm2_cli
-    files = {"config.json", "generation_config.json", "model.safetensors", "tokenizer.json",
-             "tokenizer_config.json", "chat_template.jinja"}
+    files = {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+    }
     assert {p.name for p in out.iterdir()} == files
     assert [p.name for p in out.parent.iterdir()] == ["smollm2"]  # the temp folder was renamed, nothing left
     for name in files:

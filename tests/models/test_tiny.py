@@ -1,5 +1,6 @@
 """The tiny Qwen2 model: folder, reload, tokenizer identity across save/load, chat template, seeding, and the same
 greedy tokens from transformers and vLLM."""
+
 import pytest
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
@@ -10,8 +11,10 @@ from drtriton_ray.prompts import build_messages
 from drtriton_ray.synth import Sampler, SynthConfig
 
 # Code, prose, unicode (NFC-normalised), odd whitespace: text the tokenizer did not train on.
-SAMPLE = (Sampler(SynthConfig(level=2, profile="small"), seed=5).sample(0).source
-          + "Größe = 'naïve café' # 中文 注释\r\n\tx  =  1e-3\n\n\n  <|im_start|>user\nhi<|im_end|>\n")
+SAMPLE = (
+    Sampler(SynthConfig(level=2, profile="small"), seed=5).sample(0).source
+    + "Größe = 'naïve café' # 中文 注释\r\n\tx  =  1e-3\n\n\n  <|im_start|>user\nhi<|im_end|>\n"
+)
 
 
 @pytest.fixture(scope="module")
@@ -22,13 +25,26 @@ def llm(tiny_dir, vllm_engine):
 
 def test_tiny_folder_reloads(tiny_dir):
     names = {p.name for p in tiny_dir.iterdir()}
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json",
-            "chat_template.jinja", "generation_config.json"} <= names
+    assert {
+        "config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        "chat_template.jinja",
+        "generation_config.json",
+    } <= names
     model = AutoModelForCausalLM.from_pretrained(tiny_dir)
     c = model.config
-    assert (type(model).__name__, c.hidden_size, c.num_hidden_layers, c.num_attention_heads, c.head_dim,
-            c.num_key_value_heads, c.intermediate_size, c.vocab_size) == ("Qwen2ForCausalLM", 128, 2, 2, 64, 1, 256,
-                                                                          VOCAB_SIZE)
+    assert (
+        type(model).__name__,
+        c.hidden_size,
+        c.num_hidden_layers,
+        c.num_attention_heads,
+        c.head_dim,
+        c.num_key_value_heads,
+        c.intermediate_size,
+        c.vocab_size,
+    ) == ("Qwen2ForCausalLM", 128, 2, 2, 64, 1, 256, VOCAB_SIZE)
     assert not c.tie_word_embeddings
     assert model.lm_head.weight.data_ptr() != model.model.embed_tokens.weight.data_ptr()
     assert sum(p.numel() for p in model.parameters()) == 820_352
@@ -54,8 +70,10 @@ def test_tiny_chat_template_renders_chatml(tiny_dir):
     _, tok = load_model(tiny_dir)
     messages = build_messages("print(1)")
     text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    assert text == "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) \
-        + "<|im_start|>assistant\n"
+    assert (
+        text
+        == "".join(f"<|im_start|>{m['role']}\n{m['content']}<|im_end|>\n" for m in messages) + "<|im_start|>assistant\n"
+    )
     ids = tok.apply_chat_template(messages, add_generation_prompt=True, tokenize=True, return_dict=False)
     assert ids[0] == tok.convert_tokens_to_ids("<|im_start|>") and tok.decode(ids) == text
 

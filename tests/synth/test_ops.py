@@ -1,5 +1,6 @@
 """Every operator: its CP-SAT constraints have solutions, and a solved instance renders to a
 problem that imports, builds and runs in PyTorch with the shapes the DAG promises."""
+
 import json
 
 import pytest

@@ -1,4 +1,5 @@
 """DAG wiring, levels, coverage and uniformity, size profiles and determinism."""
+
 import json
 import math
 import random
@@ -50,6 +51,7 @@ def test_diamond_exists():
                     acc.add(s)
                     ancestors(s, acc)
             return acc
+
         for n in prog.nodes:
             if len(n.inputs) >= 2:
                 a, b = (ancestors(t, {t}) for t in n.inputs[:2])
@@ -93,6 +95,7 @@ def test_planned_ops_and_program_ids():
     """A program's operators are known from its id without drawing it (prompt selection's prior reads old rollouts
     so), at every level here."""
     from drtriton_ray.synth.sampler import ops_by_id, parse_program_id
+
     ops_of = ops_by_id(lambda level: SynthConfig(level=level, profile="small", validate=False))
     for level in (1, 2, 5):
         sampler = Sampler(SynthConfig(level=level, profile="small", validate=False), seed=3)
@@ -134,12 +137,11 @@ def test_paper_profile_bounds(level):
         # the band's bottom is halved only as far as the plan's FLOP ceiling forces
         plan_ceiling = flops_upper_bound(plan_program(rec.ops, random.Random(0), 0.0), prof.bounds())
         if plan_ceiling is None or plan_ceiling >= prof.min_flops * 2:
-            assert rec.flops >= prof.min_flops / 2 ** 4, (rec.ops, rec.flops)
+            assert rec.flops >= prof.min_flops / 2**4, (rec.ops, rec.flops)
 
 
 def test_explicit_bounds_are_met():
-    bounds = SizeProfile(min_elems=64, max_elems=4096, max_dim=64, min_flops=0, max_flops=2**20,
-                         max_total_elems=2**15)
+    bounds = SizeProfile(min_elems=64, max_elems=4096, max_dim=64, min_flops=0, max_flops=2**20, max_total_elems=2**15)
     sampler = Sampler(SynthConfig(level=5, profile=bounds), seed=9)
     for i in range(10):
         prog = Program.from_json(sampler.sample(i).dag)
@@ -161,6 +163,7 @@ def test_validation_out_of_memory_keeps_the_index_program(monkeypatch):
     its program; when memory never frees, the error says so and no other program takes the index."""
     import torch
     from drtriton_ray.synth import sampler as sampler_module
+
     cfg = SynthConfig(level=5, profile="small")
     want = Sampler(cfg, seed=10).sample(3).to_dict()
     real, calls = sampler_module.validate, []
@@ -170,14 +173,18 @@ def test_validation_out_of_memory_keeps_the_index_program(monkeypatch):
         if len(calls) <= fail:
             raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
         return real(*args)
+
     monkeypatch.setattr(sampler_module, "OOM_RETRY_WAITS_S", (0.0, 0.0))
     monkeypatch.setattr(sampler_module, "validate", flaky)
     assert Sampler(cfg, seed=10).sample(3).to_dict() == want
     assert calls[0] == calls[1], "the retry validates the same program"
     calls.clear()
     monkeypatch.setattr(sampler_module, "validate", lambda *args: flaky(*args, fail=99))
-    with pytest.raises(SynthesisError, match=r"program 3 \(attempt 0, .*ran out of memory in validation on cpu 3 "
-                                              r"times; not redrawn.*Tried to allocate 2\.00 GiB"):
+    with pytest.raises(
+        SynthesisError,
+        match=r"program 3 \(attempt 0, .*ran out of memory in validation on cpu 3 "
+        r"times; not redrawn.*Tried to allocate 2\.00 GiB",
+    ):
         Sampler(cfg, seed=10).sample(3)
     assert len(calls) == 3 and len(set(calls)) == 1
 
@@ -187,15 +194,17 @@ def test_validation_runs_without_tf32_and_restores_the_flags(monkeypatch):
     it found them."""
     import torch
     from drtriton_ray.synth import validate as validate_module
+
     seen = []
     real = validate_module.run_problem
 
     def spy(*args):
         seen.append((torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32))
         return real(*args)
+
     monkeypatch.setattr(validate_module, "run_problem", spy)
     saved = torch.backends.cudnn.allow_tf32, torch.backends.cuda.matmul.allow_tf32
-    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True   # flags, not attributes
+    torch.backends.cudnn.allow_tf32 = torch.backends.cuda.matmul.allow_tf32 = True  # flags, not attributes
     try:
         Sampler(SynthConfig(level=2, profile="small"), seed=3).sample(0)
         assert seen and set(seen) == {(False, False)}
@@ -207,6 +216,7 @@ def test_validation_runs_without_tf32_and_restores_the_flags(monkeypatch):
 def test_every_output_finite_and_not_constant_in_half():
     import torch
     from drtriton_ray.synth.validate import load_problem, run_problem
+
     sampler = Sampler(SynthConfig(level=5, profile="small", dtype="float16"), seed=12)
     for i in range(10):
         rec = sampler.sample(i)
@@ -248,7 +258,7 @@ def test_dag_json_roundtrip():
     assert rec.flops == d["flops"] > 0 and math.isfinite(rec.flops)
 
 
-ILL_CONDITIONED = '''import torch
+ILL_CONDITIONED = """import torch
 import torch.nn as nn
 
 
@@ -264,22 +274,30 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
 def test_conditioning_check_drops_what_float32_cannot_match():
     """(y + 0.1) - y is 0.1 exactly; float32 loses up to half an ulp of y, beyond 1e-3 once |y| passes ~2e4 (the
     wide hidden inputs): no float32 kernel could pass the verifier on it. A well-conditioned variant passes."""
     from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
-    with pytest.raises(InvalidProgram, match="ill-conditioned: in float32 it misses its own float64 result by more "
-                                             "than 1/4 of the tolerance on"):
+
+    with pytest.raises(
+        InvalidProgram,
+        match="ill-conditioned: in float32 it misses its own float64 result by more than 1/4 of the tolerance on",
+    ):
         check_verifiable(load_problem(ILL_CONDITIONED), seed=0, device="cpu", trials=2, exact=True)
-    check_verifiable(load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", "torch.relu(y) + 0.1")),
-                     seed=0, device="cpu", trials=2, exact=True)
+    check_verifiable(
+        load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", "torch.relu(y) + 0.1")),
+        seed=0,
+        device="cpu",
+        trials=2,
+        exact=True,
+    )
 
 
 # a and b are the same dot products summed in opposite orders: equal in exact arithmetic, ~1e-5 apart in float32
-DECISIONS = '''import torch
+DECISIONS = """import torch
 import torch.nn as nn
 
 
@@ -300,25 +318,30 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''
+"""
 
 
-@pytest.mark.parametrize("body,words", [
-    # choices that float32 takes as float64 does (a + 3e-5 > a holds in float32 for every |a| here), closer than the
-    # rounding error of the matmul behind them. Whether float32 flips a choice between two independently rounded
-    # matmuls depends on the CPU's kernels (it did on an AVX-512 machine, not on an AVX2 one): the margin is added here
-    ("torch.argmax(torch.stack([a, a + 3e-5], -1), dim=-1)", "near-tie: .* ArgMax rows decide between values"),
-    ("torch.argmin(torch.stack([a, a - 3e-5], -1), dim=-1)", "near-tie: .* ArgMin rows decide between values"),
-    ("torch.where(a - b + 1e-4 > 0, a, b + 3)", r"near-tie: .* Where conditions \(> 0\) decide between values"),
-    # an index output is compared exactly with the float64 program's (index outputs used to skip the check)
-    ("torch.argmax(torch.stack([a, b], -1), dim=-1)", "ill-conditioned: .* elements off"),
-    ("torch.argmax(a, dim=1)", None),                        # random values: no near-tie among 512
-    ("torch.where(a - b + 1 > 0, a, b + 3)", None),           # a clear margin
-])
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        # choices that float32 takes as float64 does (a + 3e-5 > a holds in float32 for every |a| here), closer
+        # than the rounding error of the matmul behind them. Whether float32 flips a choice between two
+        # independently rounded matmuls depends on the CPU's kernels (it did on an AVX-512 machine, not on an
+        # AVX2 one): the margin is added here
+        ("torch.argmax(torch.stack([a, a + 3e-5], -1), dim=-1)", "near-tie: .* ArgMax rows decide between values"),
+        ("torch.argmin(torch.stack([a, a - 3e-5], -1), dim=-1)", "near-tie: .* ArgMin rows decide between values"),
+        ("torch.where(a - b + 1e-4 > 0, a, b + 3)", r"near-tie: .* Where conditions \(> 0\) decide between values"),
+        # an index output is compared exactly with the float64 program's (index outputs used to skip the check)
+        ("torch.argmax(torch.stack([a, b], -1), dim=-1)", "ill-conditioned: .* elements off"),
+        ("torch.argmax(a, dim=1)", None),  # random values: no near-tie among 512
+        ("torch.where(a - b + 1 > 0, a, b + 3)", None),  # a clear margin
+    ],
+)
 def test_decisions_float32_rounding_could_flip_are_refused(body, words):
     """An H100 failed two correct ArgMax lowerings whose top two values were closer than float32 rounding: the index
     depends on the summation order. Synthesis refuses such decisions on the margin, before any seed flips one."""
     from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+
     problem = load_problem(DECISIONS.replace("BODY", body))
     if words is None:
         check_verifiable(problem, seed=0, device="cpu", trials=2, exact=True)
@@ -327,19 +350,34 @@ def test_decisions_float32_rounding_could_flip_are_refused(body, words):
         check_verifiable(problem, seed=0, device="cpu", trials=2, exact=True)
 
 
-@pytest.mark.parametrize("body,words", [("torch.relu(-y.abs())", "an all-zeros output"),
-                                        ("torch.ones_like(y) * 2.5", "a constant output"),
-                                        ("torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape)",
-                                         r"its first outputs replayed \(they do not depend on the inputs\)")])
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        ("torch.relu(-y.abs())", "an all-zeros output"),
+        ("torch.ones_like(y) * 2.5", "a constant output"),
+        (
+            "torch.arange(y.numel(), dtype=y.dtype).reshape(y.shape)",
+            r"its first outputs replayed \(they do not depend on the inputs\)",
+        ),
+    ],
+)
 def test_degenerate_programs_are_dropped_as_the_verifier_would_refuse_them(body, words):
     from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+
     with pytest.raises(InvalidProgram, match=f"degenerate: {words} matches it"):
-        check_verifiable(load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", body)), seed=0, device="cpu",
-                         trials=1, exact=False)
+        check_verifiable(
+            load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", body)), seed=0, device="cpu", trials=1, exact=False
+        )
 
 
 def test_small_outputs_are_kept():
     """Outputs of order 1e-10 are compared relative to their own scale: all zeros do not match them."""
     from drtriton_ray.synth.validate import check_verifiable, load_problem
-    check_verifiable(load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", "torch.tanh(y) * 1e-10")), seed=0,
-                     device="cpu", trials=1, exact=True)
+
+    check_verifiable(
+        load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", "torch.tanh(y) * 1e-10")),
+        seed=0,
+        device="cpu",
+        trials=1,
+        exact=True,
+    )

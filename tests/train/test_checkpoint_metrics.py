@@ -1,6 +1,7 @@
 """The checkpoint and metrics pieces SFT and RL share (train/checkpoint.py, train/metrics.py), without Ray: the
 optimizer state is saved by parameter name and loads into a fresh optimizer exactly, a plain optimizer.state_dict()
 (checkpoints written before) still loads; a metrics log started at step s drops the rows past s and appends."""
+
 import json
 
 import torch
@@ -24,7 +25,7 @@ def test_optimizer_state_by_name_round_trip_and_the_plain_format():
     model, optimizer = trained()
     state = optimizer_state(model, optimizer)
     assert set(state["state"]) == {n for n, _ in model.named_parameters()}
-    for saved in (state, optimizer.state_dict()):   # by name, and the plain format of older checkpoints
+    for saved in (state, optimizer.state_dict()):  # by name, and the plain format of older checkpoints
         fresh = torch.optim.AdamW(model.parameters(), lr=1e-2)
         load_optimizer_state(model, fresh, saved)
         want, got = optimizer.state_dict()["state"], fresh.state_dict()["state"]
@@ -39,11 +40,11 @@ def test_metrics_log_drops_rows_past_its_start(tmp_path):
     log.close()
     assert [r["step"] for r in read_metrics(tmp_path / "metrics.jsonl")] == [1, 2, 3]
     assert list((tmp_path / "tensorboard").iterdir())
-    again = MetricsLogger(tmp_path, rank=0, step=1)   # resumed from step 1's checkpoint: 2 and 3 are trained again
+    again = MetricsLogger(tmp_path, rank=0, step=1)  # resumed from step 1's checkpoint: 2 and 3 are trained again
     again.log({"step": 2, "loss": 0.4}, 2)
     again.close()
     rows = [json.loads(line) for line in (tmp_path / "metrics.jsonl").read_text().splitlines()]
     assert [(r["step"], r["loss"]) for r in rows] == [(1, 1.0), (2, 0.4)]
-    MetricsLogger(tmp_path / "other", rank=1, step=0).log({"step": 1}, 1)   # other ranks write nothing
+    MetricsLogger(tmp_path / "other", rank=1, step=0).log({"step": 1}, 1)  # other ranks write nothing
     assert not (tmp_path / "other").exists()
     assert read_metrics(tmp_path / "none.jsonl") == []

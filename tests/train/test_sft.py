@@ -1,6 +1,7 @@
 """SFT of the tiny model on CPU with Ray Train (2 workers on gloo, DDP and FSDP): the loss falls on answer
 tokens, checkpoints are Hugging Face folders, and rerunning the same run name resumes, under FSDP with the
 optimizer state it saved (whole, not one rank's shard) and the model it saved."""
+
 import json
 
 import pyarrow as pa
@@ -40,8 +41,18 @@ def test_tokenize_masks_prompt(sft_data):
 
 def test_sft_trains_checkpoints_and_resumes(sft_data, tmp_path, ray_local):
     data, model = sft_data
-    common = dict(model=model, data=[data], storage_path=str(tmp_path), run_name="t", micro_batch=2, num_workers=2,
-                  lr=3e-3, max_len=2048, checkpoint_every=2, seed=0)
+    common = dict(
+        model=model,
+        data=[data],
+        storage_path=str(tmp_path),
+        run_name="t",
+        micro_batch=2,
+        num_workers=2,
+        lr=3e-3,
+        max_len=2048,
+        checkpoint_every=2,
+        seed=0,
+    )
     first = run_sft(SFTConfig(**common, max_steps=4, epochs=4))
     log = [json.loads(line) for line in open(tmp_path / "t" / "metrics.jsonl")]
     assert [m["step"] for m in log] == [1, 2, 3, 4]
@@ -73,8 +84,20 @@ def test_sft_fsdp_resumes_its_optimizer_and_model(sft_data, tmp_path, ray_local)
     from safetensors.torch import load_file
 
     data, model = sft_data
-    common = dict(model=model, data=[data], storage_path=str(tmp_path), run_name="f", micro_batch=2, num_workers=2,
-                  lr=3e-3, max_len=2048, checkpoint_every=2, seed=0, strategy="fsdp", epochs=4)
+    common = dict(
+        model=model,
+        data=[data],
+        storage_path=str(tmp_path),
+        run_name="f",
+        micro_batch=2,
+        num_workers=2,
+        lr=3e-3,
+        max_len=2048,
+        checkpoint_every=2,
+        seed=0,
+        strategy="fsdp",
+        epochs=4,
+    )
     first = run_sft(SFTConfig(**common, max_steps=2))
     saved = torch.load(f"{first.checkpoint.path}/trainer_state.pt", weights_only=False)
     weights = load_file(f"{first.checkpoint.path}/model.safetensors")
@@ -84,12 +107,13 @@ def test_sft_fsdp_resumes_its_optimizer_and_model(sft_data, tmp_path, ray_local)
         assert moments["exp_avg"].shape == weights[name].shape and moments["exp_avg"].abs().sum() > 0, name
     out = tmp_path / "restored.pt"
 
-    def restored_state(config):   # every rank restores as SFT's train loop does; rank 0 gathers and keeps
+    def restored_state(config):  # every rank restores as SFT's train loop does; rank 0 gathers and keeps
         import ray.train
         from torch.distributed.fsdp import FullyShardedDataParallel
 
         from drtriton_ray.train.checkpoint import CheckpointManager, full_state_dict, optimizer_state
         from drtriton_ray.train.sft import setup
+
         cfg = SFTConfig(**config["sft"])
         rank = ray.train.get_context().get_world_rank()
         policy, optimizer, _, step = setup(cfg, CheckpointManager(rank, cfg.model).restore(), 8)
@@ -98,9 +122,13 @@ def test_sft_fsdp_resumes_its_optimizer_and_model(sft_data, tmp_path, ray_local)
         if rank == 0:
             torch.save(gathered, config["out"])
 
-    TorchTrainer(restored_state, train_loop_config={"sft": SFTConfig(**common).model_dump(), "out": str(out)},
-                 scaling_config=ScalingConfig(num_workers=2), torch_config=TorchConfig(backend="gloo"),
-                 run_config=RunConfig(name="f", storage_path=str(tmp_path))).fit()
+    TorchTrainer(
+        restored_state,
+        train_loop_config={"sft": SFTConfig(**common).model_dump(), "out": str(out)},
+        scaling_config=ScalingConfig(num_workers=2),
+        torch_config=TorchConfig(backend="gloo"),
+        run_config=RunConfig(name="f", storage_path=str(tmp_path)),
+    ).fit()
     again = torch.load(out, weights_only=False)
     assert again["step"] == 2
     assert again["optimizer"]["param_groups"] == saved["optimizer"]["param_groups"]
@@ -113,7 +141,7 @@ def test_sft_fsdp_resumes_its_optimizer_and_model(sft_data, tmp_path, ray_local)
     # rows of steps a resumed run does not train again stay as they are: marked, they show where it started
     rows = tmp_path / "f" / "metrics.jsonl"
     rows.write_text("".join(json.dumps({**json.loads(line), "mark": 1}) + "\n" for line in open(rows)))
-    last = run_sft(SFTConfig(**common, max_steps=4))   # same run name: continues at step 3
+    last = run_sft(SFTConfig(**common, max_steps=4))  # same run name: continues at step 3
     log = [json.loads(line) for line in open(rows)]
     assert [m["step"] for m in log] == [1, 2, 3, 4] and all(m["loss"] > 0 for m in log)
     assert [m.get("mark") for m in log] == [1, 1, None, None]

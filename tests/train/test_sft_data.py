@@ -1,5 +1,6 @@
 """`drtriton sft-data`: verified lowering pairs, external pairs (verified when they come with a
 problem), bad input."""
+
 import json
 
 import pyarrow.parquet as pq
@@ -18,9 +19,17 @@ def test_sft_data_with_external_pairs(tmp_path):
     good = lower_source(rec.source)
     wrong = good.replace("tl.sigmoid(", "tl.exp(")  # computes something else: the verifier rejects it
     ext = tmp_path / "ext.jsonl"
-    ext.write_text("\n".join(json.dumps(r) for r in [
-        {"source": rec.source, "solution": good}, {"source": rec.source, "solution": wrong},
-        {"prompt": [{"role": "user", "content": "hi"}], "answer": "```python\nx = 1\n```"}]) + "\n")
+    ext.write_text(
+        "\n".join(
+            json.dumps(r)
+            for r in [
+                {"source": rec.source, "solution": good},
+                {"source": rec.source, "solution": wrong},
+                {"prompt": [{"role": "user", "content": "hi"}], "answer": "```python\nx = 1\n```"},
+            ]
+        )
+        + "\n"
+    )
     out = tmp_path / "sft.parquet"
     r = runner.invoke(app, ["sft-data", "--levels", "1,2", "--count", "2", "--out", str(out), "--external", str(ext)])
     assert r.exit_code == 0, r.output
@@ -37,8 +46,10 @@ def test_sft_data_with_external_pairs(tmp_path):
 
 
 def test_sft_data_bad_input(tmp_path):
-    for args, message in [(["--count", "0"], "--count must be a positive"),
-                          (["--count", "1", "--levels", "1,x"], "--levels must be positive integers"),
-                          (["--count", "1", "--external", str(tmp_path / "none.jsonl")], "not found")]:
+    for args, message in [
+        (["--count", "0"], "--count must be a positive"),
+        (["--count", "1", "--levels", "1,x"], "--levels must be positive integers"),
+        (["--count", "1", "--external", str(tmp_path / "none.jsonl")], "not found"),
+    ]:
         r = runner.invoke(app, ["sft-data", "--out", str(tmp_path / "o.parquet")] + args)
         assert r.exit_code == 2 and message in r.output, r.output

@@ -1,4 +1,5 @@
 """Verify suite: problems and candidates on disk, one real CPU worker pool per module."""
+
 from pathlib import Path
 
 import pytest
@@ -11,8 +12,14 @@ HERE = Path(__file__).resolve().parent
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     # gated: every GPU-style section of the checks goes through the parent's arbitration, as on a GPU
-    with WorkerPool("cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path_factory.mktemp("pool")),
-                    name="verify", gated=True) as p:
+    with WorkerPool(
+        "cpu",
+        size=2,
+        limits=Limits(task_timeout_s=120),
+        root=str(tmp_path_factory.mktemp("pool")),
+        name="verify",
+        gated=True,
+    ) as p:
         yield p
 
 

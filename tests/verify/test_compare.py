@@ -1,4 +1,5 @@
 """Output comparison: values are compared in chunks, and chunking changes nothing in the result."""
+
 import pytest
 import torch
 
@@ -10,9 +11,9 @@ def outputs():
     g = torch.Generator().manual_seed(0)
     ref = torch.randn(13, 11, generator=g)
     cand = ref.clone()
-    cand[0, 0] += 0.5                      # off in the first chunk
-    cand[7, 3] += 0.01                     # off by 10x the tolerance, in a middle chunk
-    cand[12, 10] = float("nan")            # NaN where the reference is finite, in the last chunk
+    cand[0, 0] += 0.5  # off in the first chunk
+    cand[7, 3] += 0.01  # off by 10x the tolerance, in a middle chunk
+    cand[12, 10] = float("nan")  # NaN where the reference is finite, in the last chunk
     ref[5, 5] = cand[5, 5] = float("inf")  # Inf on both sides agrees
     return cand.t().contiguous().t(), ref  # a non-contiguous candidate, as a transposed view returns
 
@@ -38,16 +39,17 @@ def test_rounding_noise_and_headroom_see_intermediates():
     """The conditioning modes act on what torch functions compute: views and in-place results pass untouched, new
     tensors carry a few float32 rounding errors; the headroom records the largest finite intermediate."""
     from drtriton_ray.verify.conditioning import EPS, ULPS, Headroom, RoundingNoise
+
     x = torch.full((64,), 3.0)
     with RoundingNoise(torch.Generator().manual_seed(0)):
         y = x * 1.0
         view = y.view(8, 8)
     assert view.data_ptr() == y.data_ptr()
-    spacing = 2.0 ** -22   # float32's between 2 and 4: the perturbed value rounds once more
+    spacing = 2.0**-22  # float32's between 2 and 4: the perturbed value rounds once more
     assert 0 < float((y - 3.0).abs().max()) <= 3.0 * ULPS * EPS + spacing
     with Headroom() as h:
         torch.exp2(torch.tensor([10.0, 70.0, float("inf")]))
-    assert h.exceeded() and float(h.peak) == 2.0 ** 70
+    assert h.exceeded() and float(h.peak) == 2.0**70
     with Headroom() as h:
         torch.exp2(torch.tensor([10.0, 60.0]))
     assert not h.exceeded()

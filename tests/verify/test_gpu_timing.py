@@ -1,4 +1,5 @@
 """GPU-only: timing, speedups against eager and torch.compile, the per-problem reference-time cache."""
+
 import pytest
 
 from drtriton_ray.verify import Limits, Task, WorkerPool
@@ -10,8 +11,9 @@ def test_timing_and_reference_cache(source, tmp_path):
     problem = source("problems", "relu").replace("SHAPE = (37, 53)", "SHAPE = (4096, 4096)")
     task = Task(problem, source("candidates", "good_relu"), name="relu-big")
     # two workers share the GPU: one measures the reference while the others verify; timing is exclusive
-    with WorkerPool("cuda", size=2, limits=Limits(task_timeout_s=300), name="gpu",
-                    reference_cache=str(tmp_path)) as pool:
+    with WorkerPool(
+        "cuda", size=2, limits=Limits(task_timeout_s=300), name="gpu", reference_cache=str(tmp_path)
+    ) as pool:
         verdicts = pool.map([task] * 3)
         for v in verdicts:
             assert v.correct, (v.status, v.reason)
@@ -22,11 +24,11 @@ def test_timing_and_reference_cache(source, tmp_path):
         assert len({(v.eager_ms, v.compile_ms) for v in verdicts}) == 1
         assert len(pool.reference_times) == 1 and len(pool.reference_log) == 1
         second = pool.verify(task)
-        assert second.correct and (second.eager_ms, second.compile_ms) == (verdicts[0].eager_ms,
-                                                                           verdicts[0].compile_ms)
+        assert second.correct and (second.eager_ms, second.compile_ms) == (verdicts[0].eager_ms, verdicts[0].compile_ms)
     assert len(list(tmp_path.glob("*.json"))) == 1
-    with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2",
-                    reference_cache=str(tmp_path)) as pool:   # a later pool reads the times from disk
+    with WorkerPool(
+        "cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2", reference_cache=str(tmp_path)
+    ) as pool:  # a later pool reads the times from disk
         third = pool.verify(task)
         assert third.correct and third.eager_ms == verdicts[0].eager_ms and not pool.reference_log
 
@@ -35,17 +37,20 @@ def test_eager_only_reference_is_completed_when_compile_is_asked(source, tmp_pat
     """The RL job rewards speed against eager alone and skips torch.compile of each new problem; a later task that
     wants compile_ms gets the reference measured again, with compile, and the cache on disk is updated."""
     from dataclasses import replace
+
     task = Task(source("problems", "relu"), source("candidates", "good_relu"), name="relu", compile_reference=False)
-    with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu",
-                    reference_cache=str(tmp_path)) as pool:
+    with WorkerPool(
+        "cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu", reference_cache=str(tmp_path)
+    ) as pool:
         eager_only = pool.verify(task)
         assert eager_only.correct and eager_only.eager_ms > 0 and eager_only.compile_ms is None
         assert eager_only.speedup_vs_eager > 0 and eager_only.speedup_vs_compile is None
         assert pool.verify(task).eager_ms == eager_only.eager_ms and len(pool.reference_log) == 1
         full = pool.verify(replace(task, compile_reference=True))
         assert full.compile_ms > 0 and len(pool.reference_log) == 2
-    with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2",
-                    reference_cache=str(tmp_path)) as pool:
+    with WorkerPool(
+        "cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2", reference_cache=str(tmp_path)
+    ) as pool:
         again = pool.verify(replace(task, compile_reference=True))
         assert again.compile_ms == full.compile_ms and not pool.reference_log
 
@@ -54,6 +59,7 @@ def test_large_problem_is_checked_alone(source):
     """A problem whose trial needs more than a quarter of the GPU (checks.BIG_SHARE) runs its checks alone and is
     verified in full: one input of 5% of the GPU's memory (the self-test holds five such tensors at its peak)."""
     import torch
+
     n = torch.cuda.get_device_properties(0).total_memory // 20 // 4
     problem = source("problems", "relu").replace("SHAPE = (37, 53)", f"SHAPE = ({n // 4096}, 4096)")
     small = Task(source("problems", "relu"), source("candidates", "good_relu"), name="small", timing=False)

@@ -1,5 +1,6 @@
 """Problem self-test (null and constant candidates, determinism), train/eval mode, the GPU section's arbitration,
 per-phase times."""
+
 import pytest
 
 from drtriton_ray.verify import Status, Task, Verdict
@@ -10,14 +11,19 @@ def relu_variant(source, body: str) -> str:
     return source("problems", "relu").replace("return torch.relu(x)", body)
 
 
-@pytest.mark.parametrize("body,words", [
-    ("return torch.relu(-x.abs())", "an all-zeros output matches"),           # always exactly zero
-    ("return torch.ones_like(x) * 2.5", "a constant output (2.5) matches"),   # independent of the inputs
-    ("return torch.softmax(x.unsqueeze(-1), dim=-1)", "a constant output (1) matches"),  # softmax over one element
-    ("return torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape) * 0.5",               # varies, not with the inputs
-     "its outputs are the same on every input distribution"),
-    ("return torch.nn.functional.dropout(x, 0.5, training=True)", "disagree"),  # random: nothing can match it
-])
+@pytest.mark.parametrize(
+    "body,words",
+    [
+        ("return torch.relu(-x.abs())", "an all-zeros output matches"),  # always exactly zero
+        ("return torch.ones_like(x) * 2.5", "a constant output (2.5) matches"),  # independent of the inputs
+        ("return torch.softmax(x.unsqueeze(-1), dim=-1)", "a constant output (1) matches"),  # softmax over one element
+        (
+            "return torch.arange(x.numel(), dtype=x.dtype).reshape(x.shape) * 0.5",  # varies, not with the inputs
+            "its outputs are the same on every input distribution",
+        ),
+        ("return torch.nn.functional.dropout(x, 0.5, training=True)", "disagree"),  # random: nothing can match it
+    ],
+)
 def test_null_candidate_self_test_refuses_problem(pool, source, body, words):
     v = pool.verify(Task(relu_variant(source, body), source("candidates", "good_relu")))
     assert v.status == Status.BAD_PROBLEM.value and words in v.reason, (v.status, v.reason)
@@ -26,20 +32,23 @@ def test_null_candidate_self_test_refuses_problem(pool, source, body, words):
 
 def test_self_test_passes_real_problems_and_is_cached(pool, source):
     task = Task(source("problems", "relu"), source("candidates", "good_relu"))
-    verdicts = pool.map([task] * 4)   # two workers: each tests the problem once, then reuses the result
+    verdicts = pool.map([task] * 4)  # two workers: each tests the problem once, then reuses the result
     assert all(v.correct for v in verdicts), [(v.status, v.reason) for v in verdicts]
     assert all(v.checks[0].name == "problem" and "self-test passed" in v.checks[0].detail for v in verdicts)
 
 
-BATCH_ONLY = ("        batch_stats = self.training\n", "        batch_stats = True\n")      # ignores the mode
-RUNNING_ONLY = ("        batch_stats = self.training\n", "        batch_stats = False\n")   # ignores it the other way
+BATCH_ONLY = ("        batch_stats = self.training\n", "        batch_stats = True\n")  # ignores the mode
+RUNNING_ONLY = ("        batch_stats = self.training\n", "        batch_stats = False\n")  # ignores it the other way
 
 
-@pytest.mark.parametrize("edit,status,label", [
-    (None, Status.CORRECT, None),
-    (BATCH_ONLY, Status.VALUE_MISMATCH, "trial problem (eval mode)"),
-    (RUNNING_ONLY, Status.VALUE_MISMATCH, "trial problem#0"),
-])
+@pytest.mark.parametrize(
+    "edit,status,label",
+    [
+        (None, Status.CORRECT, None),
+        (BATCH_ONLY, Status.VALUE_MISMATCH, "trial problem (eval mode)"),
+        (RUNNING_ONLY, Status.VALUE_MISMATCH, "trial problem#0"),
+    ],
+)
 def test_reference_and_candidate_compared_in_the_same_mode(pool, source, edit, status, label):
     candidate = source("candidates", "good_batchnorm")
     if edit is not None:
@@ -66,13 +75,13 @@ def test_gate_grants_shared_together_and_exclusive_alone():
     g = SectionArbiter()
     assert g.request(0, "shared") == [0]
     assert g.request(1, "shared") == [1]
-    assert g.request(2, "exclusive") == []          # waits for both readers
-    assert g.request(3, "shared") == []             # FIFO: queued behind the exclusive request
+    assert g.request(2, "exclusive") == []  # waits for both readers
+    assert g.request(3, "shared") == []  # FIFO: queued behind the exclusive request
     assert g.release(0) == []
     assert g.release(1) == [2]
     assert g.request(0, "exclusive") == []
-    assert g.release(2) == [3]                      # the shared request ahead of the second exclusive one
-    assert g.drop(3) == [0]                         # a reader that died releases its hold
+    assert g.release(2) == [3]  # the shared request ahead of the second exclusive one
+    assert g.drop(3) == [0]  # a reader that died releases its hold
     assert g.writer == 0 and not g.readers
 
 
@@ -93,7 +102,7 @@ def test_reference_times_fill_speedups():
 
 OUT_OF_MEMORY = 'raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 16.00 GiB")'
 # The worker builds the graded reference first, then the self-test's throwaway instance: only the graded one fails.
-OOM_IN_TRIALS = '''import torch
+OOM_IN_TRIALS = """import torch
 import torch.nn as nn
 
 BUILT = []
@@ -117,7 +126,7 @@ def get_inputs():
 
 def get_init_inputs():
     return []
-'''.replace("OUT_OF_MEMORY", OUT_OF_MEMORY)
+""".replace("OUT_OF_MEMORY", OUT_OF_MEMORY)
 
 
 def test_reference_out_of_memory_blames_neither_problem_nor_candidate(pool, source):
@@ -125,9 +134,10 @@ def test_reference_out_of_memory_blames_neither_problem_nor_candidate(pool, sour
     out of memory again, the verdict is verifier_limit, and eval/RL refuse it like bad_problem."""
     from drtriton_ray.eval.outcome import classify
     from drtriton_ray.prompts import extract_code
+
     problem = relu_variant(source, OUT_OF_MEMORY)
     candidate = source("candidates", "good_relu")
-    for v in pool.map([Task(problem, candidate)] * 3):   # every time: nothing was cached as "unusable"
+    for v in pool.map([Task(problem, candidate)] * 3):  # every time: nothing was cached as "unusable"
         assert v.status == Status.VERIFIER_LIMIT.value, (v.status, v.reason)
         assert "ran out of memory with no other worker's kernels running" in v.reason
         assert [c.name for c in v.checks] == ["problem"]
@@ -140,9 +150,13 @@ def test_verifier_limit_on_a_shared_gpu_is_rerun_alone(tmp_path, source):
     more with nothing else in flight before it counts as the verifier's limit; the other tasks are not held up
     behind it and are judged as usual. (A gated CPU pool: the same scheduling as on a GPU.)"""
     from drtriton_ray.verify import Limits, WorkerPool
+
     problem, good = relu_variant(source, OUT_OF_MEMORY), source("candidates", "good_relu")
-    tasks = [Task(source("problems", "relu"), good, name="ok0"), Task(problem, good, name="oom"),
-             *(Task(source("problems", "relu"), good, name=f"ok{k}") for k in (1, 2, 3))]
+    tasks = [
+        Task(source("problems", "relu"), good, name="ok0"),
+        Task(problem, good, name="oom"),
+        *(Task(source("problems", "relu"), good, name=f"ok{k}") for k in (1, 2, 3)),
+    ]
     with WorkerPool("cpu", size=2, gated=True, limits=Limits(task_timeout_s=120), root=str(tmp_path)) as pool:
         verdicts = pool.map(tasks)
         log = pool.solo_log
@@ -161,11 +175,15 @@ def test_reference_out_of_memory_in_a_trial_is_verifier_limit(pool, source):
 def test_candidate_out_of_memory_on_a_shared_gpu_is_rerun_alone(tmp_path, source):
     """A candidate that runs out of device memory beside other workers' tasks is judged only after a run alone."""
     from drtriton_ray.verify import Limits, WorkerPool
+
     good = source("candidates", "good_relu")
     hungry = good.replace("        return y", f"        {OUT_OF_MEMORY}") if "        return y" in good else None
     assert hungry is not None and hungry != good
-    tasks = [Task(source("problems", "relu"), good, name="ok0"), Task(source("problems", "relu"), hungry, name="oom"),
-             Task(source("problems", "relu"), good, name="ok1")]
+    tasks = [
+        Task(source("problems", "relu"), good, name="ok0"),
+        Task(source("problems", "relu"), hungry, name="oom"),
+        Task(source("problems", "relu"), good, name="ok1"),
+    ]
     with WorkerPool("cpu", size=2, gated=True, limits=Limits(task_timeout_s=120), root=str(tmp_path)) as pool:
         verdicts = pool.map(tasks)
         log = pool.solo_log

@@ -1,5 +1,6 @@
 """Known-good hand-written Triton candidates pass under the real interpreter; bad problems and candidates get
 clear verdicts; workers are recycled; the pool writes only inside its root."""
+
 import os
 
 import pytest
@@ -7,11 +8,19 @@ import pytest
 from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.verify import Status, Task, WorkerPool
 
-GOOD = {"relu": "good_relu", "add_bcast": "good_add_bcast", "sum_dim": "good_sum_dim", "softmax": "good_softmax",
-        "matmul": "good_matmul", "fused_linear": "good_fused_linear"}
-BAD_PROBLEM = "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n" \
-              "        return x\n\n\ndef get_inputs():\n    return [torch.randn(3)]\n\n\ndef get_init_inputs():\n" \
-              "    return []\n"
+GOOD = {
+    "relu": "good_relu",
+    "add_bcast": "good_add_bcast",
+    "sum_dim": "good_sum_dim",
+    "softmax": "good_softmax",
+    "matmul": "good_matmul",
+    "fused_linear": "good_fused_linear",
+}
+BAD_PROBLEM = (
+    "import torch\nimport torch.nn as nn\n\n\nclass Model(nn.Module):\n    def forward(self, x):\n"
+    "        return x\n\n\ndef get_inputs():\n    return [torch.randn(3)]\n\n\ndef get_init_inputs():\n"
+    "    return []\n"
+)
 
 
 def synthesized(ops, level, index):
@@ -22,8 +31,10 @@ def synthesized(ops, level, index):
 def good_verdicts(pool, source):
     tasks = [Task(source("problems", p), source("candidates", c), name=p) for p, c in GOOD.items()]
     # Synthesized problems (ReLU chains of any shape): the flat ReLU kernel solves them.
-    tasks += [Task(synthesized(("ReLU",), level, i), source("candidates", "good_relu"), name=f"synth-L{level}-{i}")
-              for level, i in ((1, 0), (2, 1))]
+    tasks += [
+        Task(synthesized(("ReLU",), level, i), source("candidates", "good_relu"), name=f"synth-L{level}-{i}")
+        for level, i in ((1, 0), (2, 1))
+    ]
     # Policy hybrid: PyTorch does part of the work, the kernel the rest.
     hybrid = source("candidates", "good_relu").replace("        return y\n", "        return y.clone()\n")
     tasks.append(Task(source("problems", "relu"), hybrid, policy="hybrid", name="hybrid"))
@@ -34,7 +45,7 @@ def good_verdicts(pool, source):
 def test_known_good_accepted(good_verdicts, name):
     v = good_verdicts[name]
     assert v.correct, (v.status, v.reason)
-    assert v.speedup_vs_eager is None and v.candidate_ms is None   # the interpreter measures no speed
+    assert v.speedup_vs_eager is None and v.candidate_ms is None  # the interpreter measures no speed
     # errors relative to each output's scale: stress inputs of 1e4 make absolute errors of order 1e-2 in float32
     assert v.max_rel_error is not None and v.max_rel_error <= 1e-3
     assert [c.name for c in v.checks][-1] == "faithfulness"
@@ -56,8 +67,12 @@ def test_copies_are_checked_once(pool, source):
     """Answers that are the same candidate for the same problem share one verdict (name and seed aside); a candidate
     for another problem, or another candidate, is checked on its own."""
     relu, good = source("problems", "relu"), source("candidates", "good_relu")
-    tasks = [Task(relu, good, name="a", seed=1), Task(relu, good, name="b", seed=2),
-             Task(source("problems", "add_bcast"), good, name="c"), Task(relu, good + "\n", name="d", seed=1)]
+    tasks = [
+        Task(relu, good, name="a", seed=1),
+        Task(relu, good, name="b", seed=2),
+        Task(source("problems", "add_bcast"), good, name="c"),
+        Task(relu, good + "\n", name="d", seed=1),
+    ]
     before = pool.duplicates
     a, b, c, d = pool.map(tasks)
     assert pool.duplicates - before == 1
@@ -72,34 +87,51 @@ def test_mismatched_parameters_rejected(pool, source):
     text = source("candidates", "good_fused_linear")
     w_line = "self.w = nn.Parameter(torch.randn(OUT, IN) * 0.2)"
     b_line = "self.b = nn.Parameter(0.1 * torch.randn(OUT))"
-    renamed = text.replace("self.weight", "self.w").replace("self.bias", "self.b") \
+    renamed = (
+        text.replace("self.weight", "self.w")
+        .replace("self.bias", "self.b")
         .replace(f"{w_line}\n        {b_line}", f"{b_line}\n        {w_line}")
+    )
     v = pool.verify(Task(source("problems", "fused_linear"), renamed))
     assert v.status == Status.VALUE_MISMATCH.value, (v.status, v.reason)
 
 
-@pytest.mark.parametrize("problem,candidate,status,words", [
-    ("x = 1\n", None, Status.BAD_PROBLEM, "does not define Model"),
-    (BAD_PROBLEM.replace("def get_inputs():\n    return [torch.randn(3)]", "def get_inputs():\n    return 1 / 0"),
-     None, Status.BAD_PROBLEM, "ZeroDivisionError"),
-    ("import not_a_module\n" + BAD_PROBLEM, None, Status.BAD_PROBLEM, "ModuleNotFoundError"),
-    (BAD_PROBLEM.replace("return x", "return 3"), None, Status.BAD_PROBLEM, "must return a tensor"),
-    (None, "", Status.INVALID_SOURCE, "empty"),
-    (None, "class ModelNew(:\n", Status.INVALID_SOURCE, "syntax error"),
-    (None, "import torch\n", Status.INVALID_SOURCE, "does not define class ModelNew"),
-])
+@pytest.mark.parametrize(
+    "problem,candidate,status,words",
+    [
+        ("x = 1\n", None, Status.BAD_PROBLEM, "does not define Model"),
+        (
+            BAD_PROBLEM.replace(
+                "def get_inputs():\n    return [torch.randn(3)]", "def get_inputs():\n    return 1 / 0"
+            ),
+            None,
+            Status.BAD_PROBLEM,
+            "ZeroDivisionError",
+        ),
+        ("import not_a_module\n" + BAD_PROBLEM, None, Status.BAD_PROBLEM, "ModuleNotFoundError"),
+        (BAD_PROBLEM.replace("return x", "return 3"), None, Status.BAD_PROBLEM, "must return a tensor"),
+        (None, "", Status.INVALID_SOURCE, "empty"),
+        (None, "class ModelNew(:\n", Status.INVALID_SOURCE, "syntax error"),
+        (None, "import torch\n", Status.INVALID_SOURCE, "does not define class ModelNew"),
+    ],
+)
 def test_bad_inputs_get_clear_verdicts(pool, source, problem, candidate, status, words):
-    task = Task(problem if problem is not None else source("problems", "relu"),
-                candidate if candidate is not None else source("candidates", "good_relu"))
+    task = Task(
+        problem if problem is not None else source("problems", "relu"),
+        candidate if candidate is not None else source("candidates", "good_relu"),
+    )
     v = pool.verify(task)
     assert v.status == status.value and words in v.reason, (v.status, v.reason)
 
 
-@pytest.mark.parametrize("change,words", [
-    (("    def __init__(self):\n", "    def __init__(self, extra):\n"), "constructing ModelNew failed"),
-    (("import torch\n", "import torch\nVALUE = 1 // 0\n"), "importing the candidate failed"),
-    (("        return y\n", "        return y, y\n"), "expected a plain torch.Tensor"),
-])
+@pytest.mark.parametrize(
+    "change,words",
+    [
+        (("    def __init__(self):\n", "    def __init__(self, extra):\n"), "constructing ModelNew failed"),
+        (("import torch\n", "import torch\nVALUE = 1 // 0\n"), "importing the candidate failed"),
+        (("        return y\n", "        return y, y\n"), "expected a plain torch.Tensor"),
+    ],
+)
 def test_candidate_errors_are_verdicts(pool, source, change, words):
     v = pool.verify(Task(source("problems", "relu"), source("candidates", "good_relu").replace(*change, 1)))
     assert not v.correct and words in v.reason, (v.status, v.reason)

@@ -2,11 +2,12 @@
 module that imported triton before TRITON_INTERPRET was set (the pool must hand the variable down), or one whose
 imports fixed tempfile's directory (a Ray worker's main module did: every Triton compile in the GPU RL run's
 verifier actor was refused, writing to '/tmp')."""
+
 import os
 import subprocess
 import sys
 
-SCRIPT = '''
+SCRIPT = """
 import triton  # before any TRITON_INTERPRET: the spawned worker re-imports this module first
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.synth import Program, Sampler, SynthConfig
@@ -15,7 +16,7 @@ if __name__ == "__main__":
     rec = Sampler(SynthConfig(level=1, profile="small", ops=("Matmul",)), seed=7).sample(0)
     with WorkerPool("cpu", size=1) as pool:
         print(pool.verify(Task(rec.source, lower_program(Program.from_json(rec.dag), rec.source))).status)
-'''
+"""
 
 
 def test_cpu_pool_from_a_main_module_that_imported_triton(tmp_path):
@@ -26,7 +27,7 @@ def test_cpu_pool_from_a_main_module_that_imported_triton(tmp_path):
     assert out.stdout.strip().splitlines()[-1] == "correct", out.stderr[-2000:]
 
 
-TEMPDIR_SCRIPT = '''
+TEMPDIR_SCRIPT = """
 import tempfile
 tempfile.gettempdir()  # cached from TMPDIR, outside the scratch: the spawned worker re-imports this module first
 from drtriton_ray.verify import Task, WorkerPool
@@ -35,7 +36,7 @@ if __name__ == "__main__":
     with WorkerPool("cpu", size=1) as pool:
         v = pool.verify(Task(problem, candidate, static_checks=False))
         print(v.status, v.reason)
-'''
+"""
 
 
 def test_worker_temp_files_stay_in_scratch_whatever_the_main_module_cached(tmp_path, source):
@@ -44,13 +45,18 @@ def test_worker_temp_files_stay_in_scratch_whatever_the_main_module_cached(tmp_p
     outside = tmp_path / "outside"
     outside.mkdir()
     (tmp_path / "problem.py").write_text(source("problems", "relu"))
-    (tmp_path / "candidate.py").write_text(source("candidates", "good_relu").replace(
-        "        x = x.contiguous()\n",
-        "        import tempfile\n        with tempfile.NamedTemporaryFile(mode='w') as f:\n            f.write('x')\n"
-        "        x = x.contiguous()\n"))
+    (tmp_path / "candidate.py").write_text(
+        source("candidates", "good_relu").replace(
+            "        x = x.contiguous()\n",
+            "        import tempfile\n"
+            "        with tempfile.NamedTemporaryFile(mode='w') as f:\n            f.write('x')\n"
+            "        x = x.contiguous()\n",
+        )
+    )
     (tmp_path / "main.py").write_text(TEMPDIR_SCRIPT)
     env = {**os.environ, "TMPDIR": str(outside)}
-    out = subprocess.run([sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         timeout=600)
+    out = subprocess.run(
+        [sys.executable, "main.py"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600
+    )
     assert out.stdout.strip().splitlines()[-1].startswith("correct"), (out.stdout[-2000:], out.stderr[-2000:])
     assert not os.listdir(outside)

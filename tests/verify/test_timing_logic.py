@@ -1,6 +1,7 @@
 """timing.measure's logic on CPU: CUDA events and synchronisation replaced by host-clock fakes (the GPU tests
 check the real thing). Window sizing, the lead call, fresh inputs per call, the exclusive section, and the
 host-clock cross-check."""
+
 import time
 
 import pytest
@@ -45,6 +46,7 @@ def counting(ms: float):
     def make_args():
         made.append(object())
         return [made[-1]]
+
     return fn, make_args, seen, made
 
 
@@ -59,26 +61,29 @@ def test_short_calls_are_timed_in_windows_with_a_lead_call(fake_cuda):
 
             def __exit__(self, *exc):
                 entered.append((f"/{name}", len(seen)))
+
         return Section
-    t = timing.measure(fn, make_args, trials=20, warmup=2, warmup_ms=0, exclusive=section("exclusive"),
-                       first=section("shared"))
+
+    t = timing.measure(
+        fn, make_args, trials=20, warmup=2, warmup_ms=0, exclusive=section("exclusive"), first=section("shared")
+    )
     # the first (compiling) call ran in the shared section, everything after it in the exclusive one
     assert entered[:3] == [("shared", 0), ("/shared", 1), ("exclusive", 1)] and entered[3][0] == "/exclusive"
     assert 2 <= t.calls <= timing.MAX_CALLS and t.trials == 20
     assert t.median_ms == pytest.approx(0.25, rel=0.5) and not t.host_suspect
-    assert len(set(seen)) == len(seen)             # every call had its own freshly made inputs
+    assert len(set(seen)) == len(seen)  # every call had its own freshly made inputs
 
 
 def test_long_calls_one_per_trial(fake_cuda):
     fn, make_args, seen, _ = counting(2.5)
     t = timing.measure(fn, make_args, trials=20, warmup=1, warmup_ms=0)
     assert t.calls == 1
-    assert len(seen) == 1 + 1 + 3 + 20             # first call, warm-up, probe, one call per trial: no lead
+    assert len(seen) == 1 + 1 + 3 + 20  # first call, warm-up, probe, one call per trial: no lead
     assert t.median_ms == pytest.approx(2.5, rel=0.3)
 
 
 def test_work_the_events_miss_makes_the_host_clock_the_measurement(fake_cuda):
     fn, make_args, _, _ = counting(0.3)
-    fake_cuda["sync_ms"] = 3.0                     # a side stream still busy when the end event fired
+    fake_cuda["sync_ms"] = 3.0  # a side stream still busy when the end event fired
     t = timing.measure(fn, make_args, trials=20, warmup=1, warmup_ms=0, calls=4)
     assert t.host_suspect and t.median_ms == pytest.approx(t.host_ms) and t.median_ms > 2 * t.event_ms

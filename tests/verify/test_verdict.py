@@ -1,4 +1,5 @@
 """Verdict records (JSON, Arrow) and the KernelBench aggregates."""
+
 import json
 import math
 
@@ -10,8 +11,14 @@ from drtriton_ray.verify.verdict import CheckResult, Status, Verdict, arrow_sche
 
 
 def verdict(status=Status.CORRECT, eager=None, compile_=None, name="p"):
-    return Verdict(status=status.value, name=name, speedup_vs_eager=eager, speedup_vs_compile=compile_,
-                   checks=[CheckResult("problem", True)], seed=7)
+    return Verdict(
+        status=status.value,
+        name=name,
+        speedup_vs_eager=eager,
+        speedup_vs_compile=compile_,
+        checks=[CheckResult("problem", True)],
+        seed=7,
+    )
 
 
 def test_json_round_trip():
@@ -25,13 +32,18 @@ def test_arrow_table_matches_schema():
     table = to_arrow([verdict(eager=1.5), verdict(Status.VALUE_MISMATCH)])
     assert table.schema == arrow_schema()
     assert table.column("correct").to_pylist() == [True, False]
-    assert table.column("checks").type == pa.list_(pa.struct([("name", pa.string()), ("passed", pa.bool_()),
-                                                              ("detail", pa.string())]))
+    assert table.column("checks").type == pa.list_(
+        pa.struct([("name", pa.string()), ("passed", pa.bool_()), ("detail", pa.string())])
+    )
 
 
 def test_fast_p_and_geomean_over_all_problems():
-    vs = [verdict(eager=3.0, compile_=1.2), verdict(eager=1.2, compile_=0.5),
-          verdict(Status.VALUE_MISMATCH), verdict(Status.MISSING)]
+    vs = [
+        verdict(eager=3.0, compile_=1.2),
+        verdict(eager=1.2, compile_=0.5),
+        verdict(Status.VALUE_MISMATCH),
+        verdict(Status.MISSING),
+    ]
     s = summarize(vs)
     assert s["acc"] == 0.5
     assert s["fast_p_vs_eager"] == {"0": 0.5, "1": 0.5, "1.5": 0.25, "2": 0.25}

@@ -1,4 +1,5 @@
 """`drtriton verify` and `drtriton eval` through typer's runner (real worker processes)."""
+
 import json
 from pathlib import Path
 
@@ -39,12 +40,15 @@ def one_line_error(r, code=2):
     return r.output.strip()
 
 
-@pytest.mark.parametrize("problem_text,words", [
-    (b"import torch\nclass Model:\n    pass\n", "does not define get_inputs, get_init_inputs"),
-    (b"", "is empty"),
-    (b"\xff\xfe\x00", "not UTF-8"),
-    (b"def f(:\n", "syntax error"),
-])
+@pytest.mark.parametrize(
+    "problem_text,words",
+    [
+        (b"import torch\nclass Model:\n    pass\n", "does not define get_inputs, get_init_inputs"),
+        (b"", "is empty"),
+        (b"\xff\xfe\x00", "not UTF-8"),
+        (b"def f(:\n", "syntax error"),
+    ],
+)
 def test_verify_unusable_problem_exits_2(tmp_path, problem_text, words):
     problem = tmp_path / "p.py"
     problem.write_bytes(problem_text)
@@ -57,9 +61,15 @@ def test_verify_problem_failing_at_run_time_exits_2(tmp_path):
     assert "NameError" in one_line_error(run("verify", problem, C / "good_relu.py"))
 
 
-@pytest.mark.parametrize("candidate_text,words", [
-    (b"\xff\xfe", "not UTF-8"), (b"", "is empty"), (b"x = (\n", "syntax error"), (b"import torch\n", "ModelNew"),
-])
+@pytest.mark.parametrize(
+    "candidate_text,words",
+    [
+        (b"\xff\xfe", "not UTF-8"),
+        (b"", "is empty"),
+        (b"x = (\n", "syntax error"),
+        (b"import torch\n", "ModelNew"),
+    ],
+)
 def test_verify_bad_candidate_is_a_verdict(tmp_path, candidate_text, words):
     candidate = tmp_path / "c.py"
     candidate.write_bytes(candidate_text)
@@ -69,13 +79,16 @@ def test_verify_bad_candidate_is_a_verdict(tmp_path, candidate_text, words):
     assert d["status"] == "invalid_source" and words in d["reason"]
 
 
-@pytest.mark.parametrize("args,words", [
-    (("verify", P / "missing.py", C / "good_relu.py"), "cannot read problem"),
-    (("verify", P, C / "good_relu.py"), "is a directory"),
-    (("verify", P / "relu.py", C / "good_relu.py", "--device", "tpu"), "unknown --device"),
-    (("verify", P / "relu.py", C / "good_relu.py", "--policy", "lax"), "unknown --policy"),
-    (("eval", "--problems", HERE / "nowhere", "--solutions", C), "is not a folder"),
-])
+@pytest.mark.parametrize(
+    "args,words",
+    [
+        (("verify", P / "missing.py", C / "good_relu.py"), "cannot read problem"),
+        (("verify", P, C / "good_relu.py"), "is a directory"),
+        (("verify", P / "relu.py", C / "good_relu.py", "--device", "tpu"), "unknown --device"),
+        (("verify", P / "relu.py", C / "good_relu.py", "--policy", "lax"), "unknown --policy"),
+        (("eval", "--problems", HERE / "nowhere", "--solutions", C), "is not a folder"),
+    ],
+)
 def test_user_errors_one_line(args, words):
     assert words in one_line_error(run(*args))
 
@@ -94,7 +107,10 @@ def test_eval_kernelbench_layout(tmp_path):
     assert "1/3 correct" in r.stdout and "fast_0=0.33" in r.stdout
     d = json.loads(out.read_text())
     assert {v["name"]: v["status"] for v in d["problems"]} == {
-        "matmul": "missing", "relu": "correct", "softmax": "value_mismatch"}
+        "matmul": "missing",
+        "relu": "correct",
+        "softmax": "value_mismatch",
+    }
     s = d["summary"]
     assert s["problems"] == 3 and s["fast_p_vs_eager"]["0"] == pytest.approx(1 / 3)
     assert s["fast_p_vs_compile"]["1"] is None and s["geomean_speedup_vs_eager"] is None
