@@ -49,10 +49,12 @@ from typing import Optional
 
 from drtriton_ray.verify.protocol import (
     Acquire,
+    CaptureReady,
     Granted,
     Ready,
     ReferenceReady,
     Release,
+    RunCapture,
     RunReference,
     RunTask,
     Stop,
@@ -301,17 +303,7 @@ class WorkerPool:
         return code
 
     def _death_verdict(self, w: _Worker, task: Task, t0: float, timed_out: bool) -> Verdict:
-        code = self._replace(w)
-        if timed_out:
-            status, reason = Status.TIMEOUT, f"no verdict within {self.limits.task_timeout_s:g} s; worker killed"
-        elif code == EXIT_MEMORY:
-            status, reason = Status.RESOURCE_LIMIT, f"resident memory above {self.limits.rss_gb:g} GiB"
-        elif code == -signal.SIGXCPU:
-            status, reason = Status.TIMEOUT, f"CPU time above {self.limits.cpu_s} s"
-        elif code is not None and code < 0:
-            status, reason = Status.CRASH, f"worker killed by {signal.Signals(-code).name}"
-        else:
-            status, reason = Status.CRASH, f"worker exited with status {code}"
+        status, reason = self._death(w, timed_out)
         return Verdict(
             status=status.value,
             reason=reason,
@@ -321,6 +313,59 @@ class WorkerPool:
             name=task.name,
             duration_s=time.perf_counter() - t0,
         )
+
+    def _death(self, w: _Worker, timed_out: bool, answer: str = "verdict") -> tuple[Status, str]:
+        """Replace a worker that died or ran past its job's wall clock; what ended it, in words."""
+        code = self._replace(w)
+        if timed_out:
+            status, reason = Status.TIMEOUT, f"no {answer} within {self.limits.task_timeout_s:g} s; worker killed"
+        elif code == EXIT_MEMORY:
+            status, reason = Status.RESOURCE_LIMIT, f"resident memory above {self.limits.rss_gb:g} GiB"
+        elif code == -signal.SIGXCPU:
+            status, reason = Status.TIMEOUT, f"CPU time above {self.limits.cpu_s} s"
+        elif code is not None and code < 0:
+            status, reason = Status.CRASH, f"worker killed by {signal.Signals(-code).name}"
+        else:
+            status, reason = Status.CRASH, f"worker exited with status {code}"
+        return status, reason
+
+    # -- capture --
+    def capture(self, sources: list[str]) -> list[dict]:
+        """Each user program captured to a Graph in a worker, since capturing runs the user's code: per source
+        {"graph": Graph JSON} or {"error": one line}. Runs between map() calls, so it has the GPU to itself."""
+        results: list = [None] * len(sources)
+        pending, busy = deque(range(len(sources))), {}
+        while pending or busy:
+            for slot in range(len(self._workers)):
+                if pending and slot not in busy:
+                    i = pending.popleft()
+                    self._ready(self._workers[slot]).conn.send(RunCapture(sources[i]))
+                    busy[slot] = (i, time.perf_counter() + self.limits.task_timeout_s)
+            conns = {self._workers[slot].conn: slot for slot in busy}
+            timeout = max(0.0, min(d for _, d in busy.values()) - time.perf_counter())
+            for conn in wait(list(conns), timeout):
+                self._capture_message(conns[conn], busy, results)
+            for slot, (i, deadline) in list(busy.items()):
+                if time.perf_counter() >= deadline:
+                    del busy[slot]
+                    results[i] = {"error": f"capture: {self._death(self._workers[slot], True, 'graph')[1]}"}
+        return results
+
+    def _capture_message(self, slot: int, busy: dict, results: list) -> None:
+        w, (i, _) = self._workers[slot], busy[slot]
+        try:
+            message = w.conn.recv()
+        except (EOFError, OSError):
+            del busy[slot]
+            results[i] = {"error": f"capture: {self._death(w, False, 'graph')[1]}"}
+            return
+        if isinstance(message, Acquire):  # nothing else runs during a capture
+            w.conn.send(Granted())
+        elif isinstance(message, CaptureReady):
+            del busy[slot]
+            results[i] = message.result
+            if message.retire:
+                self._replace(w)
 
     # -- serving --
     def verify(self, task: Task) -> Verdict:

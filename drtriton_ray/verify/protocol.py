@@ -1,8 +1,9 @@
 """The messages between a verifier pool (pool.py) and its worker processes (worker.py), over one pipe per worker.
 
 Plain dataclasses of the standard library: they pickle across the pipe and import nowhere (the worker loads this
-module before torch). Parent to worker: RunTask, RunReference, Granted, Stop. Worker to parent: Ready once, then
-per job any number of Acquire / Release of the GPU's section and one VerdictReady or ReferenceReady."""
+module before torch). Parent to worker: RunTask, RunReference, RunCapture, Granted, Stop. Worker to parent: Ready once,
+then per job any number of Acquire / Release of the GPU's section and one VerdictReady, ReferenceReady or
+CaptureReady."""
 
 from __future__ import annotations
 
@@ -17,6 +18,11 @@ class RunTask:
 @dataclass
 class RunReference:
     task: object  # task.Task: its problem's reference is timed, its candidate ignored
+
+
+@dataclass
+class RunCapture:
+    source: str  # a user's program: captured to a Graph in the worker, the only place user code runs
 
 
 @dataclass
@@ -53,4 +59,10 @@ class VerdictReady:
 @dataclass
 class ReferenceReady:
     result: dict  # eager_ms, compile_ms, error, phases, gpu_peak_gib, gpu_held_gib
+    retire: bool
+
+
+@dataclass
+class CaptureReady:
+    result: dict  # {"graph": Graph JSON} or {"error": one-line reason}
     retire: bool

@@ -42,6 +42,9 @@ class _VerifierActor:
     def verify_batch(self, tasks: list[Task]) -> list[Verdict]:
         return self.pool.map(tasks)
 
+    def capture(self, sources: list[str]) -> list[dict]:
+        return self.pool.capture(sources)
+
     def replacements(self) -> int:
         return self.pool.replacements
 
@@ -95,6 +98,13 @@ class VerifyService:
         chunks = [tasks[i : i + self.chunk] for i in range(0, len(tasks), self.chunk)]
         pool = ActorPool(self.actors)
         return [v for part in pool.map(lambda actor, batch: actor.verify_batch.remote(batch), chunks) for v in part]
+
+    def capture(self, sources: list[str]) -> list[dict]:
+        """Each program captured in a worker of whichever actor is free (pool.WorkerPool.capture)."""
+        pool = ActorPool(self.actors)
+        return [
+            r for part in pool.map(lambda actor, one: actor.capture.remote(one), [[s] for s in sources]) for r in part
+        ]
 
     def shutdown(self) -> None:
         ray.get([a.close.remote() for a in self.actors])

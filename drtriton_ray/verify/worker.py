@@ -106,6 +106,30 @@ def _device_poisoned(device: str, verdict) -> bool:
     return verdict is not None and any(m in verdict.reason for m in _CUDA_ERROR_MARKERS)
 
 
+def _preload_capture() -> None:
+    """torch.export and the capture modules, imported before the sandbox: their lazy imports write nothing, but
+    loading them per capture would cost seconds each time."""
+    try:
+        import torch.export  # noqa: F401
+
+        import drtriton_ray.capture.export  # noqa: F401
+    except ImportError:
+        pass
+
+
+def _capture(source: str, device: str) -> dict:
+    """A user's program captured to a Graph here, inside the sandbox: {"graph": JSON} or {"error": why}."""
+    from drtriton_ray.capture.export import capture_source
+    from drtriton_ray.capture.graph import CaptureError
+
+    try:
+        return {"graph": capture_source(source, device=device).to_json()}
+    except CaptureError as e:
+        return {"error": str(e)}
+    except Exception as e:  # the capture's own failure, not the program's: still one line for the caller
+        return {"error": f"capture failed: {type(e).__name__}: {e}"}
+
+
 def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool = False) -> None:
     """`gated`: GPU work goes through the pool's shared/exclusive section (pool.py), over this pipe."""
     t0 = time.perf_counter()
@@ -142,6 +166,8 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
     from drtriton_ray.verify.protocol import Ready
     from drtriton_ray.verify.verdict import Status  # noqa: F401
 
+    _preload_capture()
+
     ctx = WorkerContext(
         name=name,
         device=device,
@@ -170,7 +196,14 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
 def _serve(conn, ctx, device: str, limits) -> None:
     """Jobs from the pool until it says stop or the pipe closes; a worker that cannot be trusted any more returns."""
     from drtriton_ray.verify.checks import release_memory, run_reference, run_task
-    from drtriton_ray.verify.protocol import ReferenceReady, RunReference, RunTask, VerdictReady
+    from drtriton_ray.verify.protocol import (
+        CaptureReady,
+        ReferenceReady,
+        RunCapture,
+        RunReference,
+        RunTask,
+        VerdictReady,
+    )
     from drtriton_ray.verify.verdict import Status
 
     while True:
@@ -178,9 +211,17 @@ def _serve(conn, ctx, device: str, limits) -> None:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if not isinstance(message, (RunTask, RunReference)):  # Stop, or nothing this worker understands
+        if not isinstance(message, (RunTask, RunReference, RunCapture)):  # Stop, or nothing this worker understands
             return
         _arm_cpu_limit(limits.cpu_s)
+        if isinstance(message, RunCapture):
+            result = _capture(message.source, device)
+            release_memory(device, compiled=True)
+            poisoned = _device_poisoned(device, None)
+            conn.send(CaptureReady(result, poisoned))
+            if poisoned:
+                return
+            continue
         if isinstance(message, RunReference):
             result = run_reference(message.task, ctx)
             result["gpu_peak_gib"], result["gpu_held_gib"] = release_memory(device, compiled=True)
