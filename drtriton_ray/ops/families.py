@@ -411,3 +411,14 @@ def stack(name, template) -> OpSpec:
         return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS})
 
     return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), _equal(1), per_elem=1)
+
+
+# -- capture-only ----------------------------------------------------------------------------
+def capture_only(name, arity, template, family="layout") -> OpSpec:
+    """An operator that only captured programs hold (views, slices, masks): its shapes come from the user's
+    program, so it has no CP-SAT rules, and a config that names it for synthesis gets this error."""
+
+    def constrain(s: ShapeModel, ins, out):
+        raise NotImplementedError(f"{name} is a capture-only operator: the synthesizer cannot draw its shapes")
+
+    return OpSpec(name, arity, family, template, constrain, ALL_RANKS, lambda ranks: set(ALL_RANKS), synth=False)

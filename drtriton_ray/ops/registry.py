@@ -1,10 +1,12 @@
 """The operator space: DRTriton's 61 operators plus ones real models use (Linear, RMSNorm, Exp,
-Where, Hardswish, Mish). Adding an operator is one line here (a family factory from families.py);
-a new family is one factory there."""
+Where, Hardswish, Mish), and capture-only operators that captured user programs need (CAPTURE_OPS, never drawn
+unless named). Adding an operator is one line here (a family factory from families.py); a new family is one factory
+there."""
 
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 import drtriton_ray.ops.families as f
 from drtriton_ray.ops.spec import OpSpec
@@ -112,8 +114,51 @@ EXTRA_OPS = [
     f.nary("Where", 3, "torch.where({0} > 0, {1}, {2})", flops=2),
 ]
 
-REGISTRY: dict[str, OpSpec] = {op.name: op for op in DRTRITON_OPS + EXTRA_OPS}
-assert len(REGISTRY) == len(DRTRITON_OPS) + len(EXTRA_OPS), "duplicate operator name"
+
+def _capture(spec: OpSpec) -> OpSpec:
+    return replace(spec, synth=False)
+
+
+# Operators of captured user programs (drtriton_ray/capture) that DRTriton's space lacks: scalar forms, more math,
+# masks, views and slices. Synthesis skips them unless a config names them (OpSpec.synth); their params are what
+# capture writes (a scalar `value` may be the string "float('-inf')"). The elementwise ones have samplers, so a
+# config that names them gets programs.
+CAPTURE_OPS = [
+    *(
+        _capture(f.unary(name, template, 1, _param(value=_u(-2.0, 2.0))))
+        for name, template in [
+            ("AddScalar", "{0} + {value}"),
+            ("SubScalar", "{0} - {value}"),
+            ("RSubScalar", "{value} - {0}"),
+            ("MulScalar", "{0} * {value}"),
+            ("DivScalar", "{0} / {value}"),
+        ]
+    ),
+    _capture(f.unary("PowScalar", "torch.pow({0}, {exponent})", 8, lambda rng: {"exponent": rng.choice([2, 3])})),
+    _capture(f.unary("Neg", "torch.neg({0})")),
+    _capture(f.unary("Square", "torch.square({0})")),
+    _capture(f.unary("Sqrt", "torch.sqrt({0})", 4)),
+    _capture(f.unary("Rsqrt", "torch.rsqrt({0})", 4)),
+    _capture(f.unary("Log", "torch.log({0})", 4)),
+    _capture(f.unary("Reciprocal", "torch.reciprocal({0})", 4)),
+    _capture(f.unary("Erf", "torch.erf({0})", 8)),
+    _capture(f.unary("ClampMin", "torch.clamp({0}, min={lo})", 1, _param(lo=_u(-1.5, 0.0)))),
+    _capture(f.unary("ClampMax", "torch.clamp({0}, max={hi})", 1, _param(hi=_u(0.0, 1.5)))),
+    _capture(f.unary("GELUTanh", "F.gelu({0}, approximate='tanh')", 10)),
+    _capture(f.nary("Pow", 2, "torch.pow({0}, {1})", flops=8)),
+    f.capture_only("MaskedFill", 2, "torch.masked_fill({0}, {1}, {value})", "broadcast"),
+    f.capture_only("WhereMask", 3, "torch.where({0}, {1}, {2})", "broadcast"),
+    f.capture_only("LinearNoBias", 1, "F.linear({0}, {w0})", "matmul"),
+    f.capture_only("View", 1, "{0}.reshape({shape})"),
+    f.capture_only("Permute", 1, "{0}.permute({dims})"),
+    f.capture_only("Expand", 1, "{0}.expand({shape})"),
+    f.capture_only("Narrow", 1, "torch.narrow({0}, {dim}, {start}, {length})"),
+    f.capture_only("Select", 1, "torch.select({0}, {dim}, {index})"),
+]
+
+REGISTRY: dict[str, OpSpec] = {op.name: op for op in DRTRITON_OPS + EXTRA_OPS + CAPTURE_OPS}
+assert len(REGISTRY) == len(DRTRITON_OPS) + len(EXTRA_OPS) + len(CAPTURE_OPS), "duplicate operator name"
+SYNTH_NAMES = [name for name, spec in REGISTRY.items() if spec.synth]  # the space `drtriton synth` draws from
 
 
 def get_op(name: str) -> OpSpec:

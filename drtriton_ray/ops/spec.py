@@ -56,6 +56,9 @@ class OpSpec:
     per_elem: int | None = None
     flops_on: str = "out"
     keeps_size: bool = False
+    # False for the capture-only operators (ops/registry.py:CAPTURE_OPS): they describe user programs that
+    # conversion captures, and the synthesizer draws them only where a config names them
+    synth: bool = True
 
     def draw_params(self, rng: random.Random) -> dict:
         return self.sample(rng) if self.sample else {}
@@ -78,4 +81,5 @@ class OpSpec:
             "out_kind": self.out_kind,
             "in_ranks": sorted(self.in_ranks),
             "torch": self.template,
+            "synth": self.synth,
         }

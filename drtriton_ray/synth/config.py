@@ -105,5 +105,6 @@ class SynthConfig(BaseModel):
         return self.profile if isinstance(self.profile, str) else "custom"
 
     def op_space(self) -> list[str]:
-        names = list(self.ops) if self.ops is not None else list(REGISTRY)
+        """The operators to draw: those named, else every synthesizable one (capture-only operators skipped)."""
+        names = list(self.ops) if self.ops is not None else [n for n, s in REGISTRY.items() if s.synth]
         return [n for n in names if self.dtype in REGISTRY[n].dtypes]
