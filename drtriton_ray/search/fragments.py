@@ -1,0 +1,286 @@
+"""Fragments of a captured Graph: every contiguous run of 1..K nodes in program order, each a standalone
+KernelBench-format sub-problem (DRTriton's test-time search, REFERENCE §1.7).
+
+A fragment reads boundary inputs (graph inputs, tensors made before it, state tensors outside a registry weight
+slot, constants) and returns its outputs (tensors it makes that a later node or the graph returns: fan-out seen
+from both sides). Its tensors are renumbered in order of first appearance, so a fragment looks like what
+`drtriton synth` writes (`tensor_k`, `self.weight_k`, shape constants) and two occurrences of the same
+computation render to the same source and hash, wherever they sit in the graph: the cache's key.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import asdict, dataclass, field
+
+from drtriton_ray.capture.graph import TORCH_OP, Graph, torch_call
+from drtriton_ray.ops import REGISTRY
+from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.synth.render import HEADER, forward_signature, module_constants, parameter_lines
+
+# Operators that only relabel memory: a fragment of these (and Torch nodes) has nothing a kernel could speed up.
+VIEW_OPS = frozenset(
+    {"View", "Reshape", "Permute", "Expand", "Squeeze", "Unsqueeze", "Flatten", "Contiguous", "Clone", "Slice"}
+)
+FLOAT_PREFIXES = ("float", "bfloat")
+
+
+@dataclass
+class Fragment:
+    """Nodes [start, end) of a graph as a sub-problem. Tensor lists hold the graph's ids; `local` maps them to
+    the fragment's own numbering (`tensor_k`, `self.weight_k` in `source`)."""
+
+    start: int
+    end: int
+    ops: list[str]
+    inputs: list[int]  # the fragment forward's arguments, in order
+    weights: list[int]  # state tensors in registry weight slots: the fragment's nn.Parameters, in order
+    outputs: list[int]  # what the fragment returns, in order
+    local: dict[int, int]  # graph tensor id -> fragment tensor id
+    program: Program  # renumbered: what the lowering takes
+    source: str  # the KernelBench problem
+    hash: str  # canonical: ops, params, shapes, dtypes, roles and draws, not the graph's tensor ids
+    skip: str = ""  # why no source is asked for a candidate ("" = searchable)
+
+    @property
+    def size(self) -> int:
+        return self.end - self.start
+
+    @property
+    def name(self) -> str:
+        return f"n{self.start}-{self.end - 1}"
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "start": self.start,
+            "end": self.end,
+            "ops": self.ops,
+            "hash": self.hash,
+            "inputs": self.inputs,
+            "weights": self.weights,
+            "outputs": self.outputs,
+            "skip": self.skip,
+        }
+
+
+def op_label(node: Node) -> str:
+    return node.params["target"].removeprefix("aten.") if node.op == TORCH_OP else node.op
+
+
+def weight_inits(op: str) -> list[str]:
+    """The registry's initialisation per weight slot: norms' scales near 1, matrices fan-in scaled, biases small."""
+    spec = REGISTRY.get(op)
+    first = "one" if spec is not None and spec.family == "norm" else "fan_in"
+    return [first, "small"]
+
+
+def consumers(program: Program) -> dict[int, list[int]]:
+    """Tensor id -> the indices of the nodes that read it (weights included), in program order."""
+    users: dict[int, list[int]] = {}
+    for k, n in enumerate(program.nodes):
+        for t in dict.fromkeys(n.inputs + n.weights):
+            users.setdefault(t, []).append(k)
+    return users
+
+
+@dataclass
+class _Boundary:
+    inputs: list[int] = field(default_factory=list)
+    weights: list[int] = field(default_factory=list)
+    weight_init: dict[int, str] = field(default_factory=dict)
+    outputs: list[int] = field(default_factory=list)
+    made: list[int] = field(default_factory=list)  # tensors made inside, in order
+
+
+def boundary(graph: Graph, start: int, end: int, users: dict[int, list[int]]) -> _Boundary:
+    """What nodes [start, end) read from outside and hand back."""
+    b = _Boundary()
+    nodes = graph.program.nodes[start:end]
+    made = {t for n in nodes for t in n.outputs}
+    for n in nodes:
+        for slot, w in enumerate(n.weights):
+            if w not in made and w not in b.weights and n.op != TORCH_OP:
+                b.weights.append(w)
+                b.weight_init[w] = weight_inits(n.op)[min(slot, 1)]
+    for n in nodes:
+        for t in n.inputs + [w for w in n.weights if w not in b.weights]:
+            if t not in made and t not in b.inputs and t not in b.weights:
+                b.inputs.append(t)
+        b.made += n.outputs
+    returned = set(graph.outputs)
+    b.outputs = [t for t in b.made if t in returned or any(k >= end for k in users.get(t, []))]
+    return b
+
+
+def _remap(value, local: dict[int, int]):
+    """A Torch node's encoded arguments with tensor ids renumbered."""
+    if isinstance(value, dict):
+        if "$t" in value:
+            return {"$t": local[value["$t"]]}
+        return {k: _remap(v, local) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_remap(v, local) for v in value]
+    return value
+
+
+def _main_dtype(tensors: list[Tensor]) -> str:
+    """DTYPE of the sub-problem: its first floating output's (the lowering's elementwise kernels write DTYPE)."""
+    for t in tensors:
+        if t.dtype.startswith(FLOAT_PREFIXES):
+            return t.dtype
+    return "float32"
+
+
+def local_program(graph: Graph, start: int, end: int, b: _Boundary) -> tuple[Program, dict[int, int]]:
+    """Nodes [start, end) renumbered from 0 in order of first appearance: inputs, then per node its weights and
+    outputs. Inputs keep their draw hint in `init`, weights the registry's initialisation."""
+    order = b.inputs + b.weights + b.made
+    local = {t: i for i, t in enumerate(dict.fromkeys(order))}
+    outputs = set(b.outputs)
+    tensors: dict[int, Tensor] = {}
+    for t, i in local.items():
+        g = graph.program.tensors[t]
+        if t in b.inputs:
+            role, init = "input", g.init if g.role == "input" else _hint(g)
+        elif t in b.weights:
+            role, init = "weight", b.weight_init[t]
+        else:
+            role, init = ("output" if t in outputs else "intermediate"), ""
+        tensors[i] = Tensor(i, list(g.shape), g.dtype, role, init)
+    nodes = []
+    for n in graph.program.nodes[start:end]:
+        params = _remap(n.params, local) if n.op == TORCH_OP else copy.deepcopy(n.params)
+        nodes.append(Node(n.op, [local[t] for t in n.inputs], [local[t] for t in n.outputs], params, []))
+        if n.op != TORCH_OP:
+            nodes[-1].weights = [local[w] for w in n.weights]
+    dtype = _main_dtype([tensors[local[t]] for t in b.outputs] + list(tensors.values()))
+    return Program(nodes, tensors, dtype, 0), local
+
+
+def _hint(t: Tensor) -> str:
+    """An intermediate or state tensor read as an input: integers and booleans keep a meaningful draw."""
+    if t.init.startswith(("int:", "bool", "uniform", "positive")):
+        return t.init
+    return ""
+
+
+def canonical_hash(program: Program) -> str:
+    """sha256 of the renumbered fragment: nodes (ops, params, wiring, slots) and tensors (shape, dtype, role,
+    draw). Ids are positions in a canonical order, so the graph's own numbering does not enter."""
+    data = {
+        "nodes": [asdict(n) for n in program.nodes],
+        "tensors": [asdict(t) for t in program.tensors.values()],
+        "dtype": program.dtype,
+    }
+    return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
+
+
+def _dtype_ref(dtype: str, main: str) -> str:
+    return "DTYPE" if dtype == main else f"torch.{dtype}"
+
+
+def draw_expr(t: Tensor, main: str) -> str:
+    """get_inputs()'s expression for one input, from its hint (capture/graph.py): integer and boolean tensors
+    keep their range (the verifier redraws only floating inputs), floating ones the user's distribution."""
+    shape, d = f"TENSOR_{t.id}_SHAPE", _dtype_ref(t.dtype, main)
+    if t.dtype == "bool":
+        return f"torch.rand({shape}) < 0.5"
+    if not t.dtype.startswith(FLOAT_PREFIXES):  # integers: the hint's range, else {0, 1}
+        lo, hi = t.init.split(":")[1:3] if t.init.startswith("int:") else ("0", "2")
+        return f"torch.randint({lo}, {hi}, {shape}, dtype={d})"
+    if t.init.startswith("int:"):
+        lo, hi = t.init.split(":")[1:3]
+        return f"torch.randint({lo}, {hi}, {shape}).to({d})"
+    return {
+        "uniform": f"torch.rand({shape}, dtype={d})",
+        "positive": f"0.5 + torch.rand({shape}, dtype={d})",
+        "bool": f"(torch.rand({shape}) < 0.5).to({d})",
+    }.get(t.init, f"torch.randn({shape}, dtype={d})")
+
+
+def node_line(n: Node, name) -> str:
+    """A node's forward line: a registry node through its template, a Torch node through torch_call; `name(id)`
+    is a tensor's expression. A node with several outputs unpacks them."""
+    if n.op == TORCH_OP:
+        expr = torch_call(n, name)
+    else:
+        expr = REGISTRY[n.op].render([name(i) for i in n.inputs], [name(w) for w in n.weights], n.params)
+    return f"{', '.join(name(o) for o in n.outputs)} = {expr}"
+
+
+def body_lines(program: Program, name) -> list[str]:
+    return [node_line(n, name) for n in program.nodes]
+
+
+def _weight_lines(program: Program) -> list[str]:
+    """render.parameter_lines with each weight's own dtype where it differs from the program's."""
+    weights = [t for t in program.tensors.values() if t.role == "weight"]
+    return [
+        line if t.dtype == program.dtype else line.replace("dtype=DTYPE", f"dtype=torch.{t.dtype}")
+        for t, line in zip(weights, parameter_lines(program))
+    ]
+
+
+def render_fragment(program: Program, title: str) -> str:
+    """The sub-problem in KernelBench format, laid out like a synthesized problem (synth/render.py)."""
+
+    def name(t: int) -> str:
+        return f"self.weight_{t}" if program.tensors[t].role == "weight" else f"tensor_{t}"
+
+    outs = [f"tensor_{o}" for o in program.outputs]
+    out = [HEADER] + module_constants(program)
+    out += ["", "", "class Model(nn.Module):", f'    """{title}"""', "", "    def __init__(self):"]
+    out += ["        super().__init__()"] + [f"        {line}" for line in _weight_lines(program)]
+    out += ["", f"    {forward_signature(program)}"] + [f"        {line}" for line in body_lines(program, name)]
+    out += [f"        return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}", "", ""]
+    draws = ", ".join(draw_expr(program.tensors[i], program.dtype) for i in program.inputs)
+    out += ["def get_inputs():", f"    return [{draws}]", "", "", "def get_init_inputs():", "    return []", ""]
+    return "\n".join(out)
+
+
+def skip_reason(nodes: list[Node]) -> str:
+    if all(n.op == TORCH_OP or n.op in VIEW_OPS for n in nodes):
+        return "only PyTorch calls and views: nothing for a kernel to do"
+    return ""
+
+
+def make_fragment(graph: Graph, start: int, end: int, users: dict[int, list[int]]) -> Fragment | None:
+    """Nodes [start, end) as a Fragment; None when they return nothing (every tensor they make is dead)."""
+    b = boundary(graph, start, end, users)
+    if not b.outputs:
+        return None
+    program, local = local_program(graph, start, end, b)
+    nodes = graph.program.nodes[start:end]
+    ops = [op_label(n) for n in nodes]
+    return Fragment(
+        start=start,
+        end=end,
+        ops=ops,
+        inputs=b.inputs,
+        weights=b.weights,
+        outputs=b.outputs,
+        local=local,
+        program=program,
+        source=render_fragment(program, " -> ".join(ops)),
+        hash=canonical_hash(program),
+        skip=skip_reason(nodes),
+    )
+
+
+def enumerate_fragments(graph: Graph, k: int = 5) -> list[Fragment]:
+    """Every contiguous run of 1..k nodes in program order (sum over L of n - L + 1 of them), by start then
+    length; runs that return nothing are left out, runs with nothing to speed up are kept with `skip` set."""
+    if k < 1:
+        raise ValueError(f"fragments need at least one node, got k={k}")
+    users = consumers(graph.program)
+    n = len(graph.program.nodes)
+    found = []
+    for start in range(n):
+        for end in range(start + 1, min(start + k, n) + 1):
+            f = make_fragment(graph, start, end, users)
+            if f is not None:
+                found.append(f)
+    return found
