@@ -15,6 +15,7 @@ from rich.table import Table
 from drtriton_ray.cli_common import err, fail, out, validation_message
 from drtriton_ray.eval.cli import register as register_eval
 from drtriton_ray.models.cli import register as register_models
+from drtriton_ray.search.cli import register as register_convert
 from drtriton_ray.verify.cli import register as register_verify
 
 __all__ = ["app", "err", "fail", "main", "out"]
@@ -258,6 +259,7 @@ def sft_data_cmd(
 register_models(app)
 register_verify(app)
 register_eval(app)
+register_convert(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

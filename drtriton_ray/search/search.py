@@ -1,0 +1,370 @@
+"""The test-time search: capture (in a verifier worker) -> fragments -> candidates from the configured sources ->
+verification in batches -> cache -> assembly -> the whole module verified and timed against the original.
+
+Round one asks the first-turn sources (lowering, model) about every fragment the cache cannot answer; round two
+the sources that build on verdicts (refine, configs). Every verification goes through the verifier in batches of
+`batch` tasks (a pool spreads them over its workers, the Ray service over its actors), within the budget's
+candidates and wall seconds. The answer is never slower than the original: an assembled module that fails, or on
+a GPU is not faster than eager PyTorch, gives way to the user's own program, and the report says why.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Optional
+
+from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
+from drtriton_ray.search.cache import Cache, Entry, device_key, program_key
+from drtriton_ray.search.fragments import Fragment, enumerate_fragments
+from drtriton_ray.search.sources import (
+    Attempt,
+    Budget,
+    Candidate,
+    ConfigSource,
+    LoweringSource,
+    ModelSource,
+    Policy,
+    RefineSource,
+    VerdictSummary,
+)
+
+FIRST_ROUND = ("lowering", "model")
+SECOND_ROUND = ("refine", "configs")
+
+
+@dataclass
+class SearchConfig:
+    k: int = 5  # longest fragment, in nodes
+    samples: int = 4  # model answers per fragment: 1 greedy + samples - 1 sampled
+    sources: tuple[str, ...] = ("lowering",)
+    budget_s: float = 600.0  # wall seconds, capture to answer
+    max_candidates: int = 256  # candidates sent to the verifier (cache answers are free)
+    device: str = "cpu"
+    seed: int = 0
+    model: Optional[str] = None  # model folder, for the model and refine sources
+    engine: str = "hf"  # hf | vllm
+    max_tokens: int = 1024
+    variants: int = 3  # launch-config variants per verified candidate
+    batch: int = 16  # tasks per verifier submission
+    timing: bool = True  # GPU: time candidates (the tiling needs it); CPU never times
+    cache: Optional[str] = None  # folder or fsspec URI; None: no cache
+
+    @property
+    def timed(self) -> bool:
+        return self.device.startswith("cuda") and self.timing
+
+    def key_settings(self) -> dict:
+        """What changes the answer a search can find (the budget only cuts it short)."""
+        return {"k": self.k, "samples": self.samples, "sources": sorted(self.sources), "model": self.model}
+
+
+@dataclass
+class Progress:
+    stage: str  # capture | fragments | propose | verify | assemble | done
+    done: int = 0
+    total: int = 0
+    detail: str = ""
+
+
+@dataclass
+class ConversionReport:
+    device: str
+    settings: dict
+    program: dict = field(default_factory=dict)  # nodes, ops, Torch nodes, capture notes
+    fragments: list[dict] = field(default_factory=list)
+    candidates: dict[str, dict] = field(default_factory=dict)  # per source: asked, proposed, verified, correct...
+    verdicts: dict[str, int] = field(default_factory=dict)  # status -> count over verified candidates
+    tiling: list[dict] = field(default_factory=list)
+    end_to_end: Optional[dict] = None  # the assembled module's verdict summary and policy
+    kept_original: bool = True
+    reason: str = ""
+    speedup_vs_eager: Optional[float] = None
+    speedup_vs_compile: Optional[float] = None
+    from_cache: bool = False
+    verified: int = 0  # tasks the verifier ran, end-to-end check included
+    cache_hits: int = 0
+    wall_s: float = 0.0
+    verify_s: float = 0.0
+    generate_s: float = 0.0
+
+
+@dataclass
+class ConversionResult:
+    module_source: str  # the answer: the assembled ModelNew module, or the original program when it was kept
+    report: ConversionReport
+
+    def to_dict(self) -> dict:
+        return {"module_source": self.module_source, "report": asdict(self.report)}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "ConversionResult":
+        return cls(d["module_source"], ConversionReport(**d["report"]))
+
+
+def verify_batch(verifier, tasks: list) -> list:
+    """Verdicts in task order from a WorkerPool (map) or the Ray VerifyService (verify)."""
+    if not tasks:
+        return []
+    return verifier.map(tasks) if hasattr(verifier, "map") else verifier.verify(tasks)
+
+
+def task_seed(seed: int, *parts) -> int:
+    """The verifier's trial seed for a task, fixed by the search's seed: the same run judges the same way."""
+    digest = hashlib.sha256("/".join(map(str, (seed, *parts))).encode()).digest()
+    return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
+
+
+def build_sources(config: SearchConfig) -> tuple[dict, Optional[Policy]]:
+    """The configured sources by name; the model and refine sources share one Policy (one engine)."""
+    policy = None
+    if any(s in ("model", "refine") for s in config.sources):
+        from pathlib import Path
+
+        policy = Policy(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
+    makers = {
+        "lowering": lambda: LoweringSource(),
+        "model": lambda: ModelSource(policy, config.samples, config.seed),
+        "refine": lambda: RefineSource(policy, config.seed),
+        "configs": lambda: ConfigSource(config.variants),
+    }
+    return {name: makers[name]() for name in config.sources}, policy
+
+
+class Search:
+    """One conversion's state: attempts so far, the budget, the cache, the verifier."""
+
+    def __init__(self, config: SearchConfig, verifier, progress: Optional[Callable[[Progress], None]] = None):
+        self.config, self.verifier = config, verifier
+        self.progress = progress or (lambda p: None)
+        self.start = time.monotonic()
+        self.device = device_key(config.device)
+        self.cache = Cache(config.cache, self.device) if config.cache else None
+        self.attempts: list[Attempt] = []
+        self.tried: dict[str, dict[str, str]] = {}  # fragment hash -> candidate id -> status (cache's and ours)
+        self.verified = 0
+        self.verify_s = 0.0
+        self.fragments: dict[str, Fragment] = {}  # one per hash: the one verified for all its places
+
+    def budget(self) -> Budget:
+        return Budget(
+            self.config.max_candidates - self.verified, self.config.budget_s - (time.monotonic() - self.start)
+        )
+
+    def load_cached(self) -> list[Fragment]:
+        """Cached fragments' best candidates join the attempts; the fragments still to search are returned."""
+        todo = []
+        for h, f in self.fragments.items():
+            entry = self.cache.get(h) if self.cache else None
+            if entry is not None:
+                self.tried[h] = dict(entry.tried)
+            if entry is not None and entry.best is not None:
+                b = entry.best
+                cand = Candidate(h, b["source"], b["code"], b.get("note", ""))
+                self.attempts.append(Attempt(cand, VerdictSummary(**b["outcome"]), cached=True))
+            else:
+                todo.append(f)
+        return todo
+
+    def run(self, candidates: list[Candidate]) -> None:
+        """Verify what has not been judged before, in batches, while the budget lasts."""
+        fresh, seen = [], set()
+        for c in candidates:
+            if c.id not in seen and c.id not in self.tried.get(c.fragment, {}):
+                seen.add(c.id)
+                fresh.append(c)
+        for i in range(0, len(fresh), self.config.batch):
+            budget = self.budget()
+            if budget.spent:
+                return
+            chunk = fresh[i : i + min(self.config.batch, budget.candidates)]
+            self.progress(Progress("verify", self.verified, self.config.max_candidates, f"{len(chunk)} candidates"))
+            t0 = time.monotonic()
+            verdicts = verify_batch(self.verifier, [self.task(c) for c in chunk])
+            self.verify_s += time.monotonic() - t0
+            self.verified += len(chunk)
+            for c, v in zip(chunk, verdicts):
+                self.attempts.append(Attempt(c, VerdictSummary.of(v)))
+                self.tried.setdefault(c.fragment, {})[c.id] = v.status
+
+    def task(self, c: Candidate):
+        from drtriton_ray.verify.task import Task
+
+        f = self.fragments[c.fragment]
+        return Task(
+            f.source,
+            c.code,
+            policy="strict",
+            name=f"{f.name}/{c.source}",
+            seed=task_seed(self.config.seed, c.fragment, c.id),
+            timing=self.config.timed,
+            compile_reference=False,  # the tiling weighs fragments against eager; torch.compile is for the whole
+        )
+
+    def best(self, h: str) -> Optional[Attempt]:
+        """A fragment's best verified attempt: the fastest where timed, else the first correct one."""
+        correct = [a for a in self.attempts if a.candidate.fragment == h and a.outcome.correct]
+        if self.config.timed:
+            correct = [a for a in correct if a.outcome.candidate_ms is not None]
+            return min(correct, key=lambda a: a.outcome.candidate_ms, default=None)
+        return correct[0] if correct else None
+
+    def save(self) -> None:
+        if self.cache is None:
+            return
+        for h in self.fragments:
+            b = self.best(h)
+            best = None
+            if b is not None:
+                c = b.candidate
+                best = {"code": c.code, "source": c.source, "note": c.note, "outcome": b.outcome.to_dict()}
+            if best is not None or self.tried.get(h):
+                self.cache.put(Entry(h, self.device, self.cache.version, best, self.tried.get(h, {})))
+
+    # -- assembly --------------------------------------------------------------------------------------------
+    def tiling(self, graph, placed: list[Fragment]) -> tuple[list[Piece], dict]:
+        """The chosen tiling and, per Triton piece's (start, end), its fragment and verified code."""
+        options, chosen, measured = [], {}, []
+        for f in placed:
+            eager = [a.outcome.eager_ms for a in self.attempts if a.candidate.fragment == f.hash and a.outcome.eager_ms]
+            if eager:
+                measured.append((f.start, f.end, eager[0]))
+            b = self.best(f.hash)
+            if b is not None:
+                options.append(Option(f.start, f.end, b.outcome.candidate_ms, f.hash))
+                chosen[(f.start, f.end)] = (f, b.candidate.code)
+        n = len(graph.program.nodes)
+        node_ms = node_times(n, measured) if self.config.timed else None
+        return choose_tiling(n, options, node_ms), chosen
+
+    def check_whole(self, source: str, module: str, policy: str):
+        """The assembled module against the user's program, timed against eager and torch.compile."""
+        from drtriton_ray.verify.task import Task
+
+        task = Task(source, module, policy=policy, name="assembled", seed=task_seed(self.config.seed, "whole"))
+        task.timing = self.config.timed
+        t0 = time.monotonic()
+        (verdict,) = verify_batch(self.verifier, [task])
+        self.verify_s += time.monotonic() - t0
+        self.verified += 1
+        return verdict
+
+    def assemble(self, source: str, graph, placed: list[Fragment], report: ConversionReport) -> str:
+        """The answer's source: the assembled module if it is verified (and on a GPU faster), else the original."""
+        pieces, chosen = self.tiling(graph, placed)
+        report.tiling = [
+            {**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces
+        ]
+        if not chosen or all(p.kind == "torch" for p in pieces):
+            report.reason = "no fragment has a verified Triton candidate: the original program is kept"
+            return source
+        try:
+            module = render_module(source, graph, pieces, chosen)
+        except AssemblyError as e:
+            report.reason = f"the verified fragments could not be assembled ({e}): the original program is kept"
+            return source
+        policy = "strict" if all(p.kind == "triton" for p in pieces) else "hybrid"
+        self.progress(Progress("assemble", 0, 1, f"verifying the assembled module ({policy})"))
+        verdict = self.check_whole(source, module, policy)
+        if policy == "strict" and verdict.status == "static_rejected":  # the user's own helpers use PyTorch
+            policy = "hybrid"
+            verdict = self.check_whole(source, module, policy)
+        report.end_to_end = {**VerdictSummary.of(verdict).to_dict(), "policy": policy}
+        return self.decide(source, module, verdict, report)
+
+    def decide(self, source: str, module: str, verdict, report: ConversionReport) -> str:
+        if not verdict.correct:
+            report.reason = f"the assembled module failed verification ({verdict.status}): the original is kept"
+            return source
+        if self.config.timed and (verdict.speedup_vs_eager is None or verdict.speedup_vs_eager <= 1.0):
+            report.reason = "the assembled module is not faster than the original: the original is kept"
+            report.speedup_vs_eager, report.speedup_vs_compile = 1.0, None
+            return source
+        report.kept_original = False
+        report.speedup_vs_eager, report.speedup_vs_compile = verdict.speedup_vs_eager, verdict.speedup_vs_compile
+        report.reason = "verified" + ("" if self.config.timed else " (CPU interpreter: correctness only, not timed)")
+        return module
+
+    # -- the report ------------------------------------------------------------------------------------------
+    def describe(self, report: ConversionReport, graph, placed: list[Fragment], stats: dict) -> None:
+        nodes = graph.program.nodes
+        report.program = {
+            "nodes": len(nodes),
+            "ops": [n.op for n in nodes],
+            "torch_nodes": len(graph.torch_nodes()),
+            "notes": list(graph.notes),
+        }
+        for f in placed:
+            b = self.best(f.hash)
+            mine = [a for a in self.attempts if a.candidate.fragment == f.hash]
+            row = {**f.summary(), "candidates": len(mine), "cached": any(a.cached for a in mine)}
+            if b is not None:
+                row |= {"best_source": b.candidate.source, "best_note": b.candidate.note, **b.outcome.to_dict()}
+            report.fragments.append(row)
+        for name, st in stats.items():
+            mine = [a for a in self.attempts if a.candidate.source == name]
+            report.candidates[name] = {
+                **asdict(st),
+                "verified": sum(not a.cached for a in mine),
+                "correct": sum(a.outcome.correct and not a.cached for a in mine),
+                "from_cache": sum(a.cached for a in mine),
+            }
+        for a in self.attempts:
+            if not a.cached:
+                report.verdicts[a.outcome.status] = report.verdicts.get(a.outcome.status, 0) + 1
+        report.cache_hits = self.cache.hits if self.cache else 0
+
+    def propose_all(self, sources: dict, todo: list[Fragment]) -> None:
+        """Round one on the fragments the cache could not answer, round two on every fragment."""
+        for round_names, fragments in ((FIRST_ROUND, todo), (SECOND_ROUND, list(self.fragments.values()))):
+            for name in round_names:
+                if name not in sources or not fragments or self.budget().spent:
+                    continue
+                self.progress(Progress("propose", 0, len(fragments), name))
+                self.run(sources[name].propose(fragments, self.budget(), self.attempts))
+
+
+def search(source: str, config: SearchConfig, verifier, progress=None, graph=None) -> ConversionResult:
+    """Convert `source` (KernelBench format) with `verifier` (a WorkerPool or VerifyService): capture (unless
+    `graph`, the program's Graph, is given), search, assemble, verify. Raises CaptureError when the program
+    cannot be captured."""
+    from drtriton_ray.capture.sandbox import capture_program
+
+    s = Search(config, verifier, progress)
+    key = program_key(source, config.key_settings())
+    hit = s.cache.get_result(key) if s.cache else None
+    if hit is not None:
+        result = ConversionResult.from_dict(hit)
+        result.report.from_cache, result.report.verified, result.report.verify_s = True, 0, 0.0
+        result.report.wall_s = time.monotonic() - s.start
+        s.progress(Progress("done", 1, 1, "from the cache"))
+        return result
+    if graph is None:
+        s.progress(Progress("capture", 0, 1, "capturing the program in a verifier worker"))
+        graph = capture_program(source, verifier)
+    placed = [f for f in enumerate_fragments(graph, config.k) if not f.skip]
+    for f in placed:
+        s.fragments.setdefault(f.hash, f)
+    s.progress(Progress("fragments", len(s.fragments), len(s.fragments), f"{len(placed)} fragments"))
+    todo = s.load_cached()
+    sources, policy = build_sources(config)
+    report = ConversionReport(device=s.device, settings=asdict(config))
+    try:
+        s.propose_all(sources, todo)
+    finally:
+        if policy is not None:
+            report.generate_s = policy.generate_s
+            policy.close()
+    s.save()
+    spent = s.budget().spent
+    module = s.assemble(source, graph, placed, report)
+    if report.kept_original and config.timed:
+        report.speedup_vs_eager = report.speedup_vs_compile = 1.0
+    s.describe(report, graph, placed, {name: src.stats for name, src in sources.items()})
+    report.verified, report.verify_s, report.wall_s = s.verified, s.verify_s, time.monotonic() - s.start
+    result = ConversionResult(module, report)
+    if s.cache is not None and not spent:  # a search cut short may do better with more budget
+        s.cache.put_result(key, result.to_dict())
+    s.progress(Progress("done", 1, 1, report.reason))
+    return result
