@@ -1,0 +1,153 @@
+"""Assembly: the tiling's dynamic programming on given times, the scope-aware prefixing of a candidate, and an
+assembled module run against the program it replaces."""
+
+import ast
+
+import pytest
+import torch
+from search_graphs import MLP_BLOCK_SOURCE, mlp_block
+
+from drtriton_ray.lower.emit import NotLowerable, lower_program
+from drtriton_ray.search.assembly import (
+    AssemblyError,
+    Option,
+    candidate_parts,
+    choose_tiling,
+    node_times,
+    render_module,
+    state_expr,
+)
+from drtriton_ray.search.fragments import enumerate_fragments
+
+
+def kinds(pieces):
+    return [(p.start, p.end, p.kind) for p in pieces]
+
+
+def test_timed_tiling_takes_the_least_total_time():
+    node_ms = [1.0, 1.0, 1.0, 1.0]
+    options = [
+        Option(0, 2, 1.5, "a"),  # saves 0.5
+        Option(1, 3, 0.5, "b"),  # saves 1.5
+        Option(2, 4, 1.0, "c"),  # saves 1.0
+        Option(3, 4, 2.0, "slow"),  # slower than PyTorch: never chosen
+    ]
+    pieces = choose_tiling(4, options, node_ms)
+    assert kinds(pieces) == [(0, 1, "torch"), (1, 3, "triton"), (3, 4, "torch")]
+    assert sum(p.ms for p in pieces) == pytest.approx(2.5)
+    # equal time: PyTorch (no fragment) wins the tie
+    assert kinds(choose_tiling(2, [Option(0, 2, 2.0, "x")], [1.0, 1.0])) == [(0, 1, "torch"), (1, 2, "torch")]
+    # an untimed option cannot be weighed on a GPU
+    assert all(p.kind == "torch" for p in choose_tiling(2, [Option(0, 2, None, "x")], [1.0, 1.0]))
+
+
+def test_untimed_tiling_covers_most_nodes_with_fewest_fragments():
+    options = [Option(0, 1, None, "a"), Option(1, 2, None, "b"), Option(0, 2, None, "ab"), Option(3, 4, None, "d")]
+    pieces = choose_tiling(4, options, None)
+    assert kinds(pieces) == [(0, 2, "triton"), (2, 3, "torch"), (3, 4, "triton")]
+    assert [p.fragment for p in pieces if p.kind == "triton"] == ["ab", "d"]
+    assert kinds(choose_tiling(2, [], None)) == [(0, 1, "torch"), (1, 2, "torch")]
+
+
+def test_node_times_from_one_node_fragments_then_shares():
+    ms = node_times(3, [(0, 1, 2.0), (0, 3, 5.0), (1, 2, 1.0)])
+    assert ms == [2.0, 1.0, 2.0]  # node 2: what the 3-node fragment leaves over
+    assert node_times(2, []) == [0.0, 0.0]
+
+
+CANDIDATE = """
+import torch
+import triton
+import triton.language as tl
+
+BLOCK = 128
+
+
+@triton.jit
+def kernel(x_ptr, out_ptr, n, BLOCK: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + offs, tl.load(x_ptr + offs, mask=offs < n) * 2, mask=offs < n)
+
+
+def helper(x, kernel=None):
+    return kernel
+
+
+def launch(x):
+    out = torch.empty_like(x)
+    kernel[(triton.cdiv(x.numel(), BLOCK),)](x, out, x.numel(), BLOCK=BLOCK)
+    return out
+
+
+class ModelNew(torch.nn.Module):
+    def forward(self, tensor_0):
+        helper = launch(tensor_0 * self.weight_3)
+        return helper
+"""
+
+
+def test_candidate_names_are_prefixed_where_they_are_meant():
+    parts = candidate_parts(CANDIDATE, "drt0_", [3])
+    tree = ast.parse(parts.definitions + "\n" + parts.function)
+    defined = {n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+    assert defined == {"drt0_kernel", "drt0_helper", "drt0_launch", "drt0_forward"}
+    assert "drt0_BLOCK = 128" in parts.definitions
+    assert "drt0_kernel[triton.cdiv(x.numel(), drt0_BLOCK),](x, out, x.numel(), BLOCK=drt0_BLOCK)" in (
+        parts.definitions
+    )
+    # a parameter named like a global shadows it; keyword names are not names
+    assert "def drt0_helper(x, kernel=None):\n    return kernel" in parts.definitions
+    assert "BLOCK: tl.constexpr" in parts.definitions  # the kernel's own parameter
+    # forward: a function; self.weight_3 an argument; a local named like a global stays local
+    assert parts.function.startswith("def drt0_forward(tensor_0, weight_3):")
+    assert "helper = drt0_launch(tensor_0 * weight_3)" in parts.function
+    assert parts.instance_class == "" and "ModelNew" not in parts.definitions
+    assert parts.imports == ["import torch", "import triton", "import triton.language as tl"]
+
+
+def test_a_forward_reading_other_attributes_keeps_an_instance():
+    code = CANDIDATE.replace("self.weight_3)", "self.weight_3 * self.scale)")
+    parts = candidate_parts(code, "drt1_", [3])
+    assert parts.instance_class == "drt1_ModelNew"
+    assert parts.function.startswith("def drt1_forward(self, tensor_0, weight_3):")
+    with pytest.raises(AssemblyError):
+        candidate_parts("import torch\n", "drt0_", [])
+
+
+def test_state_names_become_attribute_paths():
+    assert state_expr("fc.weight") == "self.fc.weight"
+    assert state_expr("layers.0.norm.bias") == "self.layers[0].norm.bias"
+
+
+def lowered(graph):
+    options, chosen = [], {}
+    for f in enumerate_fragments(graph):
+        try:
+            code = lower_program(f.program, f.source)
+        except NotLowerable:
+            continue
+        options.append(Option(f.start, f.end, None, f.hash))
+        chosen[(f.start, f.end)] = (f, code)
+    return options, chosen
+
+
+def test_assembled_module_matches_the_program():
+    g = mlp_block()
+    options, chosen = lowered(g)
+    pieces = choose_tiling(len(g.program.nodes), options, None)
+    assert kinds(pieces) == [(0, 4, "triton"), (4, 5, "torch")]
+    source = render_module(MLP_BLOCK_SOURCE, g, pieces, chosen)
+    assert "class Model(" not in source and "get_inputs" not in source
+    assert "drt0_forward(x, self.fc.weight, self.fc.bias, self.norm.weight)" in source
+    user, mine = {}, {}
+    exec(compile(MLP_BLOCK_SOURCE, "<user>", "exec"), user)
+    exec(compile(source, "<assembled>", "exec"), mine)
+    torch.manual_seed(0)
+    ref = user["Model"]()
+    torch.manual_seed(0)
+    new = mine["ModelNew"]()
+    assert list(new.state_dict()) == list(ref.state_dict())
+    assert all(torch.equal(a, b) for a, b in zip(new.state_dict().values(), ref.state_dict().values()))
+    x = torch.randn(4, 16)
+    for a, b in zip(new(x), ref(x)):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)

@@ -1,0 +1,85 @@
+"""Candidate sources without a model: the lowering, launch-config variants, and the refine source's choices."""
+
+import ast
+
+from search_graphs import mlp_block
+
+from drtriton_ray.search.fragments import enumerate_fragments
+from drtriton_ray.search.sources import (
+    Attempt,
+    Budget,
+    Candidate,
+    ConfigSource,
+    LoweringSource,
+    RefineSource,
+    VerdictSummary,
+    block_sizes,
+    config_variants,
+    feedback,
+)
+
+
+def fragments():
+    return [f for f in enumerate_fragments(mlp_block()) if not f.skip]
+
+
+def test_lowering_proposes_for_registry_fragments_only():
+    src = LoweringSource()
+    frags = fragments()
+    cands = src.propose(frags, Budget(100, 60))
+    with_torch = [f for f in frags if "mul.Tensor" in f.ops]
+    assert len(cands) == len(frags) - len(with_torch) and all(c.source == "lowering" for c in cands)
+    assert all("class ModelNew" in c.code for c in cands)
+    assert sum(src.stats.failed.values()) == len(with_torch)
+    assert len(LoweringSource().propose(frags, Budget(2, 60))) == 2  # the budget caps it
+
+
+def test_config_variants_parse_differ_and_keep_block_literals_consistent():
+    code = LoweringSource().propose(fragments()[:2], Budget(2, 60))[1].code  # Linear -> GELU
+    base = ast.unparse(ast.parse(code))
+    variants = config_variants(code, 6)
+    assert len(variants) == 6
+    texts = [v for v, _ in variants]
+    assert len(set(texts)) == 6 and base not in texts
+    for text, note in variants:
+        tree = ast.parse(text)
+        if note.startswith("BLOCK x2"):
+            assert 1024 not in block_sizes(tree) and 2048 in block_sizes(tree)
+            assert "triton.cdiv(n, 2048)" in text  # the grid follows the block
+        if "num_warps=8" in note:
+            assert "num_warps=8" in text
+    assert config_variants("import torch\nx = 1\n") == []  # no launch, nothing to vary
+
+
+def summary(status="correct", ms=None, eager=None):
+    return VerdictSummary(status, "r", status == "correct", ms, eager)
+
+
+def test_config_source_varies_the_fastest_correct_candidate_once():
+    f = fragments()[1]
+    a = Attempt(Candidate(f.hash, "lowering", LoweringSource().propose([f], Budget(1, 9))[0].code), summary(ms=2.0))
+    src = ConfigSource(variants=2)
+    first = src.propose([f], Budget(10, 60), [a])
+    assert len(first) == 2 and all(c.parent == a.candidate.id for c in first)
+    assert src.propose([f], Budget(10, 60), [a]) == []  # varied already
+    assert ConfigSource().propose([f], Budget(10, 60), []) == []  # nothing verified: nothing to vary
+
+
+def test_feedback_says_what_failed_or_how_fast():
+    assert "value_mismatch" in feedback(VerdictSummary("value_mismatch", "output 0 off"))
+    text = feedback(VerdictSummary("correct", "", True, 2.0, 1.0, 0.5))
+    assert "2.0000 ms" in text and "eager 1.0000 ms" in text and "torch.compile 0.5000 ms" in text
+
+
+def test_refine_picks_the_models_attempt_that_can_improve():
+    f = fragments()[0]
+    src = RefineSource(policy=None)
+    fast = Attempt(Candidate(f.hash, "model", "a"), summary(ms=0.5, eager=1.0))
+    slow = Attempt(Candidate(f.hash, "model", "b"), summary(ms=2.0, eager=1.0))
+    broken = Attempt(Candidate(f.hash, "model", "c"), summary("runtime_error"))
+    lowering = Attempt(Candidate(f.hash, "lowering", "d"), summary("runtime_error"))
+    assert src.pick(f, [fast, lowering]) is None  # faster than eager already; the lowering is not the model's
+    assert src.pick(f, [fast, slow, broken]) is slow
+    assert src.pick(f, [broken]) is broken
+    bad = Attempt(Candidate(f.hash, "model", "e"), summary("bad_problem"))
+    assert src.pick(f, [bad]) is None
