@@ -33,6 +33,17 @@ _LOG1P_U = (
     + _series(_U, (1.0, -1 / 2, 1 / 3, -1 / 4, 1 / 5, -1 / 6))
     + f"), tl.log(1.0 + {_U}))"
 )
+
+
+def _pow(x: str, e: str) -> str:
+    """x ** e as PyTorch: |x| ** e by exp2/log2, negative x only to integer powers (odd ones negative, others
+    NaN), anything ** 0 = 1."""
+    mag = f"tl.exp2({e} * tl.log2(tl.abs({x})))"
+    signed = f"tl.where({e} - 2.0 * tl.floor({e} * 0.5) == 1.0, -{mag}, {mag})"
+    negative = f"tl.where(tl.floor({e}) == {e}, {signed}, float('nan'))"
+    return f"tl.where({e} == 0.0, 1.0, tl.where({x} < 0.0, {negative}, {mag}))"
+
+
 # mish: tanh(softplus(x)) = n (n + 2) / (n (n + 2) + 2) with n = e^x, a ratio of positive terms
 _N = "tl.exp(tl.minimum({0}, 20.0))"
 EXPRESSIONS: dict[str, str] = {
@@ -67,6 +78,28 @@ EXPRESSIONS: dict[str, str] = {
     "Exp": "tl.exp({0})",
     "Hardswish": "{0} * tl.minimum(tl.maximum({0} + 3.0, 0.0), 6.0) / 6.0",
     "Mish": "{0} * (" + _N + " * (" + _N + " + 2.0) / (" + _N + " * (" + _N + " + 2.0) + 2.0))",
+    # capture-only operators (ops/registry.py:CAPTURE_OPS); a scalar is a literal, "float('-inf')" included
+    "AddScalar": "{0} + {value}",
+    "SubScalar": "{0} - {value}",
+    "RSubScalar": "{value} - {0}",
+    "MulScalar": "{0} * {value}",
+    "DivScalar": "{0} / {value}",
+    "Neg": "-{0}",
+    "Square": "{0} * {0}",
+    "Sqrt": "tl.sqrt_rn({0})",  # IEEE-rounded, as PyTorch's (tl.sqrt may be the approximate instruction)
+    "Rsqrt": "1.0 / tl.sqrt_rn({0})",
+    "Log": "tl.log({0})",
+    "Reciprocal": "1.0 / {0}",
+    "Erf": "tl.erf({0})",
+    "ClampMin": "tl.maximum({0}, {lo})",
+    "ClampMax": "tl.minimum({0}, {hi})",
+    "GELUTanh": "0.5 * {0} * (1.0 + "
+    + _TANH.replace("{0}", "(0.7978845608028654 * ({0} + 0.044715 * {0} * {0} * {0}))")
+    + ")",
+    "Pow": _pow("{0}", "{1}"),
+    "PowScalar": _pow("{0}", "(tl.zeros_like({0}) + {exponent})"),
+    "MaskedFill": "tl.where({1} != 0.0, {value}, {0})",  # the boolean mask loads as 0.0 / 1.0
+    "WhereMask": "tl.where({0} != 0.0, {1}, {2})",
 }
 
 

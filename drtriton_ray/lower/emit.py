@@ -51,6 +51,12 @@ def _call(node: Node, out_shape: list[int]) -> str:
         "Tril": lambda: f"triangle({x[0]}, {p.get('diagonal')}, False)",
         "Cat": lambda: f"cat({x[0]}, {x[1]}, {p.get('dim')})",
         "Stack": lambda: f"stack({x[0]}, {x[1]}, {p.get('dim')})",
+        "LinearNoBias": lambda: f"linear({x[0]}, {w[0]}, None)",
+        "View": lambda: f"reshape_view({x[0]}, {tuple(p.get('shape', ()))})",
+        "Permute": lambda: f"permute_copy({x[0]}, {tuple(p.get('dims', ()))})",
+        "Expand": lambda: f"expand_copy({x[0]}, {tuple(p.get('shape', ()))})",
+        "Narrow": lambda: f"narrow_copy({x[0]}, {p.get('dim')}, {p.get('start')}, {p.get('length')})",
+        "Select": lambda: f"select_copy({x[0]}, {p.get('dim')}, {p.get('index')})",
     }
     if node.op.startswith(("Conv", "AvgPool", "MaxPool")):
         out_shape = tuple(out_shape)

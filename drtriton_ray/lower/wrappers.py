@@ -299,3 +299,31 @@ def pool(x, out_shape, kernel, stride, padding, is_max):
                                               *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0),
                                               IS_MAX=is_max, BLOCK_T=block_t, BLOCK_P=block_p)
     return out
+
+
+def contiguous_copy(src):
+    """A contiguous copy of a strided view (a permutation, a slice, a broadcast) by the strided-copy kernel."""
+    out = torch.empty(src.shape, device=src.device, dtype=src.dtype)
+    copy_into(src, out)
+    return out
+
+
+def reshape_view(x, shape):
+    """view/reshape/(un)squeeze/flatten of a tensor the program made contiguous: a view, no kernel."""
+    return x.view(shape)
+
+
+def permute_copy(x, dims):
+    return contiguous_copy(x.permute(dims))
+
+
+def expand_copy(x, shape):
+    return contiguous_copy(x.expand(shape))
+
+
+def narrow_copy(x, dim, start, length):
+    return contiguous_copy(x.narrow(dim, start, length))
+
+
+def select_copy(x, dim, index):
+    return contiguous_copy(x.select(dim, index))

@@ -1,0 +1,104 @@
+"""Hand-made programs over the capture-only operators (no synthesizer draws them), each with its KernelBench
+source: what the lowering test lowers and verifies."""
+
+from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.synth.render import kernelbench_source
+
+
+def program(shapes: dict[int, tuple], roles: dict[int, str], nodes: list[Node], dtypes=None) -> Program:
+    """Tensors by id (shape, role "input"/"weight"/"output", intermediate otherwise), nodes in order."""
+    dtypes = dtypes or {}
+    tensors = {
+        t: Tensor(t, list(shape), dtypes.get(t, "float32"), roles.get(t, "intermediate"), "fan_in")
+        for t, shape in shapes.items()
+    }
+    return Program(nodes, tensors, "float32", 0)
+
+
+def math_from_positive() -> Program:
+    """Log, Sqrt, Rsqrt, Reciprocal, PowScalar and Pow of |x| + 0.5 (their domain), fused into one kernel."""
+    s = (4, 8, 16)
+    nodes = [
+        Node("Abs", [0], [2]),
+        Node("AddScalar", [2], [3], {"value": 0.5}),
+        Node("Log", [3], [4]),
+        Node("Sqrt", [3], [5]),
+        Node("Mul", [4, 5], [6]),
+        Node("Rsqrt", [3], [7]),
+        Node("Add", [6, 7], [8]),
+        Node("Reciprocal", [3], [9]),
+        Node("Sub", [8, 9], [10]),
+        Node("PowScalar", [3], [11], {"exponent": 1.5}),
+        Node("Add", [10, 11], [12]),
+        Node("Pow", [3, 1], [13]),
+        Node("Add", [12, 13], [14]),
+    ]
+    return program({t: s for t in range(15)}, {0: "input", 1: "input", 14: "output"}, nodes)
+
+
+def math_on_reals() -> Program:
+    """Scalar forms, Neg, Square, Erf, one-sided clamps, tanh GELU and an odd integer power of any sign."""
+    s = (4, 8, 16)
+    unary = [
+        ("Neg", {}),
+        ("Square", {}),
+        ("Erf", {}),
+        ("ClampMin", {"lo": -0.5}),
+        ("ClampMax", {"hi": 0.5}),
+        ("GELUTanh", {}),
+        ("PowScalar", {"exponent": 3}),
+        ("MulScalar", {"value": -1.5}),
+        ("DivScalar", {"value": 4.0}),
+        ("RSubScalar", {"value": 2.0}),
+        ("SubScalar", {"value": 1.0}),
+    ]
+    nodes, acc, t = [], 0, 1
+    for op, params in unary:
+        nodes.append(Node(op, [0], [t], params))
+        if acc:
+            nodes.append(Node("Add", [acc, t], [t + 1]))
+            acc, t = t + 1, t + 2
+        else:
+            acc, t = t, t + 1
+    return program({k: s for k in range(t)}, {0: "input", acc: "output"}, nodes)
+
+
+def masks() -> Program:
+    """MaskedFill with -inf under a causal boolean mask, then softmax; WhereMask between two tensors."""
+    nodes = [
+        Node("MaskedFill", [0, 1], [3], {"value": "float('-inf')"}),
+        Node("Softmax", [3], [4], {"dim": -1}),
+        Node("WhereMask", [1, 0, 2], [5]),
+    ]
+    shapes = {0: (4, 8, 8), 1: (8, 8), 2: (4, 8, 8), 3: (4, 8, 8), 4: (4, 8, 8), 5: (4, 8, 8)}
+    roles = {0: "input", 1: "input", 2: "input", 4: "output", 5: "output"}
+    return program(shapes, roles, nodes, {1: "bool"})
+
+
+def layout() -> Program:
+    """LinearNoBias, then Permute, Narrow, Select, View and Expand."""
+    nodes = [
+        Node("LinearNoBias", [0], [2], weights=[1]),
+        Node("Permute", [2], [3], {"dims": [0, 2, 1]}),
+        Node("Narrow", [3], [4], {"dim": 1, "start": 2, "length": 8}),
+        Node("Select", [4], [5], {"dim": 0, "index": 1}),
+        Node("View", [5], [6], {"shape": [8, 8, 1]}),
+        Node("Expand", [6], [7], {"shape": [8, 8, 3]}),
+        Node("ReLU", [7], [8]),
+    ]
+    shapes = {0: (4, 8, 16), 1: (12, 16), 2: (4, 8, 12), 3: (4, 12, 8), 4: (4, 8, 8), 5: (8, 8)}
+    shapes.update({6: (8, 8, 1), 7: (8, 8, 3), 8: (8, 8, 3)})
+    return program(shapes, {0: "input", 1: "weight", 8: "output"}, nodes)
+
+
+def problem_source(p: Program) -> str:
+    """The KernelBench problem; a boolean input is drawn as the causal mask (the renderer draws floats)."""
+    source = kernelbench_source(p)
+    for t in p.inputs:
+        if p.tensors[t].dtype == "bool":
+            draw = f"torch.randn(TENSOR_{t}_SHAPE, dtype=DTYPE)"
+            source = source.replace(draw, f"torch.triu(torch.ones(TENSOR_{t}_SHAPE, dtype=torch.bool), diagonal=1)")
+    return source
+
+
+PROGRAMS = {"math_from_positive": math_from_positive, "math_on_reals": math_on_reals, "masks": masks, "layout": layout}
