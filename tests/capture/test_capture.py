@@ -195,3 +195,22 @@ def test_constants_are_kept_and_capped():
     big = GOOD.replace("return torch.sigmoid(self.fc2(x)) - 0.5", "return x + torch.tensor([0.5] * 5000).sum()")
     with pytest.raises(CaptureError, match="register_buffer"):
         capture_source(big)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", sorted(EXPECTED))
+def test_capture_on_gpu(name):
+    """Captured on the GPU (model and inputs made there): the same operators, and a replay there."""
+    g = capture_source(source(name), device="cuda")
+    assert g.program.ops == EXPECTED[name]
+    mod = load(source(name))
+    torch.manual_seed(1)
+    with torch.device("cuda"):
+        model = mod.Model(*mod.get_init_inputs())
+        inputs = mod.get_inputs()
+    with torch.no_grad():
+        out = model(*inputs)
+    want = list(out) if isinstance(out, (tuple, list)) else [out]
+    got = run_graph(g, inputs, model_state(model))
+    for a, b in zip(got, want):
+        torch.testing.assert_close(a, b, atol=1e-4, rtol=1e-4)

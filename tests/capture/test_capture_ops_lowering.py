@@ -41,3 +41,16 @@ def test_elementwise_capture_ops_fuse():
     assert [len(g) for g in groups] == [2, 11]
     source = lower_program(PROGRAMS["layout"](), problem_source(PROGRAMS["layout"]()))
     assert "reshape_view(" in source and "def permute_copy" in source and "strided_copy_kernel" in source
+
+
+@pytest.mark.gpu
+def test_lowering_verifies_compiled_on_gpu(tmp_path):
+    """The same programs compiled by Triton for the GPU (sqrt_rn, erf, the pow formula, boolean loads)."""
+    tasks = []
+    for name, make in PROGRAMS.items():
+        p = make()
+        src = problem_source(p)
+        tasks.append(Task(src, lower_program(p, src), name=name, seed=7, timing=False, compile_reference=False))
+    with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), root=str(tmp_path)) as pool:
+        for task, v in zip(tasks, pool.map(tasks)):
+            assert v.correct, (task.name, v.status, v.reason)
