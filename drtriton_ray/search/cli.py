@@ -5,6 +5,7 @@ exit status 2, never a traceback."""
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -145,7 +146,11 @@ def _run(opts: ConvertOptions, source: str, cache: Optional[str]):
 
         if not torch.cuda.is_available():
             fail("--device cuda asked for, but this machine has no CUDA device")
-    with tqdm(total=opts.max_candidates, desc="convert", unit="cand", leave=False, delay=1.0) as bar:
+    problem = None
+    # a bar only on a terminal: a log or a pipe gets the result and errors, not carriage returns
+    with tqdm(
+        total=opts.max_candidates, desc="convert", unit="cand", leave=False, disable=not sys.stderr.isatty()
+    ) as bar:
 
         def progress(p) -> None:
             bar.set_description(f"{p.stage}: {p.detail}"[:60])
@@ -170,9 +175,10 @@ def _run(opts: ConvertOptions, source: str, cache: Optional[str]):
                 progress=progress,
             )
         except (ConversionError, CaptureError) as e:
-            fail(f"{opts.problem}: {e}")
+            problem = f"{opts.problem}: {e}"
         except PoolError as e:
-            fail(f"cannot start a verifier worker: {e}")
+            problem = f"cannot start a verifier worker: {e}"
+    fail(problem)  # after the bar is gone: the error is the last line
 
 
 def _fmt(x: Optional[float]) -> str:

@@ -21,9 +21,7 @@ from drtriton_ray.synth.dag import Node, Program, Tensor
 from drtriton_ray.synth.render import HEADER, forward_signature, module_constants, parameter_lines
 
 # Operators that only relabel memory: a fragment of these (and Torch nodes) has nothing a kernel could speed up.
-VIEW_OPS = frozenset(
-    {"View", "Reshape", "Permute", "Expand", "Squeeze", "Unsqueeze", "Flatten", "Contiguous", "Clone", "Slice"}
-)
+VIEW_OPS = frozenset({"View", "Permute", "Expand", "Narrow", "Select", "Transpose"})
 FLOAT_PREFIXES = ("float", "bfloat")
 
 
@@ -135,8 +133,8 @@ def _main_dtype(tensors: list[Tensor]) -> str:
 
 
 def local_program(graph: Graph, start: int, end: int, b: _Boundary) -> tuple[Program, dict[int, int]]:
-    """Nodes [start, end) renumbered from 0 in order of first appearance: inputs, then per node its weights and
-    outputs. Inputs keep their draw hint in `init`, weights the registry's initialisation."""
+    """Nodes [start, end) renumbered from 0 in a canonical order: inputs (as first read), weights, then the
+    tensors the nodes make. Inputs keep their draw hint in `init`, weights the registry's initialisation."""
     order = b.inputs + b.weights + b.made
     local = {t: i for i, t in enumerate(dict.fromkeys(order))}
     outputs = set(b.outputs)
