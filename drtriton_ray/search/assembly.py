@@ -26,7 +26,14 @@ from drtriton_ray.search.fragments import Fragment, node_line
 
 WEIGHT_ATTR = re.compile(r"^weight_(\d+)$")
 USER_ENTRY_POINTS = ("Model", "get_inputs", "get_init_inputs")
-REQUIRED_IMPORTS = ("import torch", "import torch.nn as nn", "import triton", "import triton.language as tl")
+# what the rendered code names: torch (ATen calls), nn, F (the registry's PyTorch templates), triton, tl
+REQUIRED_IMPORTS = (
+    "import torch",
+    "import torch.nn as nn",
+    "import torch.nn.functional as F",
+    "import triton",
+    "import triton.language as tl",
+)
 
 
 class AssemblyError(ValueError):

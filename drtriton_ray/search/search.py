@@ -256,8 +256,11 @@ class Search:
         report.tiling = [
             {**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces
         ]
-        if not chosen or all(p.kind == "torch" for p in pieces):
+        if not chosen:
             report.reason = "no fragment has a verified Triton candidate: the original program is kept"
+            return source
+        if all(p.kind == "torch" for p in pieces):
+            report.reason = "no verified fragment is faster than its PyTorch nodes: the original program is kept"
             return source
         try:
             module = render_module(source, graph, pieces, chosen)

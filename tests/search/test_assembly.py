@@ -151,3 +151,26 @@ def test_assembled_module_matches_the_program():
     x = torch.randn(4, 16)
     for a, b in zip(new(x), ref(x)):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def test_nodes_left_to_pytorch_render_through_their_templates():
+    """Only Linear -> GELU in Triton: Add, RMSNorm (F.rms_norm) and the ATen mul stay PyTorch, in a program
+    that never imported F itself."""
+    g = mlp_block()
+    source = MLP_BLOCK_SOURCE.replace("import torch.nn.functional as F\n", "").replace("F.gelu", "torch.tanh")
+    source = source.replace("torch.tanh", "torch.nn.functional.gelu")
+    options, chosen = lowered(g)
+    pieces = choose_tiling(5, [o for o in options if (o.start, o.end) == (0, 2)], None)
+    assert kinds(pieces) == [(0, 2, "triton"), (2, 3, "torch"), (3, 4, "torch"), (4, 5, "torch")]
+    module = render_module(source, g, pieces, chosen)
+    assert "F.rms_norm(t6, t6.shape[-1:], self.norm.weight)" in module
+    user, mine = {}, {}
+    exec(compile(source, "<user>", "exec"), user)
+    exec(compile(module, "<assembled>", "exec"), mine)
+    torch.manual_seed(0)
+    ref = user["Model"]()
+    torch.manual_seed(0)
+    new = mine["ModelNew"]()
+    x = torch.randn(4, 16)
+    for a, b in zip(new(x), ref(x)):
+        assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
