@@ -83,6 +83,7 @@ class ConversionReport:
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
     from_cache: bool = False
+    budget_spent: bool = False  # the search stopped at its budget (seconds or candidates): more might do better
     verified: int = 0  # tasks the verifier ran, end-to-end check included
     cache_hits: int = 0
     wall_s: float = 0.0
@@ -360,7 +361,7 @@ def search(source: str, config: SearchConfig, verifier, progress=None, graph=Non
             report.generate_s = policy.generate_s
             policy.close()
     s.save()
-    spent = s.budget().spent
+    spent = report.budget_spent = s.budget().spent
     module = s.assemble(source, graph, placed, report)
     if report.kept_original and config.timed:
         report.speedup_vs_eager = report.speedup_vs_compile = 1.0

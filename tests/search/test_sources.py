@@ -83,3 +83,19 @@ def test_refine_picks_the_models_attempt_that_can_improve():
     assert src.pick(f, [broken]) is broken
     bad = Attempt(Candidate(f.hash, "model", "e"), summary("bad_problem"))
     assert src.pick(f, [bad]) is None
+
+
+def test_refine_asks_the_model_a_second_turn(tiny_dir):
+    from drtriton_ray.search.sources import Policy
+
+    f = fragments()[0]
+    policy = Policy(tiny_dir, max_tokens=8)
+    try:
+        src = RefineSource(policy, seed=0)
+        failed = Attempt(Candidate(f.hash, "model", "class ModelNew: pass"), summary("runtime_error"))
+        cands = src.propose([f], Budget(4, 60), [failed])
+        assert src.stats.asked == 1 and policy.generate_s > 0
+        assert all(c.parent == failed.candidate.id and c.source == "refine" for c in cands)
+        assert src.propose([f], Budget(4, 60), [failed]) == [] and src.stats.asked == 1  # one second turn each
+    finally:
+        policy.close()
