@@ -29,7 +29,7 @@ from rich.console import Console
 from rich.table import Table
 
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.ops import REGISTRY
+from drtriton_ray.ops import SYNTH_NAMES
 from drtriton_ray.synth import Program, Sampler, SynthConfig
 from drtriton_ray.verify import Limits, Task, Verdict, WorkerPool
 from drtriton_ray.verify.metrics import summarize
@@ -47,7 +47,7 @@ def geomean(xs):
 def program_config(level: int, k: int, profile: str, device: str) -> tuple[SynthConfig, int]:
     """(sampler config, index) of a level's program k: level 1 is operator k alone, levels 2 and 5 the k-th draw."""
     if level == 1:
-        return SynthConfig(level=1, profile=profile, ops=(list(REGISTRY)[k],), device=device), 0
+        return SynthConfig(level=1, profile=profile, ops=(SYNTH_NAMES[k],), device=device), 0
     return SynthConfig(level=level, profile=profile, device=device), k
 
 
@@ -59,7 +59,7 @@ class Levels:
         self.args, self.samplers = args, {}
 
     def count(self, level: int) -> int:
-        return len(REGISTRY) if level == 1 else {2: self.args.level2, 5: self.args.level5}[level]
+        return len(SYNTH_NAMES) if level == 1 else {2: self.args.level2, 5: self.args.level5}[level]
 
     def get(self, level: int, k: int):
         a = self.args

@@ -172,7 +172,7 @@ def coverage_cmd(
     as_json: bool = typer.Option(False, "--json"),
 ):
     """Coverage report of a dataset: per-operator (and per-pair) counts, chi-square vs uniform."""
-    from drtriton_ray.ops import REGISTRY
+    from drtriton_ray.ops import REGISTRY, SYNTH_NAMES
     from drtriton_ray.synth.coverage import coverage_report
     from drtriton_ray.synth.dataset import read_parquet
 
@@ -184,7 +184,7 @@ def coverage_cmd(
     if len(levels) != 1:
         fail(f"{path} holds levels {sorted(levels)}; a report needs exactly one")
     dtypes = set(table["dtype"])
-    space = [n for n, s in REGISTRY.items() if dtypes <= set(s.dtypes)]
+    space = [n for n in SYNTH_NAMES if dtypes <= set(REGISTRY[n].dtypes)]  # what `drtriton synth` draws from
     rep = coverage_report(table["ops"], space, levels.pop(), table.get("fan_out"))
     if as_json:
         print(json.dumps(rep, indent=1))

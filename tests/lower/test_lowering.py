@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from drtriton_ray.lower.emit import fusion_groups, lower_program
-from drtriton_ray.ops import REGISTRY
+from drtriton_ray.ops import SYNTH_NAMES
 from drtriton_ray.synth import Program, Sampler, SynthConfig
 from drtriton_ray.synth.validate import load_problem
 
@@ -45,7 +45,7 @@ def check_lowering(rec, tmp_path, input_seed: int = 1234):
             torch.testing.assert_close(g, w, atol=tol, rtol=tol)
 
 
-@pytest.mark.parametrize("name", sorted(REGISTRY))
+@pytest.mark.parametrize("name", sorted(SYNTH_NAMES))
 def test_every_operator_lowers(name, tmp_path):
     check_lowering(Sampler(SynthConfig(level=1, profile="small", ops=(name,)), seed=31).sample(0), tmp_path)
 

@@ -112,11 +112,11 @@ def test_learnable_selection_passes_over_what_the_policy_always_fails(setup):
     the index), and the counts come back from the checkpoint state."""
     from drtriton_ray.rl.curriculum import Learnability
     from drtriton_ray.rl.generator import Generator
-    from drtriton_ray.ops import REGISTRY
+    from drtriton_ray.ops import SYNTH_NAMES
 
     _, tiny, _, _, _ = setup
     cfg = RLConfig(model={"path": tiny}, curriculum={"select": "learnable", "select_floor": 0.1})
-    ops = list(REGISTRY)
+    ops = list(SYNTH_NAMES)
     counts = {op: [1000, 0] for op in ops if op != "Softmax"}
 
     async def draw(gen, n):
