@@ -251,6 +251,16 @@ class Search:
         self.verified += 1
         return verdict
 
+    def original_vs_compile(self, source: str, report: ConversionReport) -> Optional[float]:
+        """The kept original's speed against torch.compile (compile ms / eager ms): from the end-to-end check's
+        reference times when there was one, else from a reference job of the verifier's."""
+        times = report.end_to_end or {}
+        if not (times.get("eager_ms") and times.get("compile_ms")):
+            times = self.verifier.time_reference(source) or {}
+        if not (times.get("eager_ms") and times.get("compile_ms")):
+            return None
+        return times["compile_ms"] / times["eager_ms"]
+
     def assemble(self, source: str, graph, placed: list[Fragment], report: ConversionReport) -> str:
         """The answer's source: the assembled module if it is verified (and on a GPU faster), else the original."""
         pieces, chosen = self.tiling(graph, placed)
@@ -364,7 +374,7 @@ def search(source: str, config: SearchConfig, verifier, progress=None, graph=Non
     spent = report.budget_spent = s.budget().spent
     module = s.assemble(source, graph, placed, report)
     if report.kept_original and config.timed:
-        report.speedup_vs_eager = report.speedup_vs_compile = 1.0
+        report.speedup_vs_eager, report.speedup_vs_compile = 1.0, s.original_vs_compile(source, report)
     s.describe(report, graph, placed, {name: src.stats for name, src in sources.items()})
     report.verified, report.verify_s, report.wall_s = s.verified, s.verify_s, time.monotonic() - s.start
     result = ConversionResult(module, report)

@@ -232,6 +232,11 @@ class WorkerPool:
     def size(self) -> int:
         return len(self._workers)
 
+    def wait_ready(self) -> None:
+        """Block until every worker has started (imports, device, sandbox): for measurements that leave start-up out."""
+        for slot in range(len(self._workers)):
+            self._ready(self._workers[slot])
+
     # -- worker lifecycle --
     def _spawn(self, slot: int, generation: int) -> _Worker:
         scratch = os.path.join(self.root, f"w{slot}-g{generation}")
@@ -328,6 +333,26 @@ class WorkerPool:
         else:
             status, reason = Status.CRASH, f"worker exited with status {code}"
         return status, reason
+
+    # -- reference times alone --
+    def time_reference(self, problem_source: str) -> Optional[dict]:
+        """A program's eager and torch.compile times on this pool's GPU ({"eager_ms", "compile_ms"}), measured by a
+        reference job (or known already), with no candidate: what a program kept as it is runs at. None on CPU or
+        when the reference could not be timed."""
+        task = Task(problem_source, "", name="reference")
+        s = _Schedule([task], [None])
+        w = self._ready(self._workers[0])
+        key = s.keys[0] = self._key(task, w)
+        if not self._needs_reference(task, key):
+            return self.reference_times.get(key)
+        s.measuring.add(key)
+        self._send(s, 0, "reference", 0)
+        while s.busy or s.solo:
+            if s.solo and not s.busy:
+                self._start_alone(s)
+            if s.busy:
+                self._wait(s)
+        return self.reference_times.get(key)
 
     # -- capture --
     def capture(self, sources: list[str]) -> list[dict]:

@@ -45,6 +45,9 @@ class _VerifierActor:
     def capture(self, sources: list[str]) -> list[dict]:
         return self.pool.capture(sources)
 
+    def time_reference(self, problem_source: str) -> Optional[dict]:
+        return self.pool.time_reference(problem_source)
+
     def replacements(self) -> int:
         return self.pool.replacements
 
@@ -105,6 +108,10 @@ class VerifyService:
         return [
             r for part in pool.map(lambda actor, one: actor.capture.remote(one), [[s] for s in sources]) for r in part
         ]
+
+    def time_reference(self, problem_source: str) -> Optional[dict]:
+        """A program's eager and torch.compile times on the first GPU actor (None without one)."""
+        return ray.get(self.actors[0].time_reference.remote(problem_source))
 
     def shutdown(self) -> None:
         ray.get([a.close.remote() for a in self.actors])

@@ -1,0 +1,107 @@
+"""Verification throughput during test-time search: the reference lowering's candidates for the fragments of real
+programs (KernelBench level 2 by default, fetched at run time), verified as the search verifies them (strict,
+timed against eager, no torch.compile reference), by a pool of 1 worker and by pools of W workers on one GPU. It
+prints candidates/s, the ratio to one worker (the target: W workers >= 0.8 W times one worker), the share of
+wall time the GPU was busy (NVML), and where a task's seconds go.
+
+    python bench/search_throughput.py --device cuda --problems 6 --workers 1,4 --out search_throughput.json
+
+Fragments are distinct (by hash), in program order; `--max-candidates` caps them. Capture runs in the pool's
+workers, as in the search."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+from rich.console import Console
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from convert import problems  # noqa: E402  (bench/, the script's own folder)
+from report import finish  # noqa: E402
+from verify_throughput import BusySampler, report_modes  # noqa: E402
+
+from drtriton_ray.capture.graph import CaptureError  # noqa: E402
+from drtriton_ray.capture.sandbox import capture_program  # noqa: E402
+from drtriton_ray.search.fragments import enumerate_fragments  # noqa: E402
+from drtriton_ray.search.sources import Budget, LoweringSource  # noqa: E402
+from drtriton_ray.verify import Limits, Task, WorkerPool  # noqa: E402
+
+
+def fragment_tasks(paths: list[Path], device: str, k: int, cap: int) -> list[Task]:
+    """One task per distinct lowerable fragment of the programs, as the search would submit it."""
+    tasks, seen = [], set()
+    source = LoweringSource()
+    with WorkerPool(device, size=1, limits=Limits(task_timeout_s=600), name="capture") as pool:
+        for path in paths:
+            try:
+                graph = capture_program(path.read_text(), pool)
+            except CaptureError as e:
+                print(f"{path.name}: not captured ({e})", file=sys.stderr)
+                continue
+            fragments = [f for f in enumerate_fragments(graph, k) if not f.skip and f.hash not in seen]
+            seen.update(f.hash for f in fragments)
+            by_hash = {f.hash: f for f in fragments}
+            for c in source.propose(fragments, Budget(candidates=len(fragments), seconds=1e9)):
+                f = by_hash[c.fragment]
+                name, seed = f"{path.stem}/{f.name}", len(tasks)
+                tasks.append(Task(f.source, c.code, name=name, seed=seed, timing=True, compile_reference=False))
+    return tasks[:cap]
+
+
+def run(tasks: list[Task], device: str, workers: int) -> dict:
+    """Wall time from pool creation to the last verdict, GPU busy share sampled throughout."""
+    with BusySampler(device.startswith("cuda")) as busy:
+        t0 = time.perf_counter()
+        pool = WorkerPool(device, size=workers, limits=Limits(task_timeout_s=600), name=f"pool{workers}")
+        try:
+            pool.wait_ready()
+            ready = time.perf_counter()
+            verdicts = pool.map(tasks)
+        finally:
+            wall = time.perf_counter() - t0
+            pool.close()
+    return {
+        "wall": wall,
+        "serving_s": wall - (ready - t0),
+        "verdicts": verdicts,
+        "startup": pool.startup_log,
+        "reference": pool.reference_log,
+        "busy": busy.share,
+    }
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--kernelbench", type=Path, default=Path(".kernelbench/KernelBench"))
+    ap.add_argument("--level", type=int, default=2)
+    ap.add_argument("--problems", type=int, default=6, help="seeded subset of the level's problems")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--k", type=int, default=3)
+    ap.add_argument("--max-candidates", type=int, default=48)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--workers", default="1,4", help="pool sizes to compare, the first is the baseline")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    paths = problems(args.kernelbench, args.level, args.problems, args.seed)
+    tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates)
+    print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
+    results = {f"pool{w}": run(tasks, args.device, int(w)) for w in args.workers.split(",")}
+    summary = report_modes(Console(), results, len(tasks))
+    base = results[f"pool{args.workers.split(',')[0]}"]
+    for mode, r in results.items():
+        w = int(mode.removeprefix("pool"))
+        gain = (len(tasks) / r["serving_s"]) / (len(tasks) / base["serving_s"])
+        summary[mode]["rate_serving"] = len(tasks) / r["serving_s"]
+        summary[mode]["gain_vs_first"] = gain
+        print(
+            f"{mode}: {summary[mode]['rate_serving']:.2f} candidates/s after start-up; {gain:.2f}x the first "
+            f"mode's rate ({gain / w:.2f} of linear in {w} workers)"
+        )
+    return finish([], {"args": vars(args) | {"kernelbench": str(args.kernelbench)}, "modes": summary}, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
