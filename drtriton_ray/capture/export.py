@@ -12,11 +12,15 @@ Why `run_decompositions({})`: the training IR that export returns keeps in-place
 buffer updates), whose readers would see the wrong values if taken as functional. An empty decomposition table
 only functionalizes: every op stays as high-level as it was (linear, layer_norm, softmax, conv2d, gelu), except
 training batch norm (`_native_batch_norm_legit_functional`, mapped too), dropout (`native_dropout`) and chunk
-(`split`); buffer updates become extra outputs, which capture drops (no output of the forward reads them).
+(`split`); buffer updates become extra outputs (kept as the Graph's `updates`).
 
-The module's mode is kept as constructed (KernelBench compares in the default training mode, no `eval()`): batch
-norm then normalizes with batch statistics (the registry's BatchNorm) and its running-statistics update is dropped
-(noted); dropout with p > 0 stays a Torch node and makes the outputs random. Forward arguments that are not tensors
+Both modes: the program is captured in training mode (nn.Module's default, KernelBench's) and again in eval mode;
+where the two graphs differ (batch norm: batch statistics or running ones; dropout: random or the identity; any
+`self.training` branch) the eval-mode one rides along as `eval_graph`. In training mode batch norm normalizes with
+batch statistics (the registry's BatchNorm) and its running-statistics update is kept: the new buffer values are
+extra outputs named in `updates` (graph.py), computed by Torch nodes at the end of the graph (`var_mean` of the
+input, `lerp` by the momentum) where the registry's BatchNorm makes only the normalized output; dropout with p > 0
+stays a Torch node and makes the outputs random. Forward arguments that are not tensors
 are specialized to the values `get_inputs()` gave (noted). Parameters and buffers are weights named in `state`;
 tensors the forward creates are `constants` (values up to CONSTANT_LIMIT elements). Every tensor gets an `init`
 hint from one run of the captured program on the user's own inputs (intermediates too: fragments start there).
@@ -36,6 +40,7 @@ from drtriton_ray.capture.graph import TORCH_OP, CaptureError, Graph
 from drtriton_ray.synth.dag import Node, Program, Tensor
 
 FILENAME = "<problem>"  # the user's source compiles under this name: tracebacks and stack traces point into it
+EVAL_BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"
 CONSTANT_LIMIT = 4096  # elements of one tensor the forward creates, kept as values in the Graph
 _FRAME = re.compile(r'File "' + re.escape(FILENAME) + r'", line (\d+)')
 
@@ -46,6 +51,21 @@ def capture_source(source: str, device: str = "cpu", seed: int = 0) -> Graph:
     mod = load(source)
     model, inputs = build(mod, device, seed, source)
     check_forward(model, inputs, source)
+    graph = capture_mode(model, inputs, source, training=True)
+    try:
+        eval_graph = capture_mode(model, inputs, source, training=False)
+    except CaptureError as e:
+        graph.notes.append(f"eval mode cannot be captured ({e}): only the training-mode graph is kept")
+        return graph
+    if eval_graph.canonical() != graph.canonical():
+        graph.eval_graph = eval_graph
+        graph.notes.append("the forward computes differently in eval mode: its eval-mode graph is kept too")
+    return graph
+
+
+def capture_mode(model, inputs: list, source: str, training: bool) -> Graph:
+    """The Graph of the model's forward in training or eval mode."""
+    model.train(training)
     ep = export(model, inputs, source)
     builder = Builder(ep, source)
     graph = builder.build()
@@ -222,6 +242,7 @@ class Builder:
         self.ids: dict[str, object] = {}  # FX node name -> tensor id, or a list of them for several results
         self.made_by: dict[int, tuple[str, int | None]] = {}  # tensor id -> (FX node name, result index)
         self.nodes: list[tuple[Node, str, str]] = []  # with the user's line and, for Torch nodes, why
+        self.stats: dict[str, dict[int, int]] = {}  # batch norm FX node -> {3: batch mean id, 4: batch var id}
         self.graph = Graph(Program([], {}, "float32", 0), [])
 
     def build(self) -> Graph:
@@ -231,8 +252,7 @@ class Builder:
                 self.call(n)
             elif n.op == "get_attr":
                 raise CaptureError(f"a submodule call torch.export keeps as {n.target} (control flow operators)")
-        outputs = self.outputs()
-        self.finish(outputs)
+        self.finish(*self.outputs())
         return self.graph
 
     def id_of(self, fx_node):
@@ -316,42 +336,104 @@ class Builder:
         self.nodes += [(node, self.line(n), why) for node in nodes]
 
     def torch_node(self, n, outs: list[int]) -> Node:
-        args = encode(list(n.args), self.id_of)
-        kwargs = {k: encode(v, self.id_of) for k, v in n.kwargs.items()}
-        params = {"target": str(n.target), "args": args, "kwargs": kwargs}
+        target, args, kwargs = str(n.target), list(n.args), dict(n.kwargs)
+        if target == EVAL_BATCH_NORM and all(u.target is operator.getitem and u.args[1] == 0 for u in n.users):
+            # the verifier refuses private names (torch.ops.aten._native...): the public call, one result
+            a = bind(n.target, n.args, n.kwargs)
+            stats = [a[k] for k in ("input", "weight", "bias", "running_mean", "running_var")]
+            target, args, kwargs, outs = (
+                "aten.batch_norm.default",
+                stats + [False, a["momentum"], a["eps"], True],
+                {},
+                outs[:1],
+            )
+        args = encode(args, self.id_of)
+        kwargs = {k: encode(v, self.id_of) for k, v in kwargs.items()}
+        params = {"target": target, "args": args, "kwargs": kwargs}
         return Node(TORCH_OP, tensor_inputs([args, list(kwargs.values())]), outs, params)
 
-    def outputs(self) -> list[int]:
-        """The forward's tensors in return order; one that no node makes here (an input, a weight, a tensor returned
-        twice) gets a copy (a Torch clone), so that every output is one node's own result."""
+    def outputs(self) -> tuple[list[int], dict[int, str]]:
+        """The forward's tensors in return order, and the buffer updates (tensor id -> buffer name). One that no
+        node makes here (an input, a weight, a tensor returned twice) gets a copy (a Torch clone), so that every
+        output is one node's own result; a running statistic of a batch norm mapped to the registry gets its own
+        nodes (`running_stat`)."""
         out = next(n for n in self.ep.graph.nodes if n.op == "output")
         produced = {t for node, _, _ in self.nodes for t in node.outputs}
         results: list[int] = []
+        updates: dict[int, str] = {}
         for arg, spec in zip(out.args[0], self.ep.graph_signature.output_specs):
             kind = spec.kind.name
-            if kind in ("BUFFER_MUTATION", "USER_INPUT_MUTATION"):
-                self.graph.notes.append(f"the forward updates {spec.target} in place: dropped, no output reads it")
+            if kind == "USER_INPUT_MUTATION":
+                self.graph.notes.append(f"the forward updates its input {spec.target} in place: dropped")
                 continue
             tid = self.id_of(arg) if isinstance(arg, torch.fx.Node) else None
             if not isinstance(tid, int):
                 raise CaptureError(f"the forward returns {arg!r}, not a tensor")
-            if tid not in produced or tid in results:
+            if kind == "BUFFER_MUTATION" and tid not in produced and self.running_stat(tid):
+                produced |= {t for node, _, _ in self.nodes for t in node.outputs}
+            elif kind == "BUFFER_MUTATION" and tid not in produced:
+                self.graph.notes.append(f"the forward updates {spec.target} in place: dropped, no node makes it")
+                continue
+            if tid not in produced or tid in results or tid in updates:
                 copy = self.new_tensor(arg.meta["val"], "intermediate", *self.made_by[tid])
                 params = {"target": "aten.clone.default", "args": [{"$t": tid}], "kwargs": {}}
                 self.nodes.append((Node(TORCH_OP, [tid], [copy], params), "", "an output that no operator makes"))
                 tid = copy
-            results.append(tid)
-        return results
+            if kind == "BUFFER_MUTATION":
+                updates[tid] = spec.target
+                self.graph.notes.append(f"the forward updates {spec.target} in place: written back in training mode")
+            else:
+                results.append(tid)
+        return results, updates
 
-    def finish(self, outputs: list[int]) -> None:
-        """Keep the nodes some output reads, their tensors, state and constants; outputs last, in return order."""
+    def running_stat(self, tid: int) -> bool:
+        """Nodes for a new running mean or variance (result 3 or 4) of a training batch norm that the registry's
+        BatchNorm computes (it makes only the normalized output): the input's unbiased `var_mean` over every dim
+        but the channels (cast to the statistics' dtype where it differs), then `lerp` from the old statistic by
+        the momentum. False for any other tensor."""
+        name, k = self.made_by[tid]
+        fx = next(n for n in self.ep.graph.nodes if n.name == name)
+        if str(fx.target) != "aten._native_batch_norm_legit_functional.default" or k not in (3, 4):
+            return False
+        a = bind(fx.target, fx.args, fx.kwargs)
+        x, old = self.id_of(a["input"]), self.id_of(a["running_mean" if k == 3 else "running_var"])
+        line, why = self.line(fx), "the running statistics of a batch norm"
+        if name not in self.stats:
+            stats = {j: self.new_tensor(fx.meta["val"][j], "intermediate", name, j) for j in (3, 4)}
+            dims = [0] + list(range(2, len(self.tensors[x].shape)))
+            params = {"target": "aten.var_mean.correction", "args": [{"$t": x}, dims], "kwargs": {"correction": 1}}
+            self.nodes.append((Node(TORCH_OP, [x], [stats[4], stats[3]], params), line, why))
+            for j, t in list(stats.items()):
+                if self.tensors[t].dtype != self.tensors[x].dtype:
+                    stats[j] = self.new_tensor(fx.meta["val"][j], "intermediate", name, j)
+                    cast = {"target": "aten.to.dtype", "args": [{"$t": t}, {"$dtype": self.tensors[t].dtype}]}
+                    self.tensors[t].dtype = self.tensors[x].dtype  # what var_mean returns
+                    self.nodes.append((Node(TORCH_OP, [t], [stats[j]], {**cast, "kwargs": {}}), line, why))
+            self.stats[name] = stats
+        batch = self.stats[name][k]
+        params = {"target": "aten.lerp.Scalar", "args": [{"$t": old}, {"$t": batch}, a["momentum"]], "kwargs": {}}
+        self.nodes.append((Node(TORCH_OP, [old, batch], [tid], params), line, why))
+        return True
+
+    def live(self, outputs: list[int]) -> list[tuple[Node, str, str]]:
+        """The nodes some of `outputs` read, in program order."""
         needed, kept = set(outputs), []
         for node, line, why in reversed(self.nodes):
             if needed & set(node.outputs):
                 kept.append((node, line, why))
                 needed |= set(node.inputs) | set(node.weights)
-        kept.reverse()
+        return kept[::-1]
+
+    def finish(self, results: list[int], updates: dict[int, str]) -> None:
+        """Keep the nodes some output reads, their tensors, state and constants; the nodes only buffer updates read
+        go last (a fragment of the forward's own nodes is not cut by them); outputs last, results then updates."""
+        outputs = results + list(updates)
+        main = {id(node) for node, _, _ in self.live(results)}
+        kept = self.live(outputs)
+        kept = [k for k in kept if id(k[0]) in main] + [k for k in kept if id(k[0]) not in main]
+        needed = {t for node, _, _ in kept for t in node.inputs + node.weights} | set(outputs)
         g = self.graph
+        g.updates = updates
         keep = set(g.inputs) | needed | {t for node, _, _ in kept for t in node.outputs}
         for tid in keep:
             t = self.tensors[tid]

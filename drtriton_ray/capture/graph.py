@@ -20,12 +20,19 @@ intermediates too: a fragment may start anywhere and read a weight outside a wei
 A registry node may read a weight-role tensor as an ordinary input (`x * self.scale`); its `weights` hold only
 tensors in the operator's weight slots. A scalar param that is not finite is Python source (`"float('-inf')"`),
 which both the template and the Triton expression read.
+
+Buffer updates: a forward that updates buffers in place (BatchNorm's running statistics in training mode) has the
+new values as extra outputs, after the forward's own, named in `updates` (output tensor id -> state name);
+`results` are the forward's own outputs. A program that computes differently in eval mode (BatchNorm's running
+statistics, Dropout, a `self.training` branch) carries its eval-mode capture in `eval_graph`; the Graph itself is
+the training-mode capture (nn.Module's default mode).
 """
 
 from __future__ import annotations
 
 import json
 from dataclasses import asdict, dataclass, field
+from typing import Optional
 
 from drtriton_ray.synth.dag import Node, Program, Tensor
 
@@ -44,34 +51,58 @@ class Graph:
     constants: dict[int, dict] = field(default_factory=dict)  # weight tensor id -> {"values": [...], "dtype": ...}
     lines: dict[int, str] = field(default_factory=dict)  # node index -> "line 17: x = self.fc(x)"
     notes: list[str] = field(default_factory=list)  # what stayed PyTorch and why, for the report
+    updates: dict[int, str] = field(default_factory=dict)  # output tensor id -> the buffer it updates
+    eval_graph: Optional["Graph"] = None  # the eval-mode capture, where it differs from this (training) one
 
     @property
     def outputs(self) -> list[int]:
+        """Every output: the forward's own (`results`), then the buffer updates."""
         return self.program.outputs
+
+    @property
+    def results(self) -> list[int]:
+        """What the forward returns, in order."""
+        return [t for t in self.program.outputs if t not in self.updates]
 
     def torch_nodes(self) -> list[int]:
         return [k for k, n in enumerate(self.program.nodes) if n.op == TORCH_OP]
 
     def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    def to_dict(self) -> dict:
         p = self.program
-        return json.dumps(
-            {
-                "nodes": [asdict(n) for n in p.nodes],
-                "tensors": [asdict(t) for t in p.tensors.values()],
-                "dtype": p.dtype,
-                "flops": p.flops,
-                "inputs": self.inputs,
-                "state": {str(k): v for k, v in self.state.items()},
-                "constants": {str(k): v for k, v in self.constants.items()},
-                "lines": {str(k): v for k, v in self.lines.items()},
-                "notes": self.notes,
-            },
-            sort_keys=True,
-        )
+        d = {
+            "nodes": [asdict(n) for n in p.nodes],
+            "tensors": [asdict(t) for t in p.tensors.values()],
+            "dtype": p.dtype,
+            "flops": p.flops,
+            "inputs": self.inputs,
+            "state": {str(k): v for k, v in self.state.items()},
+            "constants": {str(k): v for k, v in self.constants.items()},
+            "lines": {str(k): v for k, v in self.lines.items()},
+            "notes": self.notes,
+            "updates": {str(k): v for k, v in self.updates.items()},
+        }
+        if self.eval_graph is not None:
+            d["eval_graph"] = self.eval_graph.to_dict()
+        return d
+
+    def canonical(self) -> str:
+        """The computation alone, to compare two captures: no lines, notes, draw hints or eval graph."""
+        d = self.to_dict()
+        d.pop("eval_graph", None)
+        d["lines"], d["notes"] = {}, []
+        for t in d["tensors"]:
+            t["init"] = ""
+        return json.dumps(d, sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> "Graph":
-        d = json.loads(text)
+        return cls.from_dict(json.loads(text))
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Graph":
         tensors = {t["id"]: Tensor(**t) for t in d["tensors"]}
         program = Program([Node(**n) for n in d["nodes"]], tensors, d["dtype"], d["flops"])
         return cls(
@@ -81,6 +112,8 @@ class Graph:
             {int(k): v for k, v in d["constants"].items()},
             {int(k): v for k, v in d["lines"].items()},
             d["notes"],
+            {int(k): v for k, v in d.get("updates", {}).items()},
+            cls.from_dict(d["eval_graph"]) if d.get("eval_graph") else None,
         )
 
 

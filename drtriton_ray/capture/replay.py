@@ -37,7 +37,7 @@ def weight_ids(graph: Graph) -> list[int]:
 
 
 def graph_source(graph: Graph) -> str:
-    """`def graph_forward(<inputs>, <weights in id order>)` returning the list of outputs."""
+    """`def graph_forward(<inputs>, <weights in id order>)` returning the list of outputs (buffer updates too)."""
     args = ", ".join(name(t) for t in graph.inputs + weight_ids(graph))
     body = [f"    {line}" for line in forward_lines(graph.program)]
     body.append("    return [" + ", ".join(name(t) for t in graph.outputs) + "]")
@@ -50,9 +50,12 @@ def model_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
     return {**dict(model.named_parameters()), **dict(model.named_buffers())}
 
 
-def run_graph(graph: Graph, inputs: list, state: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """The graph's outputs on `inputs` (the forward's tensor arguments, in order) with the module's `state`
-    (`model_state(model)`); constants come from the graph itself."""
+def run_graph(
+    graph: Graph, inputs: list, state: dict[str, torch.Tensor], write_back: bool = False
+) -> list[torch.Tensor]:
+    """The forward's outputs (`graph.results`) on `inputs` (the forward's tensor arguments, in order) with the
+    module's `state` (`model_state(model)`); constants come from the graph itself. `write_back`: the buffer updates
+    (`graph.updates`) are copied into `state`, as the module's forward does."""
     namespace: dict = {}
     exec(compile(graph_source(graph), "<graph>", "exec"), namespace)
     device = inputs[0].device if inputs else torch.device("cpu")
@@ -64,4 +67,8 @@ def run_graph(graph: Graph, inputs: list, state: dict[str, torch.Tensor]) -> lis
             c = graph.constants[tid]
             weights.append(torch.tensor(c["values"], dtype=getattr(torch, c["dtype"]), device=device))
     with torch.no_grad():
-        return namespace["graph_forward"](*inputs, *weights)
+        outs = namespace["graph_forward"](*inputs, *weights)
+        for t, value in zip(graph.outputs, outs):
+            if write_back and t in graph.updates:
+                state[graph.updates[t]].copy_(value)
+    return [value for t, value in zip(graph.outputs, outs) if t not in graph.updates]

@@ -11,7 +11,9 @@ class body and constructor as written (so state_dict names and seeded initialisa
 forward that runs the graph in order: each chosen fragment through its candidate's kernels (the candidate's
 top-level names prefixed by a scope-aware rename; its ModelNew.forward made a function whose `self.weight_k` are
 arguments bound to the user's parameters, e.g. `self.fc.weight`), Torch nodes through torch_call, the other
-registry nodes through their PyTorch templates.
+registry nodes through their PyTorch templates; the buffer updates the graph carries (BatchNorm's running
+statistics) are copied into the module's buffers. A graph whose eval mode differs (graph.eval_graph) gets
+`if self.training: <the tiling> else: <the eval graph in PyTorch>`.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ from drtriton_ray.capture.graph import Graph
 from drtriton_ray.search.fragments import Fragment, node_line
 
 WEIGHT_ATTR = re.compile(r"^weight_(\d+)$")
+CONSTANT, EVAL_CONSTANT = "drt_const_", "drt_eval_const_"  # buffer names of the graphs' constants
 USER_ENTRY_POINTS = ("Model", "get_inputs", "get_init_inputs")
 # what the rendered code names: torch (ATen calls), nn, F (the registry's PyTorch templates), triton, tl
 REQUIRED_IMPORTS = (
@@ -292,7 +295,7 @@ def model_new_class(model: ast.ClassDef, forward: str, init_extra: list[str]) ->
     return ast.unparse(ast.fix_missing_locations(cls))
 
 
-def forward_names(model: ast.ClassDef, graph: Graph) -> tuple[str, dict[int, str]]:
+def forward_names(model: ast.ClassDef, graph: Graph, constant: str = CONSTANT) -> tuple[str, dict[int, str]]:
     """Model.forward's signature and an expression per tensor the forward starts from: its tensor arguments (in
     order, then *args), the user's parameters and buffers (by state_dict name), constants (buffers we add)."""
     fwd = next((n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
@@ -308,19 +311,19 @@ def forward_names(model: ast.ClassDef, graph: Graph) -> tuple[str, dict[int, str
         else:
             raise AssemblyError(f"the graph has {len(graph.inputs)} inputs, Model.forward {len(params)}")
     names.update({t: state_expr(path) for t, path in graph.state.items()})
-    names.update({t: f"self.drt_const_{t}" for t in graph.constants})
+    names.update({t: f"self.{constant}{t}" for t in graph.constants})
     return f"def forward({ast.unparse(fwd.args)}):", names
 
 
-def constant_lines(graph: Graph) -> list[str]:
-    """The forward's constants as non-persistent buffers: they follow the module's device, stay out of the
-    state_dict."""
+def constant_lines(graph: Graph, constant: str = CONSTANT) -> list[str]:
+    """The forward's constants as non-persistent buffers (named `constant` + tensor id): they follow the module's
+    device, stay out of the state_dict."""
     out = []
     for t, c in sorted(graph.constants.items()):
         shape = tuple(graph.program.tensors[t].shape)
         dtype = c.get("dtype", graph.program.tensors[t].dtype)
         value = f"torch.tensor({c['values']!r}, dtype=torch.{dtype}).reshape({shape})"
-        out.append(f"self.register_buffer('drt_const_{t}', {value}, persistent=False)")
+        out.append(f"self.register_buffer('{constant}{t}', {value}, persistent=False)")
     return out
 
 
@@ -335,47 +338,92 @@ def _local_namer(taken: set[str]):
     return name
 
 
+def write_back_lines(graph: Graph, name) -> list[str]:
+    """The buffer updates the forward makes in place (BatchNorm's running statistics in training mode), copied
+    into the module's buffers outside autograd, as the original's forward does."""
+    if not graph.updates:
+        return []
+    return ["with torch.no_grad():"] + [f"    {state_expr(path)}.copy_({name(t)})" for t, path in graph.updates.items()]
+
+
+def all_torch(graph: Graph) -> list[Piece]:
+    """A tiling of every node left to PyTorch (the eval-mode path)."""
+    return [Piece(k, k + 1, "torch") for k in range(len(graph.program.nodes))]
+
+
+class _Renderer:
+    """The forward's lines for a graph's tiling; the chosen candidates' code collected once per fragment hash."""
+
+    def __init__(self, init_extra: list[str]):
+        self.parts: dict[str, CandidateParts] = {}
+        self.imports: list[str] = []
+        self.definitions: list[str] = []
+        self.init_extra = init_extra
+
+    def candidate(self, piece: Piece, frag: Fragment, code: str) -> CandidateParts:
+        if piece.fragment not in self.parts:
+            prefix = f"drt{len(self.parts)}_"
+            p = self.parts[piece.fragment] = candidate_parts(code, prefix, [frag.local[w] for w in frag.weights])
+            self.imports += p.imports
+            self.definitions.append(f"# fragment {frag.name}: {' -> '.join(frag.ops)}\n{p.definitions}\n\n{p.function}")
+            if p.instance_class:
+                self.init_extra.append(f"self.{prefix}impl = ({p.instance_class}(),)  # a tuple: not a submodule")
+        return self.parts[piece.fragment]
+
+    def path(self, graph: Graph, pieces: list[Piece], chosen: dict, names: dict[int, str]) -> list[str]:
+        """Every piece in order, the buffer write-backs, the return."""
+        local = _local_namer(set(names.values()))
+
+        def name(t: int) -> str:
+            return names.get(t) or local(t)
+
+        body = []
+        for piece in pieces:
+            if piece.kind == "torch":
+                body.append(node_line(graph.program.nodes[piece.start], name))
+                continue
+            frag, code = chosen[(piece.start, piece.end)]
+            p = self.candidate(piece, frag, code)
+            args = ([f"self.{p.name.removesuffix('forward')}impl[0]"] if p.instance_class else []) + [
+                name(t) for t in frag.inputs + frag.weights
+            ]
+            body.append(f"{', '.join(name(t) for t in frag.outputs)} = {p.name}({', '.join(args)})")
+        body += write_back_lines(graph, name)
+        outs = [name(t) for t in graph.results]
+        return body + ["return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")")]
+
+
 def render_module(
-    source: str, graph: Graph, pieces: list[Piece], chosen: dict[tuple[int, int], tuple[Fragment, str]]
+    source: str,
+    graph: Graph,
+    pieces: list[Piece],
+    chosen: dict[tuple[int, int], tuple[Fragment, str]],
+    eval_pieces: Optional[list[Piece]] = None,
+    eval_chosen: Optional[dict[tuple[int, int], tuple[Fragment, str]]] = None,
 ) -> str:
     """The assembled ModelNew for `pieces` (choose_tiling's); `chosen` maps each Triton piece's (start, end) to
     its fragment and the verified candidate code run for it. Repeats of one computation (same hash) share
-    their kernels, each called on its own tensors."""
+    their kernels, each called on its own tensors. A graph with an eval-mode graph runs `pieces` in training
+    mode and `eval_pieces` (with `eval_chosen`; all of its nodes in PyTorch where None) in eval mode."""
     tree = ast.parse(source)
     model = find_model(tree)
     signature, names = forward_names(model, graph)
-    local = _local_namer(set(names.values()))
-
-    def name(t: int) -> str:
-        return names.get(t) or local(t)
-
-    parts: dict[str, CandidateParts] = {}
-    imports, definitions, init_extra, body = [], [], constant_lines(graph), []
-    for piece in pieces:
-        if piece.kind == "torch":
-            body.append(node_line(graph.program.nodes[piece.start], name))
-            continue
-        frag, code = chosen[(piece.start, piece.end)]
-        if piece.fragment not in parts:
-            prefix = f"drt{len(parts)}_"
-            p = parts[piece.fragment] = candidate_parts(code, prefix, [frag.local[w] for w in frag.weights])
-            imports += p.imports
-            definitions.append(f"# fragment {frag.name}: {' -> '.join(frag.ops)}\n{p.definitions}\n\n{p.function}")
-            if p.instance_class:
-                init_extra.append(f"self.{prefix}impl = ({p.instance_class}(),)  # a tuple: not a submodule")
-        p = parts[piece.fragment]
-        args = ([f"self.{p.name.removesuffix('forward')}impl[0]"] if p.instance_class else []) + [
-            name(t) for t in frag.inputs + frag.weights
-        ]
-        body.append(f"{', '.join(name(t) for t in frag.outputs)} = {p.name}({', '.join(args)})")
-    outs = [name(t) for t in graph.outputs]
-    body.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
+    r = _Renderer(constant_lines(graph))
+    body = r.path(graph, pieces, chosen, names)
+    if graph.eval_graph is not None:
+        ev = graph.eval_graph
+        _, eval_names = forward_names(model, ev, EVAL_CONSTANT)
+        r.init_extra += constant_lines(ev, EVAL_CONSTANT)
+        eval_body = r.path(ev, eval_pieces or all_torch(ev), eval_chosen or {}, eval_names)
+        body = ["if self.training:"] + [f"    {line}" for line in body]
+        body += ["else:"] + [f"    {line}" for line in eval_body]
     forward = signature + "\n" + "\n".join("    " + line for line in body)
     head = preamble(source, tree)
     have = {line.strip() for line in head}
-    extra = [i for i in dict.fromkeys(list(REQUIRED_IMPORTS) + imports) if i not in have and "__future__" not in i]
-    module = head + [""] + extra + ["", ""] + ["\n\n\n".join(definitions), "", ""]
-    module.append(model_new_class(model, forward, init_extra))
+    wanted = list(REQUIRED_IMPORTS) + r.imports
+    extra = [i for i in dict.fromkeys(wanted) if i not in have and "__future__" not in i]
+    module = head + [""] + extra + ["", ""] + ["\n\n\n".join(r.definitions), "", ""]
+    module.append(model_new_class(model, forward, r.init_extra))
     text = "\n".join(module) + "\n"
     ast.parse(text)  # a bug here should fail loudly, not in the verifier
     return text

@@ -77,6 +77,7 @@ class ConversionReport:
     candidates: dict[str, dict] = field(default_factory=dict)  # per source: asked, proposed, verified, correct...
     verdicts: dict[str, int] = field(default_factory=dict)  # status -> count over verified candidates
     tiling: list[dict] = field(default_factory=list)
+    eval_tiling: Optional[list[dict]] = None  # the eval-mode graph's, where the program computes differently in eval
     end_to_end: Optional[dict] = None  # the assembled module's verdict summary and policy
     kept_original: bool = True
     reason: str = ""
@@ -102,6 +103,10 @@ class ConversionResult:
     @classmethod
     def from_dict(cls, d: dict) -> "ConversionResult":
         return cls(d["module_source"], ConversionReport(**d["report"]))
+
+
+def tiling_rows(graph, pieces: list[Piece]) -> list[dict]:
+    return [{**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces]
 
 
 def verify_batch(verifier, tasks: list) -> list:
@@ -261,24 +266,31 @@ class Search:
             return None
         return times["compile_ms"] / times["eager_ms"]
 
-    def assemble(self, source: str, graph, placed: list[Fragment], report: ConversionReport) -> str:
-        """The answer's source: the assembled module if it is verified (and on a GPU faster), else the original."""
-        pieces, chosen = self.tiling(graph, placed)
-        report.tiling = [
-            {**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces
-        ]
+    def assemble(self, source: str, graph, placed: dict[str, list[Fragment]], report: ConversionReport) -> str:
+        """The answer's source: the assembled module if it is verified (and on a GPU faster), else the original.
+        `placed`: the fragments per mode, "train" and, where the program has an eval-mode graph, "eval"."""
+        pieces, chosen = self.tiling(graph, placed["train"])
+        report.tiling = tiling_rows(graph, pieces)
+        eval_pieces = eval_chosen = None
+        if graph.eval_graph is not None:
+            eval_pieces, eval_chosen = self.tiling(graph.eval_graph, placed["eval"])
+            report.eval_tiling = tiling_rows(graph.eval_graph, eval_pieces)
         if not chosen:
             report.reason = "no fragment has a verified Triton candidate: the original program is kept"
             return source
         if all(p.kind == "torch" for p in pieces):
             report.reason = "no verified fragment is faster than its PyTorch nodes: the original program is kept"
             return source
+        if eval_pieces is not None and all(p.kind == "torch" for p in eval_pieces):
+            report.reason = "no verified fragment of the eval-mode graph (a path without kernels): the original is kept"
+            return source
         try:
-            module = render_module(source, graph, pieces, chosen)
+            module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen)
         except AssemblyError as e:
             report.reason = f"the verified fragments could not be assembled ({e}): the original program is kept"
             return source
-        policy = "strict" if all(p.kind == "triton" for p in pieces) else "hybrid"
+        strict = all(p.kind == "triton" for p in pieces + (eval_pieces or []))
+        policy = "strict" if strict else "hybrid"
         self.progress(Progress("assemble", 0, 1, f"verifying the assembled module ({policy})"))
         verdict = self.check_whole(source, module, policy)
         if policy == "strict" and verdict.status == "static_rejected":  # the user's own helpers use PyTorch
@@ -301,18 +313,20 @@ class Search:
         return module
 
     # -- the report ------------------------------------------------------------------------------------------
-    def describe(self, report: ConversionReport, graph, placed: list[Fragment], stats: dict) -> None:
+    def describe(self, report: ConversionReport, graph, placed: dict[str, list[Fragment]], stats: dict) -> None:
         nodes = graph.program.nodes
         report.program = {
             "nodes": len(nodes),
             "ops": [n.op for n in nodes],
             "torch_nodes": len(graph.torch_nodes()),
             "notes": list(graph.notes),
+            "updates": sorted(graph.updates.values()),  # buffers the training-mode forward writes back
+            "eval_nodes": len(graph.eval_graph.program.nodes) if graph.eval_graph else None,  # eval-mode graph
         }
-        for f in placed:
+        for mode, f in [(mode, f) for mode, fragments in placed.items() for f in fragments]:
             b = self.best(f.hash)
             mine = [a for a in self.attempts if a.candidate.fragment == f.hash]
-            row = {**f.summary(), "candidates": len(mine), "cached": any(a.cached for a in mine)}
+            row = {**f.summary(), "mode": mode, "candidates": len(mine), "cached": any(a.cached for a in mine)}
             if b is not None:
                 row |= {"best_source": b.candidate.source, "best_note": b.candidate.note, **b.outcome.to_dict()}
             report.fragments.append(row)
@@ -357,10 +371,13 @@ def search(source: str, config: SearchConfig, verifier, progress=None, graph=Non
     if graph is None:
         s.progress(Progress("capture", 0, 1, "capturing the program in a verifier worker"))
         graph = capture_program(source, verifier)
-    placed = [f for f in enumerate_fragments(graph, config.k) if not f.skip]
-    for f in placed:
+    placed = {"train": [f for f in enumerate_fragments(graph, config.k) if not f.skip]}
+    if graph.eval_graph is not None:  # searched too: the verifier wants kernels in eval mode as well
+        placed["eval"] = [f for f in enumerate_fragments(graph.eval_graph, config.k) if not f.skip]
+    every = [f for fragments in placed.values() for f in fragments]
+    for f in every:
         s.fragments.setdefault(f.hash, f)
-    s.progress(Progress("fragments", len(s.fragments), len(s.fragments), f"{len(placed)} fragments"))
+    s.progress(Progress("fragments", len(s.fragments), len(s.fragments), f"{len(every)} fragments"))
     todo = s.load_cached()
     sources, policy = build_sources(config)
     report = ConversionReport(device=s.device, settings=asdict(config))

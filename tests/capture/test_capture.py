@@ -3,6 +3,7 @@ to the registry operators expected, its state names are the module's, the Graph 
 replayed in PyTorch (registry templates, ATen calls) gives the model's outputs. Bad programs end as one-line
 CaptureErrors that name the problem and, where there is one, the line."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,8 @@ EXPECTED = {
     "masked_softmax": ["MulScalar", "MaskedFill", "Softmax"],
     "cross_entropy": ["Linear", TORCH_OP],
     "linear_act": ["Linear", "ReLU", "Linear", "Sigmoid", "SubScalar"],
-    "conv_block": ["Conv2d", "BatchNorm", "ReLU", "MaxPool2d"],
+    # the running-statistics update last: num_batches_tracked + 1, var_mean, lerp, lerp
+    "conv_block": ["Conv2d", "BatchNorm", "ReLU", "MaxPool2d"] + [TORCH_OP] * 4,
     "unmapped_op": ["Sigmoid", TORCH_OP, TORCH_OP, "Exp"],
 }
 
@@ -84,7 +86,64 @@ def test_state_lines_hints_and_notes(graphs):
     assert targets.dtype == "int64" and targets.init.startswith("int:")
     sigmoid = graphs["unmapped_op"].program.nodes[0].outputs[0]
     assert graphs["unmapped_op"].program.tensors[sigmoid].init == "uniform"  # intermediates get hints too
-    assert any("running_mean" in n for n in graphs["conv_block"].notes)  # the dropped buffer update is said
+    assert any("running_mean" in n for n in graphs["conv_block"].notes)  # the buffer update is said
+
+
+def test_only_mode_dependent_programs_carry_an_eval_graph(graphs):
+    """conv_block's BatchNorm normalizes with running statistics in eval mode: the eval-mode graph rides along,
+    replays the model in eval mode and survives JSON; programs without mode-dependent operators have none."""
+    g = graphs["conv_block"]
+    ev = g.eval_graph
+    assert ev is not None and ev.eval_graph is None and not ev.updates
+    assert ev.program.ops == ["Conv2d", TORCH_OP, "ReLU", "MaxPool2d"]
+    assert ev.program.nodes[1].params["target"] == "aten.batch_norm.default"  # public: the verifier refuses _names
+    assert set(ev.state.values()) >= {"bn.running_mean", "bn.running_var"}
+    again = Graph.from_json(g.to_json())
+    assert again.eval_graph is not None and again.eval_graph.to_json() == ev.to_json()
+    assert again.to_json() == g.to_json() and again.updates == g.updates
+    src = source("conv_block")
+    model, inputs, _ = reference(src)
+    model.eval()
+    with torch.no_grad():
+        want = model(*inputs)
+    torch.testing.assert_close(run_graph(again.eval_graph, inputs, model_state(model))[0], want)
+    assert [name for name in EXPECTED if graphs[name].eval_graph is not None] == ["conv_block"]
+
+
+def test_a_graph_without_the_new_fields_still_loads(graphs):
+    d = json.loads(graphs["linear_act"].to_json())
+    del d["updates"]
+    g = Graph.from_json(json.dumps(d))
+    assert g.updates == {} and g.eval_graph is None and g.results == g.outputs
+
+
+def test_dropout_and_training_branches_capture_both_modes():
+    g = capture_source(source("dropout"))
+    assert TORCH_OP in g.program.ops  # native_dropout: random in training mode
+    assert g.eval_graph is not None and g.eval_graph.program.ops == ["Linear", "ReLU"]  # the identity in eval
+    branch = GOOD.replace("x = torch.relu(self.fc1(x))", "x = torch.relu(self.fc1(x)) if self.training else x * 2")
+    g = capture_source(branch)
+    assert g.program.ops[:2] == ["Linear", "ReLU"] and g.eval_graph.program.ops[0] == "MulScalar"
+    assert any("differently in eval mode" in n for n in g.notes)
+
+
+def test_running_statistics_are_updated_like_the_model():
+    """conv_block in training mode: the running mean and variance and num_batches_tracked are extra outputs, and
+    three forwards written back give the model's buffers after three forwards."""
+    src = source("conv_block")
+    g = capture_source(src)
+    assert sorted(g.updates.values()) == ["bn.num_batches_tracked", "bn.running_mean", "bn.running_var"]
+    assert g.outputs == g.results + list(g.updates) and len(g.results) == 1
+    model, inputs, _ = reference(src)
+    mine = {k: v.clone() for k, v in model_state(model).items()}  # after reference()'s one forward
+    for x in (inputs[0], inputs[0] * 2, inputs[0] + 1):
+        with torch.no_grad():
+            want = model(x)
+        (got,) = run_graph(g, [x], mine, write_back=True)
+        torch.testing.assert_close(got, want)
+    for name in ("bn.running_mean", "bn.running_var", "bn.num_batches_tracked"):
+        torch.testing.assert_close(mine[name], model_state(model)[name], atol=1e-6, rtol=1e-5)
+    assert int(mine["bn.num_batches_tracked"]) == 4
 
 
 def test_unmapped_ops_stay_torch(graphs):

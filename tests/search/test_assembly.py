@@ -2,11 +2,13 @@
 assembled module run against the program it replaces."""
 
 import ast
+import copy
 
 import pytest
 import torch
 from search_graphs import MLP_BLOCK_SOURCE, mlp_block
 
+from drtriton_ray.capture.graph import TORCH_OP
 from drtriton_ray.lower.emit import NotLowerable, lower_program
 from drtriton_ray.search.assembly import (
     AssemblyError,
@@ -18,6 +20,7 @@ from drtriton_ray.search.assembly import (
     state_expr,
 )
 from drtriton_ray.search.fragments import enumerate_fragments
+from drtriton_ray.synth.dag import Node, Tensor
 
 
 def kinds(pieces):
@@ -174,3 +177,33 @@ def test_nodes_left_to_pytorch_render_through_their_templates():
     x = torch.randn(4, 16)
     for a, b in zip(new(x), ref(x)):
         assert torch.allclose(a, b, atol=1e-4, rtol=1e-4)
+
+
+def with_constant(graph, factor: float):
+    """mlp_block whose last node multiplies by a constant tensor (id 9) holding `factor`."""
+    g = copy.deepcopy(graph)
+    g.program.tensors[9] = Tensor(9, [1], "float32", "weight")
+    g.program.nodes[4] = Node(TORCH_OP, [7, 9], [8], {"target": "aten.mul.Tensor", "args": [{"$t": 7}, {"$t": 9}]})
+    g.program.nodes[4].params["kwargs"] = {}
+    g.constants = {9: {"values": [factor], "dtype": "float32"}}
+    return g
+
+
+def test_an_eval_graph_renders_an_eval_branch():
+    """A graph that computes differently in eval mode: `if self.training` runs the tiling, else the eval graph
+    (here all PyTorch, the default), each with its own constants."""
+    g = with_constant(mlp_block(), 2.0)
+    g.eval_graph = with_constant(mlp_block(), 3.0)
+    options, chosen = lowered(g)
+    pieces = choose_tiling(len(g.program.nodes), options, None)
+    module = render_module(MLP_BLOCK_SOURCE, g, pieces, chosen)
+    assert "if self.training:" in module and "self.drt_eval_const_9" in module and "self.drt_const_9" in module
+    mine = {}
+    exec(compile(module, "<assembled>", "exec"), mine)
+    new = mine["ModelNew"]()
+    x = torch.randn(4, 16)
+    h, train = new(x)
+    new.eval()
+    h_eval, evaluated = new(x)
+    torch.testing.assert_close(h_eval, h)
+    torch.testing.assert_close(evaluated, train * 1.5)

@@ -1,10 +1,12 @@
 """End to end on CPU (Triton interpreter, real worker pool, real verifier): the hand-written problems convert with
-the lowering alone and every answer passes the verifier on its own; a repeat answers from the cache; the tiny
-model as a policy (it writes no valid code) still ends in a verified answer, or the original."""
+the lowering alone and every answer passes the verifier on its own (conv_block's BatchNorm in both modes, its
+running statistics kept); a repeat answers from the cache; the tiny model as a policy (it writes no valid code)
+still ends in a verified answer, or the original."""
 
 from pathlib import Path
 
 import pytest
+import torch
 
 from drtriton_ray.capture.graph import CaptureError
 from drtriton_ray.convert import convert
@@ -32,26 +34,58 @@ def check_answer(pool, source: str, result) -> None:
     """The answer on its own: verified again against the program, under the policy its tiling allows."""
     report = result.report
     assert not report.kept_original, report.reason
-    all_triton = all(t["kind"] == "triton" for t in report.tiling)
+    all_triton = all(t["kind"] == "triton" for t in report.tiling + (report.eval_tiling or []))
     assert report.end_to_end["policy"] == ("strict" if all_triton else "hybrid")
     (verdict,) = pool.map([Task(source, result.module_source, policy=report.end_to_end["policy"], seed=1)])
     assert verdict.correct, verdict.reason
 
 
 def test_hand_written_problems_convert_with_the_lowering(pool, tmp_path):
-    for name in CONVERTIBLE + ["conv_block"]:
+    for name in CONVERTIBLE:
         source = read(name)
         result = convert(source, sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
         assert result.report.candidates["lowering"]["verified"] > 0
-        if name == "conv_block" and result.report.kept_original:
-            # BatchNorm captured in training mode differs in eval mode: the verifier's eval trial refuses it
-            assert result.module_source == source and "failed verification" in result.report.reason
-            continue
+        assert result.report.eval_tiling is None  # nothing computes differently in eval mode
         check_answer(pool, source, result)
     strict = convert(read("rmsnorm"), sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
     assert strict.report.end_to_end["policy"] == "strict"  # every node in Triton
     hybrid = convert(read("unmapped_op"), sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
     assert [t["kind"] for t in hybrid.report.tiling].count("torch") == 2  # cumprod and topk stay ATen
+
+
+def load_module(source: str) -> dict:
+    namespace: dict = {}
+    exec(compile(source, "<module>", "exec"), namespace)
+    return namespace
+
+
+def test_conv_block_converts_in_both_modes_and_keeps_its_running_statistics(pool, tmp_path):
+    """BatchNorm: batch statistics in training mode, running ones in eval mode. The answer branches on
+    self.training (both paths searched, both verified), and its training path writes the running statistics back:
+    after the same training-mode forwards its buffers are the original's."""
+    source = read("conv_block")
+    result = convert(source, sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
+    check_answer(pool, source, result)
+    report = result.report
+    assert report.end_to_end["policy"] == "hybrid"  # the running statistics' update stays ATen
+    assert "triton" in {t["kind"] for t in report.eval_tiling} and report.program["eval_nodes"] == 4
+    assert report.program["updates"] == ["bn.num_batches_tracked", "bn.running_mean", "bn.running_var"]
+    assert "if self.training:" in result.module_source and ".running_mean.copy_(" in result.module_source
+    original, converted = load_module(source), load_module(result.module_source)
+    torch.manual_seed(0)
+    model = original["Model"](*original["get_init_inputs"]())
+    torch.manual_seed(0)
+    mine = converted["ModelNew"](*original["get_init_inputs"]())
+    mine.load_state_dict(model.state_dict())
+    x = original["get_inputs"]()[0]
+    with torch.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(mine(x), model(x), atol=1e-4, rtol=1e-4)
+        for name, value in model.bn.state_dict().items():
+            torch.testing.assert_close(mine.bn.state_dict()[name], value, atol=1e-5, rtol=1e-5)
+        assert int(mine.bn.num_batches_tracked) == 3
+        model.eval(), mine.eval()
+        torch.testing.assert_close(mine(x), model(x), atol=1e-4, rtol=1e-4)  # the running statistics, as evolved
 
 
 def test_a_repeat_answers_from_the_cache(pool, tmp_path):
