@@ -259,7 +259,8 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
         dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
         prologue = Side(list(range(len(leaves))), dense, body, f"t{sink}")
         names = [param(f"tensor_{t}") for t in leaves]
-        lines.append(f"    pro, pro_index = leaf_args({shape}, {dense}, {', '.join(names)})")
+        index = "pro_index" if not all(dense) else "_"
+        lines.append(f"    pro, {index} = leaf_args({shape}, {dense}, {', '.join(names)})")
         x = [names[0]] + [param(f"tensor_{t}") for t in node.inputs[1:]]
     else:
         x = [param(f"tensor_{t}") for t in node.inputs]
@@ -276,7 +277,8 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
         epilogue = Side(list(range(first, first + len(leaves))), dense, body, f"t{final}")
         if leaves:
             names = [param(f"tensor_{t}") for t in leaves]
-            lines.append(f"    epi, epi_index = leaf_args(out.shape, {dense}, {', '.join(names)})")
+            index = "epi_index" if not all(dense) else "_"
+            lines.append(f"    epi, {index} = leaf_args(out.shape, {dense}, {', '.join(names)})")
     comment = " -> ".join(
         part for part in (_describe(p, f.prologue), _describe(p, [f.anchor]), _describe(p, f.epilogue)) if part
     )
