@@ -36,7 +36,7 @@ class NotLowerable(Exception):
     """The lowering has no kernel for this operator yet."""
 
 
-def _call(node: Node, out_shape: list[int], config: dict | None = None) -> str:
+def launch_call(node: Node, out_shape: list[int], config: dict | None = None) -> str:
     """The forward line's right-hand side for a non-elementwise node (a tuned launch config as a last argument)."""
     call = _plain_call(node, out_shape)
     if not config or call.startswith(("transpose", "triangle", "cat", "stack")):
@@ -183,7 +183,7 @@ def _group_body(p: Program, group: list[int], names: dict[int, str], first: int)
     return leaves, body, p.nodes[group[-1]].outputs[0]
 
 
-def _fused(p: Program, group: list[int], name: str, gpu: str | None = None) -> tuple[str, str]:
+def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None = None) -> tuple[str, str]:
     """(kernel and wrapper source, forward line) for one elementwise group."""
     leaves, body, sink = _group_body(p, group, {}, 0)
     shape = tuple(p.tensors[sink].shape)
@@ -347,7 +347,7 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
     forward: list[str] = []
     for g, f in enumerate(fragments(p, fuse)):
         if f.anchor is None:
-            src, line = _fused(p, f.epilogue, f"fused_{g}", gpu)
+            src, line = fused_elementwise(p, f.epilogue, f"fused_{g}", gpu)
         elif f.prologue or f.epilogue:
             src, line = _anchor_fragment(p, f, f"fused_{g}", gpu)
         else:
@@ -356,7 +356,8 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
             dims = kernel_dims(
                 node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape
             )
-            line = f"tensor_{node.outputs[0]} = {_call(node, out_shape, config_for(*dims, gpu) if dims else None)}"
+            config = config_for(*dims, gpu) if dims else None
+            line = f"tensor_{node.outputs[0]} = {launch_call(node, out_shape, config)}"
             src = None
         kernels_src += [src] if src else []
         forward.append(line)
