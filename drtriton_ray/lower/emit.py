@@ -221,7 +221,8 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         op = REDUCE_OPS[node.op]
         return "reduce_kernel", {"OP": op}, f"reduce_setup({shape}, {x[0]}, {p['dim']}, {p['keepdim']}, {op}{cfg})"
     if node.op in ALONG_OPS:
-        return "along_dim_kernel", {"OP": ALONG_OPS[node.op]}, f"along_setup({shape}, {x[0]}, {p['dim']}{cfg})"
+        base = "along_loop_kernel" if wrappers.long_column(shape[p["dim"]]) else "along_dim_kernel"
+        return base, {"OP": ALONG_OPS[node.op]}, f"along_setup({shape}, {x[0]}, {p['dim']}{cfg})"
     if node.op in rows:
         mode, groups = rows[node.op]
         weight, bias = (w + [None, None])[:2]

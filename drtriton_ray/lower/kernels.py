@@ -134,6 +134,56 @@ def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl
 
 
 @triton.jit
+def along_loop_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """along_dim_kernel for columns too long for one tile, BLOCK_R values at a time. Softmax and log-softmax in two
+    passes, the first online: a running maximum, and a running sum rescaled by exp(old max - new max) when the
+    maximum grows. Scans carry each column's running value from one block to the next."""
+    c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col = (c // I) * R * I + c % I  # flat index of each column's first value
+    if OP == 0 or OP == 1:
+        top = tl.zeros([BLOCK_C], dtype=tl.float32) - float("inf")
+        total = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for r0 in range(0, R, BLOCK_R):
+            r = r0 + tl.arange(0, BLOCK_R)
+            mask = (r[:, None] < R) & (c < n_cols)[None, :]
+            x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=-float("inf")).to(tl.float32)
+            new_top = tl.maximum(top, tl.max(x, axis=0))
+            e = tl.where(mask, tl.exp(x - new_top[None, :]), 0.0)
+            total = total * tl.exp(top - new_top) + tl.sum(e, axis=0)
+            top = new_top
+    elif OP == 2:  # a float64 running sum, as along_dim_kernel's
+        carry = tl.zeros([BLOCK_C], dtype=tl.float64)
+    elif OP == 3:
+        carry = tl.zeros([BLOCK_C], dtype=tl.float32) - float("inf")
+    else:
+        carry = tl.zeros([BLOCK_C], dtype=tl.float32) + float("inf")
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        mask = (r[:, None] < R) & (c < n_cols)[None, :]
+        if OP == 3:
+            other = -float("inf")
+        elif OP == 4:
+            other = float("inf")
+        else:
+            other = 0.0
+        x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=other).to(tl.float32)
+        if OP == 0:
+            y = tl.exp(x - top[None, :]) / total[None, :]
+        elif OP == 1:
+            y = x - top[None, :] - tl.log(total)[None, :]
+        elif OP == 2:
+            y = tl.cumsum(x.to(tl.float64), axis=0) + carry[None, :]
+            carry += tl.sum(x.to(tl.float64), axis=0)
+        elif OP == 3:
+            y = tl.maximum(tl.associative_scan(x, 0, max_combine), carry[None, :])
+            carry = tl.maximum(carry, tl.max(x, axis=0))
+        else:
+            y = tl.minimum(tl.associative_scan(x, 0, min_combine), carry[None, :])
+            carry = tl.minimum(carry, tl.min(x, axis=0))
+        tl.store(out_ptr + col[None, :] + r[:, None] * I, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, L, S, CPG, G, eps,
                     MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                     BLOCK: tl.constexpr):

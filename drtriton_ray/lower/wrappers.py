@@ -4,8 +4,9 @@ each may use only torch, triton, the kernels and the helpers above it in this fi
 import torch
 import triton
 
-from drtriton_ray.lower.kernels import (along_dim_kernel, batch_norm_kernel, conv_kernel, matmul_kernel, pool_kernel,
-                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
+from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
+                                        matmul_kernel, pool_kernel, reduce_kernel, row_norm_kernel,
+                                        strided_copy_kernel, triangle_kernel)
 
 
 def pad5(shape):
@@ -105,11 +106,19 @@ def reduce_dim(x, dim, keepdim, op, config=None):
     return out
 
 
+def long_column(extent):
+    """Whether along-dim columns of this extent take along_loop_kernel (BLOCK_R at a time) rather than one tile."""
+    return extent > 4096
+
+
 def along_setup(shape, like, dim, config=None):
-    """(out, grid, arguments after the input, launch constants) of along_dim_kernel over a `shape` input."""
+    """(out, grid, arguments after the input, launch constants) of along_dim_kernel (a whole column a tile) or, for
+    long columns, along_loop_kernel over a `shape` input."""
     outer, extent, inner = split_at(shape, dim)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     block_r = triton.next_power_of_2(extent)
+    if long_column(extent):
+        block_r = min(block_r, tile_elements(like))
     block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
@@ -118,7 +127,8 @@ def along_setup(shape, like, dim, config=None):
 def along_dim(x, dim, op, config=None):
     """op: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin (values)."""
     out, grid, args, meta = along_setup(x.shape, x, dim, config)
-    along_dim_kernel[grid](x, *args, OP=op, **meta)
+    kernel = along_loop_kernel if long_column(split_at(x.shape, dim)[1]) else along_dim_kernel
+    kernel[grid](x, *args, OP=op, **meta)
     return out
 
 

@@ -202,9 +202,12 @@ def test_tiled_kernels_match_torch(tiled):
         assert torch.equal(w.reduce_dim(x, dim, True, 4), x.argmax(dim, keepdim=True))
         close(w.reduce_dim(x, dim, False, 6), x.var(dim))
         close(w.reduce_dim(x, dim, False, 7), x.norm(dim=dim))
-        if shape[dim] <= 5000:
+        if shape[dim] <= 5000:  # (7, 5000): a long column, along_loop_kernel's online softmax and carried scans
+            close(w.along_dim(x, dim, 0), x.softmax(dim))
             close(w.along_dim(x, dim, 1), x.log_softmax(dim))
+            close(w.along_dim(x, dim, 2), x.cumsum(dim))
             close(w.along_dim(x, dim, 3), x.cummax(dim).values)
+            close(w.along_dim(x, dim, 4), x.cummin(dim).values)
     for rows, length in ((3000, 5), (3, 6000)):
         x, g, b = torch.randn(rows, length), torch.randn(length), torch.randn(length)
         close(w.layer_norm(x, g, b), F.layer_norm(x, (length,), g, b))
@@ -489,6 +492,14 @@ FUSED = {  # name: (nodes, shapes, outputs, weights, kernels after fusion, kerne
         2,
         4,
     ),
+    "long-softmax-both-sides": (  # along_loop_kernel: columns of 9000, online softmax
+        [("Sin", [0], 1, {}, []), ("LogSoftmax", [1], 2, {"dim": 1}, []), ("Mul", [2, 3], 4, {}, [])],
+        {0: (2, 9000, 2), 1: (2, 9000, 2), 2: (2, 9000, 2), 3: (2, 1, 2), 4: (2, 9000, 2)},
+        [4],
+        (),
+        1,
+        3,
+    ),
     "conv-bias-relu": (
         [
             ("Conv2d", [0], 1, {"stride": 1, "padding": 1, "dilation": 1, "groups": 1}, [2, 3]),
@@ -537,7 +548,13 @@ def test_fragment_fusion(name, tmp_path):
 def test_fused_kernels_under_gpu_tiles(tmp_path):
     """The fused variants under a GPU's tile choices (several loop steps, several rows or columns a program): the
     solution's `compiled` made to say True, its kernels still interpreted."""
-    for name in ("reduce-prologue-epilogue", "layer-norm-residual", "matmul-bias-relu", "batch-norm-both-sides"):
+    for name in (
+        "reduce-prologue-epilogue",
+        "layer-norm-residual",
+        "matmul-bias-relu",
+        "batch-norm-both-sides",
+        "long-softmax-both-sides",
+    ):
         nodes, shapes, outputs, weights, _, _ = FUSED[name]
         rec = _handmade(nodes, shapes, outputs, weights)
         src = lower_program(Program.from_json(rec.dag), rec.source)
