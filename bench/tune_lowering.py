@@ -86,7 +86,7 @@ def launcher(p: Program, k: int, tmp: Path):
     node = p.nodes[k]
     if is_elementwise(node.op):
         return elementwise_launcher(p, k, tmp)
-    text = launch_call(node, p.tensors[node.outputs[0]].shape, None)
+    text = launch_call(node, p.tensors[node.inputs[0]].shape, p.tensors[node.outputs[0]].shape, None)
     code = compile(text[:-1] + ", config=__config__)", "<launch>", "eval")
     return lambda env, config: eval(code, {**vars(wrappers), **env, "__config__": config})
 

@@ -36,22 +36,24 @@ class NotLowerable(Exception):
     """The lowering has no kernel for this operator yet."""
 
 
-def launch_call(node: Node, out_shape: list[int], config: dict | None = None) -> str:
+def launch_call(node: Node, in_shape: list[int], out_shape: list[int], config: dict | None = None) -> str:
     """The forward line's right-hand side for a non-elementwise node (a tuned launch config as a last argument)."""
-    call = _plain_call(node, out_shape)
+    call = _plain_call(node, in_shape, out_shape)
     if not config or call.startswith(("transpose", "triangle", "cat", "stack")):
         return call
     return f"{call[:-1]}, {config!r})"
 
 
-def _plain_call(node: Node, out_shape: list[int]) -> str:
+def _plain_call(node: Node, in_shape: list[int], out_shape: list[int]) -> str:
     x = [f"tensor_{i}" for i in node.inputs]
     w = [f"self.weight_{i}" for i in node.weights]
     p = node.params
     if node.op in REDUCE_OPS:
         return f"reduce_dim({x[0]}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[node.op]})"
     if node.op in ALONG_OPS:
-        return f"along_dim({x[0]}, {p['dim']}, {ALONG_OPS[node.op]})"
+        outer, extent, inner = wrappers.split_at(in_shape, p["dim"])
+        call = "along_dim_long" if wrappers.long_column(extent) else "along_dim"
+        return f"{call}({x[0]}, {p['dim']}, {ALONG_OPS[node.op]})"
     calls = {
         "Matmul": lambda: f"matmul({x[0]}, {x[1]})",
         "Bmm": lambda: f"matmul({x[0]}, {x[1]})",
@@ -221,8 +223,9 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         op = REDUCE_OPS[node.op]
         return "reduce_kernel", {"OP": op}, f"reduce_setup({shape}, {x[0]}, {p['dim']}, {p['keepdim']}, {op}{cfg})"
     if node.op in ALONG_OPS:
-        base = "along_loop_kernel" if wrappers.long_column(shape[p["dim"]]) else "along_dim_kernel"
-        return base, {"OP": ALONG_OPS[node.op]}, f"along_setup({shape}, {x[0]}, {p['dim']}{cfg})"
+        loop = wrappers.long_column(shape[p["dim"]])
+        setup = f"along_setup({shape}, {x[0]}, {p['dim']}{cfg}{', loop=True' if loop else ''})"
+        return ("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[node.op]}, setup
     if node.op in rows:
         mode, groups = rows[node.op]
         weight, bias = (w + [None, None])[:2]
@@ -358,7 +361,8 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
                 node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape
             )
             config = config_for(*dims, gpu) if dims else None
-            line = f"tensor_{node.outputs[0]} = {launch_call(node, out_shape, config)}"
+            in_shape = p.tensors[node.inputs[0]].shape
+            line = f"tensor_{node.outputs[0]} = {launch_call(node, in_shape, out_shape, config)}"
             src = None
         kernels_src += [src] if src else []
         forward.append(line)

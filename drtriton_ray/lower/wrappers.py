@@ -35,15 +35,13 @@ def coalesced_dims(shape, strides):
 
 
 def tuned(meta, config, t):
-    """A kernel's launch constants: the wrapper's own choice, overridden by a tuned `config` (tile sizes, num_warps,
-    num_stages: literals the lowering bakes in from its tuning table) where kernels run compiled."""
+    """Launch constants: the wrapper's own, overridden by a tuned config where kernels run compiled."""
     return {**meta, **config} if config and compiled(t) else meta
 
 
 def leaf_args(shape, dense, *leaves):
-    """(tensors, index arguments) of a fused kernel's leaves against `shape`: a dense leaf (that shape, made contiguous,
-    a no-op for the contiguous tensors a program passes) is read at the flat index, a broadcast one through strides
-    over the coalesced dims (d1..d4, then five strides per broadcast leaf)."""
+    """(tensors, index arguments) of a fused kernel's leaves: a dense one (`shape`) is read at the flat index, a
+    broadcast one through strides over the coalesced dims (d1..d4, then five strides per broadcast leaf)."""
     tensors = [t.contiguous() if d else t for t, d in zip(leaves, dense)]
     if all(dense):
         return tensors, []
@@ -52,13 +50,12 @@ def leaf_args(shape, dense, *leaves):
 
 
 def elementwise_args(shape, dtype, dense, *inputs, config=None):
-    """(output, grid, arguments, launch constants) for a fused elementwise kernel over `inputs` (see leaf_args); each
-    kernel's own wrapper launches."""
+    """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args)."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs)
-    meta = tuned({"BLOCK": 1024}, config, out)
-    return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), {**meta, "WIDE": n >= 2**31}
+    meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
+    return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
 
 
 def compiled(t):
@@ -85,8 +82,8 @@ def split_at(shape, dim):
 
 
 def reduce_setup(shape, like, dim, keepdim, op, config=None):
-    """(out, grid, arguments after the input, launch constants) of reduce_kernel over a `shape` input of like's
-    device and dtype. op: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7 norm."""
+    """(out, grid, arguments after the input, launch constants) of reduce_kernel over a `shape` input (device and
+    dtype: like's). op: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7 norm."""
     outer, extent, inner = split_at(shape, dim)
     out_shape = list(shape)
     if keepdim:
@@ -107,17 +104,17 @@ def reduce_dim(x, dim, keepdim, op, config=None):
 
 
 def long_column(extent):
-    """Whether along-dim columns of this extent take along_loop_kernel (BLOCK_R at a time) rather than one tile."""
+    """Columns too long for one tile: along_loop_kernel."""
     return extent > 4096
 
 
-def along_setup(shape, like, dim, config=None):
-    """(out, grid, arguments after the input, launch constants) of along_dim_kernel (a whole column a tile) or, for
-    long columns, along_loop_kernel over a `shape` input."""
+def along_setup(shape, like, dim, config=None, loop=False):
+    """(out, grid, arguments after the input, launch constants) of along_dim_kernel (a whole column a tile) or, with
+    loop, along_loop_kernel."""
     outer, extent, inner = split_at(shape, dim)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     block_r = triton.next_power_of_2(extent)
-    if long_column(extent):
+    if loop:
         block_r = min(block_r, tile_elements(like))
     block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
@@ -127,14 +124,20 @@ def along_setup(shape, like, dim, config=None):
 def along_dim(x, dim, op, config=None):
     """op: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin (values)."""
     out, grid, args, meta = along_setup(x.shape, x, dim, config)
-    kernel = along_loop_kernel if long_column(split_at(x.shape, dim)[1]) else along_dim_kernel
-    kernel[grid](x, *args, OP=op, **meta)
+    along_dim_kernel[grid](x, *args, OP=op, **meta)
+    return out
+
+
+def along_dim_long(x, dim, op, config=None):
+    """along_dim for long columns (long_column): along_loop_kernel."""
+    out, grid, args, meta = along_setup(x.shape, x, dim, config, True)
+    along_loop_kernel[grid](x, *args, OP=op, **meta)
     return out
 
 
 def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
-    """(out, grid, arguments after the input, launch constants) of row_norm_kernel over a `shape` input. mode: 0 layer
-    norm, 1 RMS norm (rows of weight's size), 2 group norm (a row per image and group), 3 instance norm."""
+    """(out, grid, arguments after the input, launch constants) of row_norm_kernel. mode: 0 layer norm, 1 RMS norm
+    (rows of weight's size), 2 group norm (a row per image and group), 3 instance norm."""
     numel = 1
     for d in shape:
         numel *= d
@@ -179,7 +182,7 @@ def instance_norm(x, config=None):
 
 
 def batch_norm_setup(shape, like, weight, bias, config=None):
-    """(out, grid, arguments after the input, launch constants) of batch_norm_kernel over a `shape` input."""
+    """(out, grid, arguments after the input, launch constants) of batch_norm_kernel."""
     channels = shape[1]
     positions = 1
     for d in shape[2:]:
