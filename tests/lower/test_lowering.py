@@ -595,3 +595,36 @@ def test_tuned_configs_are_baked_in(tmp_path, monkeypatch):
     assert "config={'BLOCK_R': 16, 'num_warps': 2}" in src
     assert "config={" not in lower_program(prog, rec.source, gpu=None)
     assert tuning.bucket((35, 40)) == "64x64" and tuning.bucket((1, 0)) == "1x1"
+
+
+def test_tuning_candidates_keep_values(tmp_path, monkeypatch):
+    """bench/tune_lowering.py's pieces on CPU: every candidate configuration of each tuned kernel, applied as on a GPU
+    (the wrappers told they run compiled, the interpreter running them), gives the default's values; the launch is
+    the emitter's own call with `config=`."""
+    import sys
+    from pathlib import Path
+
+    from drtriton_ray.lower import tuning, wrappers
+    from drtriton_ray.lower.elementwise import is_elementwise
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import tune_lowering
+
+    monkeypatch.setattr(wrappers, "compiled", lambda t: True)
+    ops = ("Matmul", "Linear", "Sum", "Softmax", "LayerNorm", "GroupNorm", "BatchNorm", "Conv2d", "MaxPool2d", "GELU")
+    for op in ops:
+        rec = Sampler(SynthConfig(level=1, profile="small", ops=(op,)), seed=7).sample(0)
+        p = Program.from_json(rec.dag)
+        node, out = p.nodes[0], p.tensors[p.nodes[0].outputs[0]]
+        shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+        kd = (
+            ("elementwise", (out.numel,))
+            if is_elementwise(op)
+            else tuning.kernel_dims(op, node.params, shapes, out.shape)
+        )
+        call = tune_lowering.launcher(p, 0, tmp_path)
+        best, times = tune_lowering.tune_one(
+            call, tune_lowering.environment(p, 0, "cpu"), *kd, timer=lambda fn: fn() is None or 1.0
+        )
+        assert best is None and len(times) == len(tune_lowering.candidates(*kd)) + 1, op
+        assert all(t == 1.0 for t in times.values()), (op, times)
