@@ -3,6 +3,7 @@ speedups against eager and torch.compile.
 
     python bench/lowering.py                              # CPU: Triton interpreter, small profile
     python bench/lowering.py --device cuda --profile paper --level2 40 --level5 20 --budget-s 480 --out l.json
+    python bench/lowering.py --compare before.json after.json   # per level and operator family, two runs' logs
 
 Level 1 covers every operator once; levels 2 and 5 draw random programs (seed 7), the same ones on every run.
 Programs are drawn, lowered and verified a few at a time, with a progress line after each batch. With
@@ -28,11 +29,92 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.ops import SYNTH_NAMES
+from drtriton_ray.lower.emit import fragments, lower_program
+from drtriton_ray.ops import REGISTRY, SYNTH_NAMES
 from drtriton_ray.synth import Program, Sampler, SynthConfig
 from drtriton_ray.verify import Limits, Task, Verdict, WorkerPool
 from drtriton_ray.verify.metrics import summarize
+
+
+# operator families of the per-family breakdown (the registry's families, merged as issue 29 reports them)
+FAMILIES = {
+    "elementwise": "elementwise",
+    "broadcast": "elementwise",
+    "reduce": "reduction/norm/softmax",
+    "norm": "reduction/norm/softmax",
+    "softmax": "reduction/norm/softmax",
+    "scan": "scan",
+    "matmul": "matmul/bmm/linear",
+    "conv": "conv/transposed conv",
+    "pool": "pooling",
+    "layout": "layout",
+    "mask": "layout",
+}
+
+
+def program_families(name: str) -> list[str]:
+    """The families of a program's operators, from its log name `id Op+Op+...`: every non-elementwise family it
+    has (a program counts in each), or elementwise when it has no other."""
+    ops = name.split(" ", 1)[-1].split("+")
+    found = sorted({FAMILIES[REGISTRY[op].family] for op in ops if op in REGISTRY})
+    return [f for f in found if f != "elementwise"] or found or ["unknown"]
+
+
+def family_rows(programs: list[dict]) -> dict:
+    """(level, family) -> programs, correct, geomean speedups, mean kernels per program."""
+    groups = collections.defaultdict(list)
+    for p in programs:
+        for fam in program_families(p["name"]):
+            groups[(p["level"], fam)].append(p)
+    rows = {}
+    for key, ps in sorted(groups.items()):
+        ok = [p for p in ps if p.get("status") == "correct"]
+        kernels = [p["kernels"] for p in ps if p.get("kernels")]
+        rows[key] = {
+            "programs": len(ps),
+            "correct": len(ok),
+            "eager": geomean([p.get("speedup_vs_eager") for p in ok]),
+            "compile": geomean([p.get("speedup_vs_compile") for p in ok]),
+            "kernels": sum(kernels) / len(kernels) if kernels else None,
+        }
+    return rows
+
+
+def _x(v, fmt="{:.2f}x"):
+    return "-" if v is None else fmt.format(v)
+
+
+def render_families(runs: list[tuple[str, list[dict]]]) -> None:
+    """One table: per level and family, each run's correct count, geomeans and kernels per program."""
+    console = Console(width=200)
+    table = Table(title="per operator family" + (" (" + " -> ".join(n for n, _ in runs) + ")" if len(runs) > 1 else ""))
+    table.add_column("level", justify="right")
+    table.add_column("family")
+    for name, _ in runs:
+        tag = f" [{name}]" if len(runs) > 1 else ""
+        for col in ("correct", "vs eager", "vs compile", "kernels"):
+            table.add_column(col + tag, justify="right")
+    per_run = [family_rows(programs) for _, programs in runs]
+    for key in sorted(set().union(*per_run)):
+        cells = [str(key[0]), key[1]]
+        for rows in per_run:
+            r = rows.get(key)
+            cells += (
+                [f"{r['correct']}/{r['programs']}", _x(r["eager"]), _x(r["compile"]), _x(r["kernels"], "{:.2f}")]
+                if r
+                else ["-"] * 4
+            )
+        table.add_row(*cells)
+    console.print(table)
+
+
+def compare(paths: list[str]) -> None:
+    """--compare A.json B.json ...: the per-family table of several runs' logs side by side."""
+    runs = []
+    for path in paths:
+        with open(path) as f:
+            runs.append((os.path.basename(path).removesuffix(".json"), json.load(f)["programs"]))
+    render_families(runs)
 
 
 def interrupt(signum, frame):
@@ -57,6 +139,7 @@ class Levels:
 
     def __init__(self, args):
         self.args, self.samplers = args, {}
+        self.kernels: dict[str, int] = {}  # kernels (forward launches) per lowered program
 
     def count(self, level: int) -> int:
         return len(SYNTH_NAMES) if level == 1 else {2: self.args.level2, 5: self.args.level5}[level]
@@ -74,9 +157,11 @@ class Levels:
             return name, Verdict(status="synthesis_error", reason=f"{type(e).__name__}: {e}", name=name)
         name = f"{r.id} {'+'.join(r.ops)}"
         try:
-            candidate = lower_program(Program.from_json(r.dag), r.source)
+            program = Program.from_json(r.dag)
+            candidate = lower_program(program, r.source)
         except Exception as e:  # noqa: BLE001
             return name, Verdict(status="lowering_error", reason=f"{type(e).__name__}: {e}", name=name)
+        self.kernels[name] = len(fragments(program))
         return name, Task(r.source, candidate, name=name, timing_trials=a.timing_trials)
 
 
@@ -214,7 +299,13 @@ def main() -> None:
     ap.add_argument("--timing-trials", type=int, default=Task.timing_trials, help="GPU timing windows per candidate")
     ap.add_argument("--task-timeout-s", type=float, default=Limits.task_timeout_s)
     ap.add_argument("--out", default=None, help="JSON log: per-level rows and every program's verdict")
+    ap.add_argument(
+        "--compare", nargs="+", default=None, help="print the per-family table of these JSON logs, and stop"
+    )
     args = ap.parse_args()
+    if args.compare:
+        compare(args.compare)
+        return
     if args.first < 0:
         ap.error(f"--first must be >= 0, got {args.first}")
     start = time.monotonic()
@@ -263,7 +354,9 @@ def main() -> None:
                     for name, x in drawn:
                         v = next(done) if isinstance(x, Task) else x
                         verdicts.append(v)
-                        programs.append({"level": level, "name": name, **v.to_dict()})
+                        programs.append(
+                            {"level": level, "name": name, "kernels": source.kernels.get(name), **v.to_dict()}
+                        )
                         if not v.correct:
                             failures.append((name, v.status, v.reason[:160]))
                             print(f"  L{level} {v.status}: {name}: {v.reason[:160]}", flush=True)
@@ -285,6 +378,7 @@ def main() -> None:
     if args.out:
         write_log(args.out, args, rows, programs, info)
     render(args, rows, failures)
+    render_families([("", programs)])
     report_memory(info)
     if durations := [p["duration_s"] for p in programs if p.get("duration_s")]:
         print(

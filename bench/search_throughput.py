@@ -26,11 +26,12 @@ from verify_throughput import BusySampler, report_modes  # noqa: E402
 from drtriton_ray.capture.graph import CaptureError  # noqa: E402
 from drtriton_ray.capture.sandbox import capture_program  # noqa: E402
 from drtriton_ray.search.fragments import enumerate_fragments  # noqa: E402
+from drtriton_ray.search.search import FRAGMENT_TIMING_TRIALS  # noqa: E402
 from drtriton_ray.search.sources import Budget, LoweringSource  # noqa: E402
 from drtriton_ray.verify import Limits, Task, WorkerPool  # noqa: E402
 
 
-def fragment_tasks(paths: list[Path], device: str, k: int, cap: int) -> list[Task]:
+def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int) -> list[Task]:
     """One task per distinct lowerable fragment of the programs, as the search would submit it."""
     tasks, seen = [], set()
     source = LoweringSource()
@@ -47,7 +48,9 @@ def fragment_tasks(paths: list[Path], device: str, k: int, cap: int) -> list[Tas
             for c in source.propose(fragments, Budget(candidates=len(fragments), seconds=1e9)):
                 f = by_hash[c.fragment]
                 name, seed = f"{path.stem}/{f.name}", len(tasks)
-                tasks.append(Task(f.source, c.code, name=name, seed=seed, timing=True, compile_reference=False))
+                tasks.append(
+                    Task(f.source, c.code, name=name, seed=seed, timing_trials=trials, compile_reference=False)
+                )
     return tasks[:cap]
 
 
@@ -83,10 +86,11 @@ def main() -> int:
     ap.add_argument("--max-candidates", type=int, default=48)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", default="1,4", help="pool sizes to compare, the first is the baseline")
+    ap.add_argument("--timing-trials", type=int, default=FRAGMENT_TIMING_TRIALS, help="as the search (50: in full)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     paths = problems(args.kernelbench, args.level, args.problems, args.seed)
-    tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates)
+    tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates, args.timing_trials)
     print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
     results = {f"pool{w}": run(tasks, args.device, int(w)) for w in args.workers.split(",")}
     summary = report_modes(Console(), results, len(tasks))

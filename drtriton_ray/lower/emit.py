@@ -1,11 +1,15 @@
 """The reference lowering: a synthesized program (its DAG) to a standalone KernelBench solution,
 `class ModelNew` whose forward launches Triton kernels only.
 
-One kernel per operator, except that elementwise operators are fused: an elementwise node whose
-output has exactly one consumer, itself elementwise, and is not a program output joins that
-consumer's group; each group (a sub-DAG with one sink) becomes one generated kernel launched where
-its sink stood. The kernels and wrappers are copied from `lower/kernels.py` and `lower/wrappers.py`,
-so the emitted module needs nothing but torch and triton.
+One kernel per fragment (`fragments`). Elementwise operators group first: an elementwise node whose output has
+exactly one consumer, itself elementwise, and is not a program output joins that consumer's group (a sub-DAG
+with one sink). Every other operator anchors a fragment, and takes a group that only it consumes: as its EPILOGUE
+a group fed by its output, applied before its kernel stores (matmul + bias + ReLU is one kernel), else as its
+PROLOGUE a group whose result it alone reads, computed on the values it loads (ReLU + Sum is one kernel); an
+intermediate inside a fragment is never written. A group left over is a kernel of its own. Kernels and wrappers
+come from `lower/kernels.py` and `lower/wrappers.py`, verbatim for an operator alone, specialized and fused by
+`lower/fuse.py` otherwise (one generated kernel and wrapper per fragment), so the emitted module needs nothing but
+torch and triton. Launch configurations tuned per GPU and shape (`lower/tuning.py`) are baked in as literals.
 """
 
 from __future__ import annotations
@@ -13,8 +17,12 @@ from __future__ import annotations
 import ast
 import inspect
 
+from dataclasses import dataclass, field
+
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_elementwise
+from drtriton_ray.lower.fuse import Side, fused_anchor_source
+from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims
 from drtriton_ray.synth.dag import Node, Program
 from drtriton_ray.synth.render import forward_signature
 
@@ -28,15 +36,24 @@ class NotLowerable(Exception):
     """The lowering has no kernel for this operator yet."""
 
 
-def _call(node: Node, out_shape: list[int]) -> str:
-    """The forward line's right-hand side for a non-elementwise node."""
+def launch_call(node: Node, in_shape: list[int], out_shape: list[int], config: dict | None = None) -> str:
+    """The forward line's right-hand side for a non-elementwise node (a tuned launch config as a last argument)."""
+    call = _plain_call(node, in_shape, out_shape)
+    if not config or call.startswith(("transpose", "triangle", "cat", "stack")):
+        return call
+    return f"{call[:-1]}, {config!r})"
+
+
+def _plain_call(node: Node, in_shape: list[int], out_shape: list[int]) -> str:
     x = [f"tensor_{i}" for i in node.inputs]
     w = [f"self.weight_{i}" for i in node.weights]
     p = node.params
     if node.op in REDUCE_OPS:
         return f"reduce_dim({x[0]}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[node.op]})"
     if node.op in ALONG_OPS:
-        return f"along_dim({x[0]}, {p['dim']}, {ALONG_OPS[node.op]})"
+        outer, extent, inner = wrappers.split_at(in_shape, p["dim"])
+        call = "along_dim_long" if wrappers.long_column(extent) else "along_dim"
+        return f"{call}({x[0]}, {p['dim']}, {ALONG_OPS[node.op]})"
     calls = {
         "Matmul": lambda: f"matmul({x[0]}, {x[1]})",
         "Bmm": lambda: f"matmul({x[0]}, {x[1]})",
@@ -95,36 +112,195 @@ def fusion_groups(p: Program) -> list[list[int]]:
     return [groups[s] for s in sorted(groups)]
 
 
-def _fused(p: Program, group: list[int], name: str) -> tuple[str, str]:
-    """(kernel and wrapper source, forward line) for one elementwise group."""
+PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm"])
+
+
+def epilogue_ok(op: str) -> bool:
+    """Whether op's kernel can apply an epilogue: everything with a float output stored at a flat index."""
+    fused = op in PROLOGUE_OPS and op not in ("ArgMax", "ArgMin")
+    return fused or op in ("Matmul", "Bmm", "Linear") or op.startswith(("Conv", "AvgPool", "MaxPool"))
+
+
+@dataclass
+class Fragment:
+    """One kernel: a non-elementwise node (anchor) with the elementwise groups fused before and after it, or an
+    elementwise group alone (anchor None, its nodes in `epilogue`)."""
+
+    anchor: int | None
+    prologue: list[int] = field(default_factory=list)
+    epilogue: list[int] = field(default_factory=list)
+
+    @property
+    def position(self) -> int:
+        """Where its forward line goes: after the last of its nodes (all it reads exists by then)."""
+        return max(self.prologue + self.epilogue + ([] if self.anchor is None else [self.anchor]))
+
+
+def fragments(p: Program, fuse: bool = True) -> list[Fragment]:
+    """The program's kernels in forward order. With `fuse`, an anchor takes as epilogue an elementwise group that
+    alone consumes its output, of that output's shape, else as prologue a group whose result only it reads."""
+    consumers: dict[int, list[int]] = {}
+    for k, n in enumerate(p.nodes):
+        for t in n.inputs:
+            consumers.setdefault(t, []).append(k)
+    outputs = set(p.outputs)
+    groups = fusion_groups(p)
+    anchors = {g[-1]: Fragment(g[-1]) for g in groups if not is_elementwise(p.nodes[g[-1]].op)}
+    loose = [g for g in groups if is_elementwise(p.nodes[g[-1]].op)]
+    for g in list(loose) if fuse else []:
+        sink = p.nodes[g[-1]].outputs[0]
+        for t in dict.fromkeys(t for k in g for t in p.nodes[k].inputs):
+            a = next((k for k in anchors if p.nodes[k].outputs[0] == t), None)
+            if (
+                a is not None
+                and not anchors[a].epilogue
+                and epilogue_ok(p.nodes[a].op)
+                and t not in outputs
+                and all(c in g for c in consumers[t])
+                and p.tensors[t].shape == p.tensors[sink].shape
+            ):
+                anchors[a].epilogue = g
+                loose.remove(g)
+                break
+    for g in list(loose) if fuse else []:
+        sink = p.nodes[g[-1]].outputs[0]
+        users = set(consumers.get(sink, []))
+        a = next(iter(users)) if len(users) == 1 and sink not in outputs else None
+        if a in anchors and p.nodes[a].op in PROLOGUE_OPS and not anchors[a].prologue:
+            anchors[a].prologue = g
+            loose.remove(g)
+    frags = list(anchors.values()) + [Fragment(None, [], g) for g in loose]
+    return sorted(frags, key=lambda f: f.position)
+
+
+def _group_body(p: Program, group: list[int], names: dict[int, str], first: int):
+    """(leaf tensors, the lines computing the group over v{first}.. and names given, its sink tensor)."""
     inside = {p.nodes[k].outputs[0] for k in group}
     leaves: list[int] = []
     for k in group:
         for t in p.nodes[k].inputs:
-            if t not in inside and t not in leaves:
+            if t not in inside and t not in leaves and t not in names:
                 leaves.append(t)
-    names = {t: f"v{j}" for j, t in enumerate(leaves)}
+    names = {**names, **{t: f"v{first + j}" for j, t in enumerate(leaves)}}
     body = []
     for k in group:
         n = p.nodes[k]
         out = n.outputs[0]
         names[out] = f"t{out}"
         body.append(f"t{out} = {expression(n.op, [names[t] for t in n.inputs], n.params)}")
-    sink = p.nodes[group[-1]].outputs[0]
+    return leaves, body, p.nodes[group[-1]].outputs[0]
+
+
+def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None = None) -> tuple[str, str]:
+    """(kernel and wrapper source, forward line) for one elementwise group."""
+    leaves, body, sink = _group_body(p, group, {}, 0)
     shape = tuple(p.tensors[sink].shape)
     dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
+    config = config_for("elementwise", (p.tensors[sink].numel,), gpu)
     wrapper = "\n".join(
         [
             f"def {name}({args}):",
-            f"    out, grid, kernel_args, wide = elementwise_args({shape}, DTYPE, {dense}, {args})",
-            f"    {name}_kernel[grid](*kernel_args, BLOCK=1024, WIDE=wide)",
+            f"    out, grid, kernel_args, meta = elementwise_args({shape}, DTYPE, {dense}, {args}"
+            + (f", config={config!r})" if config else ")"),
+            f"    {name}_kernel[grid](*kernel_args, **meta)",
             "    return out",
             "",
         ]
     )
     line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
     return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}") + "\n\n" + wrapper, line
+
+
+def _describe(p: Program, nodes: list[int]) -> str:
+    def one(n: Node) -> str:
+        shown = {k: v for k, v in n.params.items() if k in ("dim", "keepdim", "num_groups")}
+        return n.op + ("(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")" if shown else "")
+
+    return ", ".join(one(p.nodes[k]) for k in nodes)
+
+
+def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tuple, config: dict | None):
+    """(library kernel, its fixed constexprs, the wrapper's setup call) of an anchor over a `shape` input named
+    x[0], other tensor inputs x[1:], weights w."""
+    p, cfg = node.params, f", config={config!r}" if config else ""
+    rows = {"LayerNorm": (0, 1), "RMSNorm": (1, 1), "GroupNorm": (2, p.get("num_groups")), "InstanceNorm": (3, 1)}
+    if node.op in REDUCE_OPS:
+        op = REDUCE_OPS[node.op]
+        return "reduce_kernel", {"OP": op}, f"reduce_setup({shape}, {x[0]}, {p['dim']}, {p['keepdim']}, {op}{cfg})"
+    if node.op in ALONG_OPS:
+        loop = wrappers.long_column(shape[p["dim"]])
+        setup = f"along_setup({shape}, {x[0]}, {p['dim']}{cfg}{', loop=True' if loop else ''})"
+        return ("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[node.op]}, setup
+    if node.op in rows:
+        mode, groups = rows[node.op]
+        weight, bias = (w + [None, None])[:2]
+        fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
+        return "row_norm_kernel", fixed, f"row_norm_setup({shape}, {x[0]}, {weight}, {bias}, {mode}, {groups}{cfg})"
+    if node.op == "BatchNorm":
+        return "batch_norm_kernel", {}, f"batch_norm_setup({shape}, {x[0]}, {w[0]}, {w[1]}{cfg})"
+    if node.op in ("Matmul", "Bmm"):
+        return "matmul_kernel", {"HAS_BIAS": False}, f"matmul_setup({x[0]}, {x[1]}{cfg})"
+    if node.op == "Linear":
+        return "matmul_kernel", {"HAS_BIAS": True}, f"linear_setup({x[0]}, {w[0]}, {w[1]}{cfg})"
+    if node.op.startswith("Conv"):
+        t = node.op.startswith("ConvTranspose")
+        call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
+        return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
+    call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
+    return "pool_kernel", {"IS_MAX": node.op.startswith("Max")}, call
+
+
+def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tuple[str, str]:
+    """(kernel and wrapper source, forward line) of an anchor with a prologue and/or an epilogue."""
+    node = p.nodes[f.anchor]
+    anchor_out = node.outputs[0]
+    args: list[str] = []  # the wrapper's arguments, as the forward passes them
+
+    def param(expr: str) -> str:
+        args.append(expr)
+        return f"x{len(args) - 1}"
+
+    shape = tuple(p.tensors[node.inputs[0]].shape)
+    prologue = epilogue = None
+    lines = []
+    if f.prologue:
+        leaves, body, sink = _group_body(p, f.prologue, {}, 0)
+        dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
+        prologue = Side(list(range(len(leaves))), dense, body, f"t{sink}")
+        names = [param(f"tensor_{t}") for t in leaves]
+        index = "pro_index" if not all(dense) else "_"
+        lines.append(f"    pro, {index} = leaf_args({shape}, {dense}, {', '.join(names)})")
+        x = [names[0]] + [param(f"tensor_{t}") for t in node.inputs[1:]]
+    else:
+        x = [param(f"tensor_{t}") for t in node.inputs]
+    w = [param(f"self.weight_{t}") for t in node.weights]
+    out_shape = tuple(p.tensors[anchor_out].shape)
+    dims = kernel_dims(node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape)
+    base, fixed, setup = _setup(node, shape, x, w, out_shape, config_for(*dims, gpu) if dims else None)
+    lines.append(f"    out, grid, args, meta = {setup}")
+    final = anchor_out
+    if f.epilogue:
+        first = len(prologue.leaves) if prologue else 0
+        leaves, body, final = _group_body(p, f.epilogue, {anchor_out: "val"}, first)
+        dense = [tuple(p.tensors[t].shape) == out_shape for t in leaves]
+        epilogue = Side(list(range(first, first + len(leaves))), dense, body, f"t{final}")
+        if leaves:
+            names = [param(f"tensor_{t}") for t in leaves]
+            index = "epi_index" if not all(dense) else "_"
+            lines.append(f"    epi, {index} = leaf_args(out.shape, {dense}, {', '.join(names)})")
+    comment = " -> ".join(
+        part for part in (_describe(p, f.prologue), _describe(p, [f.anchor]), _describe(p, f.epilogue)) if part
+    )
+    kernel, still = fused_anchor_source(base, f"{name}_kernel", fixed, prologue, epilogue, f"fused: {comment}")
+    launch = ["*pro" if prologue else x[0], "*args"]
+    launch += ["*epi"] if epilogue and epilogue.leaves else []
+    launch += ["*pro_index"] if prologue and not all(prologue.dense) else []
+    launch += ["*epi_index"] if epilogue and not all(epilogue.dense) else []
+    launch += [f"{c}={fixed[c]}" for c in still] + ["**meta"]
+    lines += [f"    {name}_kernel[grid]({', '.join(launch)})", "    return out", ""]
+    wrapper = f"def {name}({', '.join(f'x{j}' for j in range(len(args)))}):\n" + "\n".join(lines)
+    return kernel + "\n\n" + wrapper, f"tensor_{final} = {name}({', '.join(args)})"
 
 
 def _definitions(module) -> dict[str, tuple[str, set[str]]]:
@@ -172,18 +348,30 @@ def _problem_parts(source: str) -> tuple[list[str], list[str]]:
     return constants, [line[indent:] for n in body for line in text(n)]
 
 
-def lower_program(p: Program, problem_source: str) -> str:
-    """The full candidate module for program p, whose problem text is `problem_source`."""
+def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
+    """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
+    operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
+    configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices)."""
+    gpu = gpu_name() if gpu == "auto" else gpu
     kernels_src: list[str] = []
     forward: list[str] = []
-    for g, group in enumerate(fusion_groups(p)):
-        sink = p.nodes[group[-1]]
-        if is_elementwise(sink.op):
-            src, line = _fused(p, group, f"fused_{g}")
-            kernels_src.append(src)
-            forward.append(line)
+    for g, f in enumerate(fragments(p, fuse)):
+        if f.anchor is None:
+            src, line = fused_elementwise(p, f.epilogue, f"fused_{g}", gpu)
+        elif f.prologue or f.epilogue:
+            src, line = _anchor_fragment(p, f, f"fused_{g}", gpu)
         else:
-            forward.append(f"tensor_{sink.outputs[0]} = {_call(sink, p.tensors[sink.outputs[0]].shape)}")
+            node = p.nodes[f.anchor]
+            out_shape = p.tensors[node.outputs[0]].shape
+            dims = kernel_dims(
+                node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape
+            )
+            config = config_for(*dims, gpu) if dims else None
+            in_shape = p.tensors[node.inputs[0]].shape
+            line = f"tensor_{node.outputs[0]} = {launch_call(node, in_shape, out_shape, config)}"
+            src = None
+        kernels_src += [src] if src else []
+        forward.append(line)
     outs = [f"tensor_{o}" for o in p.outputs]
     forward.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
     constants, init = _problem_parts(problem_source)

@@ -49,7 +49,7 @@ def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.co
     OP: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var (unbiased), 7 L2 norm."""
     c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = c < n_cols
-    base = x_ptr + (c // I) * R * I + c % I
+    col = (c // I) * R * I + c % I  # flat index of each column's first value
     acc = tl.zeros([BLOCK_C], dtype=tl.float32)
     if OP == 2 or OP == 4:
         acc = acc - float("inf")
@@ -65,7 +65,7 @@ def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.co
             other = float("inf")
         else:
             other = 0.0
-        x = tl.load(base[None, :] + r[:, None] * I, mask=mask, other=other).to(tl.float32)
+        x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=other).to(tl.float32)
         if OP == 0 or OP == 1 or OP == 6:
             acc += tl.sum(x, axis=0)
         elif OP == 7:
@@ -90,7 +90,7 @@ def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.co
         for r0 in range(0, R, BLOCK_R):
             r = r0 + tl.arange(0, BLOCK_R)
             mask = (r[:, None] < R) & c_ok[None, :]
-            x = tl.load(base[None, :] + r[:, None] * I, mask=mask, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=0.0).to(tl.float32)
             d = tl.where(mask, x - mean[None, :], 0.0)
             acc += tl.sum(d * d, axis=0)
         acc = acc / (R - 1)
@@ -134,6 +134,56 @@ def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl
 
 
 @triton.jit
+def along_loop_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+    """along_dim_kernel for columns too long for one tile, BLOCK_R values at a time. Softmax and log-softmax in two
+    passes, the first online: a running maximum, and a running sum rescaled by exp(old max - new max) when the
+    maximum grows. Scans carry each column's running value from one block to the next."""
+    c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    col = (c // I) * R * I + c % I  # flat index of each column's first value
+    if OP == 0 or OP == 1:
+        top = tl.zeros([BLOCK_C], dtype=tl.float32) - float("inf")
+        total = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for r0 in range(0, R, BLOCK_R):
+            r = r0 + tl.arange(0, BLOCK_R)
+            mask = (r[:, None] < R) & (c < n_cols)[None, :]
+            x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=-float("inf")).to(tl.float32)
+            new_top = tl.maximum(top, tl.max(x, axis=0))
+            e = tl.where(mask, tl.exp(x - new_top[None, :]), 0.0)
+            total = total * tl.exp(top - new_top) + tl.sum(e, axis=0)
+            top = new_top
+    elif OP == 2:  # a float64 running sum, as along_dim_kernel's
+        carry = tl.zeros([BLOCK_C], dtype=tl.float64)
+    elif OP == 3:
+        carry = tl.zeros([BLOCK_C], dtype=tl.float32) - float("inf")
+    else:
+        carry = tl.zeros([BLOCK_C], dtype=tl.float32) + float("inf")
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        mask = (r[:, None] < R) & (c < n_cols)[None, :]
+        if OP == 3:
+            other = -float("inf")
+        elif OP == 4:
+            other = float("inf")
+        else:
+            other = 0.0
+        x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=other).to(tl.float32)
+        if OP == 0:
+            y = tl.exp(x - top[None, :]) / total[None, :]
+        elif OP == 1:
+            y = x - top[None, :] - tl.log(total)[None, :]
+        elif OP == 2:
+            y = tl.cumsum(x.to(tl.float64), axis=0) + carry[None, :]
+            carry += tl.sum(x.to(tl.float64), axis=0)
+        elif OP == 3:
+            y = tl.maximum(tl.associative_scan(x, 0, max_combine), carry[None, :])
+            carry = tl.maximum(carry, tl.max(x, axis=0))
+        else:
+            y = tl.minimum(tl.associative_scan(x, 0, min_combine), carry[None, :])
+            carry = tl.minimum(carry, tl.min(x, axis=0))
+        tl.store(out_ptr + col[None, :] + r[:, None] * I, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, L, S, CPG, G, eps,
                     MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr,
                     BLOCK: tl.constexpr):
@@ -142,12 +192,11 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, L, S, CPG, G, eps,
     channels x S positions; weights per channel), 3 instance norm (no weights)."""
     rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     row_ok = rows < n_rows
-    base = x_ptr + rows * L
     acc = tl.zeros([BLOCK_ROWS, BLOCK], dtype=tl.float32)
     for j0 in range(0, L, BLOCK):
         j = j0 + tl.arange(0, BLOCK)
         m = row_ok[:, None] & (j < L)[None, :]
-        x = tl.load(base[:, None] + j[None, :], mask=m, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
         if MODE == 1:
             acc += x * x
         else:
@@ -161,14 +210,15 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, L, S, CPG, G, eps,
         for j0 in range(0, L, BLOCK):
             j = j0 + tl.arange(0, BLOCK)
             m = row_ok[:, None] & (j < L)[None, :]
-            x = tl.load(base[:, None] + j[None, :], mask=m, other=0.0).to(tl.float32)
+            x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
             d = tl.where(m, x - mean[:, None], 0.0)
             acc += d * d
         scale = 1.0 / tl.sqrt(tl.sum(acc, axis=1) / L + eps)
     for j0 in range(0, L, BLOCK):
         j = j0 + tl.arange(0, BLOCK)
         m = row_ok[:, None] & (j < L)[None, :]
-        y = (tl.load(base[:, None] + j[None, :], mask=m, other=0.0).to(tl.float32) - mean[:, None]) * scale[:, None]
+        x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
+        y = (x - mean[:, None]) * scale[:, None]
         if MODE == 2:  # weights per channel: the row's group, then the channel within it
             widx = (rows % G)[:, None] * CPG + (j // S)[None, :]
         else:
@@ -193,7 +243,8 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
         m = m0 + tl.arange(0, BLOCK)
         mask = c_ok[:, None] & (m < count)[None, :]
         offs = c[:, None] * S + (m // S * C * S + m % S)[None, :]
-        acc += tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        acc += x
     mean = tl.sum(acc, axis=1) / count
     acc = tl.zeros([BLOCK_C, BLOCK], dtype=tl.float32)
     for m0 in range(0, count, BLOCK):
@@ -216,7 +267,7 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
 
 
 @triton.jit
-def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, B1, B2,
+def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
                   sa0, sa1, sa2, sam, sak, sb0, sb1, sb2, sbk, sbn,
                   HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
     """C[b] = A[b] @ B[b] (+ bias over N) for up to three broadcast batch dims given by strides
@@ -246,8 +297,8 @@ def matmul_kernel(a_ptr, b_ptr, c_ptr, bias_ptr, M, N, K, B1, B2,
         b_ptrs += BK * sbk
     if HAS_BIAS:
         acc += tl.load(bias_ptr + rn, mask=rn < N, other=0.0).to(tl.float32)[None, :]
-    c = c_ptr + bid * M * N + rm[:, None] * N + rn[None, :]
-    tl.store(c, acc.to(c_ptr.dtype.element_ty), mask=(rm[:, None] < M) & (rn[None, :] < N))
+    tl.store(out_ptr + bid * M * N + rm[:, None] * N + rn[None, :], acc.to(out_ptr.dtype.element_ty),
+             mask=(rm[:, None] < M) & (rn[None, :] < N))
 
 
 @triton.jit
@@ -401,8 +452,8 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
                         mask=co_ok[:, None] & (tap_ok & ci_ok)[None, :], other=0.0)
             # always a dot, ieee float32: the broadcast-product alternative compiled wrong (see conv_blocks)
             acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
-    out = out_ptr + (n[None, :] * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
-    tl.store(out, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
+    o_off = (n[None, :] * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
+    tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
 
 
 @triton.jit

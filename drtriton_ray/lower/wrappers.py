@@ -4,8 +4,9 @@ each may use only torch, triton, the kernels and the helpers above it in this fi
 import torch
 import triton
 
-from drtriton_ray.lower.kernels import (along_dim_kernel, batch_norm_kernel, conv_kernel, matmul_kernel, pool_kernel,
-                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
+from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
+                                        matmul_kernel, pool_kernel, reduce_kernel, row_norm_kernel,
+                                        strided_copy_kernel, triangle_kernel)
 
 
 def pad5(shape):
@@ -33,17 +34,28 @@ def coalesced_dims(shape, strides):
     return sizes, [(first[1][k],) + (0,) * ones + tuple(step[k] for _, step in rest) for k in range(len(strides))]
 
 
-def elementwise_args(shape, dtype, dense, *inputs):
-    """(output, grid, arguments, WIDE) for a fused elementwise kernel whose inputs are `dense` (read at the flat
-    index: made contiguous, a no-op for the contiguous tensors a program passes) or broadcast (read through
-    strides over coalesced dims); each kernel's own wrapper launches."""
+def tuned(meta, config, t):
+    """Launch constants: the wrapper's own, overridden by a tuned config where kernels run compiled."""
+    return {**meta, **config} if config and compiled(t) else meta
+
+
+def leaf_args(shape, dense, *leaves):
+    """(tensors, index arguments) of a fused kernel's leaves: a dense one (`shape`) is read at the flat index, a
+    broadcast one through strides over the coalesced dims (d1..d4, then five strides per broadcast leaf)."""
+    tensors = [t.contiguous() if d else t for t, d in zip(leaves, dense)]
+    if all(dense):
+        return tensors, []
+    sizes, strides = coalesced_dims(shape, [t.expand(shape).stride() for t, d in zip(leaves, dense) if not d])
+    return tensors, [*sizes] + [s for per_leaf in strides for s in per_leaf]
+
+
+def elementwise_args(shape, dtype, dense, *inputs, config=None):
+    """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args)."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
-    args = [t.contiguous() if d else t for t, d in zip(inputs, dense)] + [n]
-    if not all(dense):
-        sizes, strides = coalesced_dims(shape, [t.expand(shape).stride() for t, d in zip(inputs, dense) if not d])
-        args += [*sizes] + [s for per_input in strides for s in per_input]
-    return out, (triton.cdiv(n, 1024),), (out, *args), n >= 2**31
+    tensors, index = leaf_args(shape, dense, *inputs)
+    meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
+    return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
 
 
 def compiled(t):
@@ -69,83 +81,130 @@ def split_at(shape, dim):
     return outer, shape[dim], inner
 
 
-def reduce_dim(x, dim, keepdim, op):
-    """op: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7 norm."""
-    outer, extent, inner = split_at(x.shape, dim)
-    shape = list(x.shape)
+def reduce_setup(shape, like, dim, keepdim, op, config=None):
+    """(out, grid, arguments after the input, launch constants) of reduce_kernel over a `shape` input (device and
+    dtype: like's). op: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7 norm."""
+    outer, extent, inner = split_at(shape, dim)
+    out_shape = list(shape)
     if keepdim:
-        shape[dim % len(shape)] = 1
+        out_shape[dim % len(shape)] = 1
     else:
-        del shape[dim % len(shape)]
-    dtype = torch.int64 if op in (4, 5) else x.dtype
-    out = torch.empty(shape, device=x.device, dtype=dtype)
-    block_r = min(triton.next_power_of_2(extent), tile_elements(x) // 64)
-    block_c = min(triton.next_power_of_2(outer * inner), tile_elements(x) // block_r)
-    reduce_kernel[(triton.cdiv(outer * inner, block_c),)](x, out, extent, inner, outer * inner, OP=op,
-                                                          BLOCK_R=block_r, BLOCK_C=block_c)
+        del out_shape[dim % len(shape)]
+    out = torch.empty(out_shape, device=like.device, dtype=torch.int64 if op in (4, 5) else like.dtype)
+    block_r = min(triton.next_power_of_2(extent), tile_elements(like) // 64)
+    block_c = min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r)
+    meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
+    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
+
+
+def reduce_dim(x, dim, keepdim, op, config=None):
+    out, grid, args, meta = reduce_setup(x.shape, x, dim, keepdim, op, config)
+    reduce_kernel[grid](x, *args, OP=op, **meta)
     return out
 
 
-def along_dim(x, dim, op):
-    """op: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin (values)."""
-    outer, extent, inner = split_at(x.shape, dim)
-    out = torch.empty_like(x)
+def long_column(extent):
+    """Columns too long for one tile: along_loop_kernel."""
+    return extent > 4096
+
+
+def along_setup(shape, like, dim, config=None, loop=False):
+    """(out, grid, arguments after the input, launch constants) of along_dim_kernel (a whole column a tile) or, with
+    loop, along_loop_kernel."""
+    outer, extent, inner = split_at(shape, dim)
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
     block_r = triton.next_power_of_2(extent)
-    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(x) // block_r))
-    along_dim_kernel[(triton.cdiv(outer * inner, block_c),)](x, out, extent, inner, outer * inner, OP=op,
-                                                             BLOCK_R=block_r, BLOCK_C=block_c)
+    if loop:
+        block_r = min(block_r, tile_elements(like))
+    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
+    meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
+    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
+
+
+def along_dim(x, dim, op, config=None):
+    """op: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin (values)."""
+    out, grid, args, meta = along_setup(x.shape, x, dim, config)
+    along_dim_kernel[grid](x, *args, OP=op, **meta)
     return out
 
 
-def row_norm(x, weight, bias, rows, length, positions, per_group, groups, eps, mode):
-    out = torch.empty_like(x)
-    block = min(triton.next_power_of_2(length), tile_elements(x))
-    block_rows = max(1, min(triton.next_power_of_2(rows), tile_elements(x) // block))
-    row_norm_kernel[(triton.cdiv(rows, block_rows),)](x, x if weight is None else weight, x if bias is None else bias,
-                                                      out, rows, length, positions, per_group, groups, eps, MODE=mode,
-                                                      HAS_W=weight is not None, HAS_B=bias is not None,
-                                                      BLOCK_ROWS=block_rows, BLOCK=block)
+def along_dim_long(x, dim, op, config=None):
+    """along_dim for long columns (long_column): along_loop_kernel."""
+    out, grid, args, meta = along_setup(x.shape, x, dim, config, True)
+    along_loop_kernel[grid](x, *args, OP=op, **meta)
     return out
 
 
-def layer_norm(x, weight, bias):
-    length = weight.numel()
-    return row_norm(x, weight, bias, x.numel() // length, length, 1, 1, 1, 1e-5, 0)
+def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
+    """(out, grid, arguments after the input, launch constants) of row_norm_kernel. mode: 0 layer norm, 1 RMS norm
+    (rows of weight's size), 2 group norm (a row per image and group), 3 instance norm."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    positions, per_group, eps = 1, 1, torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    if mode >= 2:
+        positions = numel // (shape[0] * shape[1])
+        per_group = shape[1] // groups if mode == 2 else 1
+        groups = groups if mode == 2 else 1
+        rows, length = shape[0] * shape[1] // per_group, per_group * positions
+    else:
+        length = weight.numel()
+        rows = numel // length
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    block = min(triton.next_power_of_2(length), tile_elements(like))
+    block_rows = max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block))
+    meta = tuned({"BLOCK_ROWS": block_rows, "BLOCK": block}, config, like)
+    args = (like if weight is None else weight, like if bias is None else bias, out, rows, length, positions,
+            per_group, groups, eps)
+    return out, (triton.cdiv(rows, meta["BLOCK_ROWS"]),), args, meta
 
 
-def rms_norm(x, weight):
-    length = weight.numel()
-    return row_norm(x, weight, None, x.numel() // length, length, 1, 1, 1, torch.finfo(x.dtype).eps, 1)
-
-
-def group_norm(x, groups, weight, bias):
-    channels = x.shape[1]
-    positions = x.numel() // (x.shape[0] * channels)
-    per_group = channels // groups
-    return row_norm(x, weight, bias, x.shape[0] * groups, per_group * positions, positions, per_group, groups,
-                    1e-5, 2)
-
-
-def instance_norm(x):
-    positions = x.numel() // (x.shape[0] * x.shape[1])
-    return row_norm(x, None, None, x.shape[0] * x.shape[1], positions, positions, 1, 1, 1e-5, 3)
-
-
-def batch_norm(x, weight, bias):
-    channels = x.shape[1]
-    positions = x.numel() // (x.shape[0] * channels)
-    out = torch.empty_like(x)
-    block = min(triton.next_power_of_2(x.shape[0] * positions), tile_elements(x) // 4)
-    block_c = max(1, min(triton.next_power_of_2(channels), tile_elements(x) // 4 // block))
-    batch_norm_kernel[(triton.cdiv(channels, block_c),)](x, weight, bias, out, x.shape[0], channels, positions, 1e-5,
-                                                         BLOCK_C=block_c, BLOCK=block)
+def row_norm(x, weight, bias, mode, groups=1, config=None):
+    out, grid, args, meta = row_norm_setup(x.shape, x, weight, bias, mode, groups, config)
+    row_norm_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
 
 
-def launch_matmul(a, b, bias, batch, m, n, k, a_strides, b_strides):
-    """a_strides/b_strides: (batch0, batch1, batch2, rows, cols) of A (M x K) and B (K x N)."""
+def layer_norm(x, weight, bias, config=None):
+    return row_norm(x, weight, bias, 0, 1, config)
+
+
+def rms_norm(x, weight, config=None):
+    return row_norm(x, weight, None, 1, 1, config)
+
+
+def group_norm(x, groups, weight, bias, config=None):
+    return row_norm(x, weight, bias, 2, groups, config)
+
+
+def instance_norm(x, config=None):
+    return row_norm(x, None, None, 3, 1, config)
+
+
+def batch_norm_setup(shape, like, weight, bias, config=None):
+    """(out, grid, arguments after the input, launch constants) of batch_norm_kernel."""
+    channels = shape[1]
+    positions = 1
+    for d in shape[2:]:
+        positions *= d
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    block = min(triton.next_power_of_2(shape[0] * positions), tile_elements(like) // 4)
+    block_c = max(1, min(triton.next_power_of_2(channels), tile_elements(like) // 4 // block))
+    meta = tuned({"BLOCK_C": block_c, "BLOCK": block}, config, like)
+    args = (weight, bias, out, shape[0], channels, positions, 1e-5)
+    return out, (triton.cdiv(channels, meta["BLOCK_C"]),), args, meta
+
+
+def batch_norm(x, weight, bias, config=None):
+    out, grid, args, meta = batch_norm_setup(x.shape, x, weight, bias, config)
+    batch_norm_kernel[grid](x, *args, **meta)
+    return out
+
+
+def matmul_args(a, b, bias, out, batch, m, n, k, a_strides, b_strides, config=None):
+    """(grid, arguments after A, launch constants) of matmul_kernel writing `out`; a_strides/b_strides: (batch0,
+    batch1, batch2, rows, cols) of A (M x K) and B (K x N)."""
     batch = pad5(batch)[2:]
-    out = torch.empty(batch + (m, n), device=a.device, dtype=a.dtype)
     # compiled, 64-wide output tiles where the matrix has room (32 otherwise) and 32-deep steps: a 32 x 32 tile
     # re-reads its operands twice as often (with it, linear ran at 0.15x eager on the H100); the interpreter,
     # paying per program and per step, takes whole small matrices and up to 128 x 128 x 128
@@ -153,16 +212,17 @@ def launch_matmul(a, b, bias, batch, m, n, k, a_strides, b_strides):
         bm, bn, bk = 64 if m >= 64 else 32, 64 if n >= 64 else 32, 32
     else:
         bm, bn, bk = (min(triton.next_power_of_2(d), 128) for d in (m, n, k))
-    grid = (triton.cdiv(m, bm) * triton.cdiv(n, bn) * batch[0] * batch[1] * batch[2],)
-    matmul_kernel[grid](a, b, out, a if bias is None else bias, m, n, k, batch[1], batch[2], *a_strides, *b_strides,
-                        HAS_BIAS=bias is not None, BM=bm, BN=bn, BK=bk)
-    return out
+    meta = tuned({"BM": bm, "BN": bn, "BK": bk}, config, a)
+    grid = (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]) * batch[0] * batch[1] * batch[2],)
+    args = (b, out, a if bias is None else bias, m, n, k, batch[1], batch[2], *a_strides, *b_strides)
+    return grid, args, meta
 
 
-def matmul(a, b):
-    """torch.matmul for operands of rank >= 2: batch dims broadcast. Trailing batch dims over which B is the same
-    matrix and A's rows run on in memory become rows of one taller product, as in PyTorch: (2511, 2, 594) @ (594,
-    2880) is one (5022 x 594) @ (594 x 2880), not 2511 products whose 2 rows fill 2 of each tile's 64."""
+def matmul_setup(a, b, config=None):
+    """(out, grid, arguments after A, launch constants) for torch.matmul of operands of rank >= 2: batch dims
+    broadcast. Trailing batch dims over which B is the same matrix and A's rows run on in memory become rows of one
+    taller product, as in PyTorch: (2511, 2, 594) @ (594, 2880) is one (5022 x 594) @ (594 x 2880), not 2511
+    products whose 2 rows fill 2 of each tile's 64."""
     batch = tuple(torch.broadcast_shapes(a.shape[:-2], b.shape[:-2]))
     m, k, n = a.shape[-2], a.shape[-1], b.shape[-1]
     sa, sb = a.expand(batch + (m, k)).stride(), b.expand(batch + (k, n)).stride()
@@ -170,16 +230,32 @@ def matmul(a, b):
     while kept and (batch[kept - 1] == 1 or (sb[kept - 1] == 0 and sa[kept - 1] == sa[-2] * rows)):
         rows, kept = rows * batch[kept - 1], kept - 1
     pad = (0,) * (3 - kept)
-    out = launch_matmul(a, b, None, batch[:kept], rows, n, k, pad + sa[:kept] + sa[-2:], pad + sb[:kept] + sb[-2:])
-    return out.reshape(batch + (m, n))
+    out = torch.empty(batch + (m, n), device=a.device, dtype=a.dtype)
+    grid, args, meta = matmul_args(a, b, None, out, batch[:kept], rows, n, k, pad + sa[:kept] + sa[-2:],
+                                   pad + sb[:kept] + sb[-2:], config)
+    return out, grid, args, meta
 
 
-def linear(x, weight, bias):
+def matmul(a, b, config=None):
+    out, grid, args, meta = matmul_setup(a, b, config)
+    matmul_kernel[grid](a, *args, HAS_BIAS=False, **meta)
+    return out
+
+
+def linear_setup(x, weight, bias, config=None):
+    """(out, grid, arguments after x, launch constants) for F.linear: x's rows times weight transposed, plus bias."""
     k = x.shape[-1]
     n = weight.shape[0]
-    rows = x.numel() // k
-    out = launch_matmul(x, weight, bias, (), rows, n, k, (0, 0, 0, k, 1), (0, 0, 0, weight.stride(1), weight.stride(0)))
-    return out.reshape(tuple(x.shape[:-1]) + (n,))
+    out = torch.empty(tuple(x.shape[:-1]) + (n,), device=x.device, dtype=x.dtype)
+    grid, args, meta = matmul_args(x, weight, bias, out, (), x.numel() // k, n, k, (0, 0, 0, k, 1),
+                                   (0, 0, 0, weight.stride(1), weight.stride(0)), config)
+    return out, grid, args, meta
+
+
+def linear(x, weight, bias, config=None):
+    out, grid, args, meta = linear_setup(x, weight, bias, config)
+    matmul_kernel[grid](x, *args, HAS_BIAS=bias is not None, **meta)
+    return out
 
 
 def extent(t):
@@ -252,8 +328,9 @@ def conv_blocks(cout_g, cin_g, taps, positions, compiled):
     return block_co, block_ci, block_j, max(16, min(block_p, triton.next_power_of_2(positions)))
 
 
-def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed):
-    """Conv{1,2,3}d and their transposes (output_padding only shows in out_shape)."""
+def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
+    """(out, grid, arguments after x, launch constants) of conv_kernel for Conv{1,2,3}d and their transposes
+    (output_padding only shows in out_shape)."""
     n = x.dim() - 2
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
@@ -275,18 +352,25 @@ def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transpos
         steps, inverses, q, residues = (1, 1, 1), (0, 0, 0), outs, (1, 1, 1)
     taps = tuple(triton.cdiv(ki, st) for ki, st in zip(k, steps))
     positions = x.shape[0] * q[0] * q[1] * q[2]
-    block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2],
-                                                                positions, compiled(x))
+    block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2], positions,
+                                                      compiled(x))
+    meta = tuned({"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_J": block_j, "BLOCK_P": block_p}, config, x)
     phases = residues[0] * residues[1] * residues[2]
-    grid = (phases * triton.cdiv(positions, block_p), groups * triton.cdiv(cout_g, block_co))
-    conv_kernel[grid](x, weight, bias, out, x.shape[0], x.shape[1], d, h, w, out_shape[1], *outs, cin_g, cout_g,
-                      *k, *s, *spatial3((padding,) * n, n, 0), *dil, *q, *residues, *taps, *steps, *inverses,
-                      TRANSPOSED=transposed, BLOCK_CO=block_co, BLOCK_CI=block_ci,
-                      BLOCK_J=block_j, BLOCK_P=block_p)
+    grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
+    args = (weight, bias, out, x.shape[0], x.shape[1], d, h, w, out_shape[1], *outs, cin_g, cout_g, *k, *s,
+            *spatial3((padding,) * n, n, 0), *dil, *q, *residues, *taps, *steps, *inverses)
+    return out, grid, args, meta
+
+
+def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
+    out, grid, args, meta = conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed,
+                                       config)
+    conv_kernel[grid](x, *args, TRANSPOSED=transposed, **meta)
     return out
 
 
-def pool(x, out_shape, kernel, stride, padding, is_max):
+def pool_setup(x, out_shape, kernel, stride, padding, config=None):
+    """(out, grid, arguments after x, launch constants) of pool_kernel."""
     n = x.dim() - 2
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
@@ -295,9 +379,15 @@ def pool(x, out_shape, kernel, stride, padding, is_max):
     # the interpreter pays per program and per step: whole windows and large output blocks there
     block_t = min(triton.next_power_of_2(kernel ** n), 16 if compiled(x) else 512)
     block_p = max(16, min(tile_elements(x) // block_t, triton.next_power_of_2(total)))
-    pool_kernel[(triton.cdiv(total, block_p),)](x, out, total, d, h, w, od, oh, ow, *spatial3((kernel,) * n, n, 1),
-                                              *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0),
-                                              IS_MAX=is_max, BLOCK_T=block_t, BLOCK_P=block_p)
+    meta = tuned({"BLOCK_T": block_t, "BLOCK_P": block_p}, config, x)
+    args = (out, total, d, h, w, od, oh, ow, *spatial3((kernel,) * n, n, 1), *spatial3((stride,) * n, n, 1),
+            *spatial3((padding,) * n, n, 0))
+    return out, (triton.cdiv(total, meta["BLOCK_P"]),), args, meta
+
+
+def pool(x, out_shape, kernel, stride, padding, is_max, config=None):
+    out, grid, args, meta = pool_setup(x, out_shape, kernel, stride, padding, config)
+    pool_kernel[grid](x, *args, IS_MAX=is_max, **meta)
     return out
 
 

@@ -33,6 +33,11 @@ from drtriton_ray.search.sources import (
 FIRST_ROUND = ("lowering", "model")
 SECOND_ROUND = ("refine", "configs")
 
+# Timing windows per fragment candidate (and its reference): enough to rank candidates for the tiling, a fifth of
+# a full measurement, because timing holds the GPU's exclusive section and so bounds how many workers help. The
+# assembled module, the answer, is timed with the verifier's full default.
+FRAGMENT_TIMING_TRIALS = 10
+
 
 @dataclass
 class SearchConfig:
@@ -205,6 +210,7 @@ class Search:
             name=f"{f.name}/{c.source}",
             seed=task_seed(self.config.seed, c.fragment, c.id),
             timing=self.config.timed,
+            timing_trials=FRAGMENT_TIMING_TRIALS,
             compile_reference=False,  # the tiling weighs fragments against eager; torch.compile is for the whole
         )
 

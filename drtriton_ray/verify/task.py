@@ -25,7 +25,9 @@ class Task:
     trials_per_distribution: int = 1
     distributions: tuple = DISTRIBUTIONS
     timing: bool = True  # GPU only; the interpreter never measures speed
-    timing_trials: int = 50  # windows of up to 32 calls each (timing.py): >= KernelBench's 100 calls
+    timing_trials: int = (
+        50  # windows of up to 32 calls each (timing.py, at least MIN_TRIALS): >= KernelBench's 100 calls
+    )
     timing_warmup: int = 10  # calls, and at least timing.WARMUP_MS of them
     profile_gpu: bool = False  # report device time spent in kernels (gpu_kernel_ms)
     # Also time the reference under torch.compile (compile_ms, speedup_vs_compile). Compiling a new problem costs

@@ -202,9 +202,13 @@ def test_tiled_kernels_match_torch(tiled):
         assert torch.equal(w.reduce_dim(x, dim, True, 4), x.argmax(dim, keepdim=True))
         close(w.reduce_dim(x, dim, False, 6), x.var(dim))
         close(w.reduce_dim(x, dim, False, 7), x.norm(dim=dim))
-        if shape[dim] <= 5000:
-            close(w.along_dim(x, dim, 1), x.log_softmax(dim))
-            close(w.along_dim(x, dim, 3), x.cummax(dim).values)
+        # (7, 5000): a long column, along_loop_kernel's online softmax and carried scans
+        along = w.along_dim_long if w.long_column(shape[dim]) else w.along_dim
+        close(along(x, dim, 0), x.softmax(dim))
+        close(along(x, dim, 1), x.log_softmax(dim))
+        close(along(x, dim, 2), x.cumsum(dim))
+        close(along(x, dim, 3), x.cummax(dim).values)
+        close(along(x, dim, 4), x.cummin(dim).values)
     for rows, length in ((3000, 5), (3, 6000)):
         x, g, b = torch.randn(rows, length), torch.randn(length), torch.randn(length)
         close(w.layer_norm(x, g, b), F.layer_norm(x, (length,), g, b))
@@ -232,13 +236,13 @@ def test_matmul_folds_batches_into_rows(monkeypatch):
     from drtriton_ray.lower import wrappers
 
     launched = []
-    launch = wrappers.launch_matmul
+    launch = wrappers.matmul_args
 
-    def spy(a, b, bias, batch, m, n, k, sa, sb):
+    def spy(a, b, bias, out, batch, m, n, k, sa, sb, config=None):
         launched.append((tuple(batch), m))
-        return launch(a, b, bias, batch, m, n, k, sa, sb)
+        return launch(a, b, bias, out, batch, m, n, k, sa, sb, config)
 
-    monkeypatch.setattr(wrappers, "launch_matmul", spy)
+    monkeypatch.setattr(wrappers, "matmul_args", spy)
     torch.manual_seed(0)
     cases = [  # a, b, (batch, rows) launched
         (torch.randn(3, 7, 2, 5), torch.randn(1, 5, 6), ((), 42)),
@@ -303,8 +307,8 @@ def test_fused_kernel_dense_and_broadcast_inputs(tmp_path):
     src = _with_library(fused_kernel_source("k_mix", [True, False], ["t2 = v0 * v1 + v0"], "t2"))
     mod = _import(src, tmp_path / "ew_mix.py")
     a, b = torch.randn(3, 5, 7), torch.randn(5, 1)
-    out, grid, args, wide = elementwise_args((3, 5, 7), torch.float32, [True, False], a, b)
-    assert not wide and len(args) == 1 + 2 + 5 + 5  # out, inputs, n and 4 dims, the broadcast input's strides
+    out, grid, args, meta = elementwise_args((3, 5, 7), torch.float32, [True, False], a, b)
+    assert not meta["WIDE"] and len(args) == 1 + 2 + 5 + 5  # out, inputs, n and 4 dims, the broadcast input's strides
     for w in (False, True):
         mod.k_mix[grid](*args, BLOCK=1024, WIDE=w)
         assert torch.allclose(out, a * b + a), w
@@ -355,3 +359,272 @@ def test_cumsum_accumulates_like_torch():
     torch.manual_seed(0)
     x = torch.randn(3, 4096, 5) * torch.logspace(-2, 3, 4096)[None, :, None]
     assert torch.equal(along_dim(x, 1, 2), torch.cumsum(x, 1))
+
+
+def _handmade(nodes, shapes, outputs, weights=()):
+    """A program from (op, inputs, output, params, weights) tuples and every tensor's shape (inputs: those no node
+    produces), as a record check_lowering takes: rendered as the synthesizer renders, seed 0."""
+    from types import SimpleNamespace
+
+    from drtriton_ray.synth.dag import Node, Tensor
+    from drtriton_ray.synth.render import kernelbench_source
+
+    produced = {out for _, _, out, _, _ in nodes}
+    role = {t: "output" if t in outputs else "intermediate" if t in produced else "input" for t in shapes}
+    role.update({w: "weight" for w in weights})
+    tensors = {t: Tensor(t, list(s), "float32", role[t], "one" if t in weights else "") for t, s in shapes.items()}
+    prog = Program([Node(op, ins, [out], params, ws) for op, ins, out, params, ws in nodes], tensors, "float32", 0)
+    return SimpleNamespace(dag=prog.to_json(), source=kernelbench_source(prog), seed=0, id="handmade")
+
+
+FUSED = {  # name: (nodes, shapes, outputs, weights, kernels after fusion, kernels before)
+    "elementwise-softmax-elementwise": (
+        [
+            ("Tanh", [0], 1, {}, []),
+            ("Softmax", [1], 2, {"dim": -1}, []),
+            ("Mul", [2, 3], 4, {}, []),
+            ("ReLU", [4], 5, {}, []),
+        ],
+        {0: (6, 50), 1: (6, 50), 2: (6, 50), 3: (6, 1), 4: (6, 50), 5: (6, 50)},
+        [5],
+        (),
+        1,
+        3,
+    ),
+    "matmul-bias-relu": (
+        [("Matmul", [0, 1], 2, {}, []), ("Add", [2, 3], 4, {}, []), ("ReLU", [4], 5, {}, [])],
+        {0: (3, 20, 30), 1: (30, 40), 2: (3, 20, 40), 3: (40,), 4: (3, 20, 40), 5: (3, 20, 40)},
+        [5],
+        (),
+        1,
+        2,
+    ),
+    "linear-gelu": (
+        [("Linear", [0], 1, {}, [2, 3]), ("GELU", [1], 4, {}, [])],
+        {0: (5, 7, 24), 1: (5, 7, 18), 2: (18, 24), 3: (18,), 4: (5, 7, 18)},
+        [4],
+        (2, 3),
+        1,
+        2,
+    ),
+    "layer-norm-residual": (
+        [("LayerNorm", [0], 1, {"k": 1}, [2, 3]), ("Add", [1, 0], 4, {}, [])],
+        {0: (4, 9, 33), 1: (4, 9, 33), 2: (33,), 3: (33,), 4: (4, 9, 33)},
+        [4],
+        (2, 3),
+        1,
+        2,
+    ),
+    "reduce-prologue-epilogue": (
+        [
+            ("Sub", [0, 1], 2, {}, []),
+            ("Exp", [2], 3, {}, []),
+            ("Sum", [3], 4, {"dim": 1, "keepdim": False}, []),
+            ("Tanh", [4], 5, {}, []),
+        ],
+        {0: (5, 40, 7), 1: (1, 7), 2: (5, 40, 7), 3: (5, 40, 7), 4: (5, 7), 5: (5, 7)},
+        [5],
+        (),
+        1,
+        3,
+    ),
+    "var-prologue": (
+        [("Abs", [0], 1, {}, []), ("Var", [1], 2, {"dim": -1, "keepdim": True}, [])],
+        {0: (9, 300), 1: (9, 300), 2: (9, 1)},
+        [2],
+        (),
+        1,
+        2,
+    ),
+    "argmax-prologue": (
+        [("Mul", [0, 1], 2, {}, []), ("ArgMax", [2], 3, {"dim": 0, "keepdim": False}, [])],
+        {0: (30, 11), 1: (30, 1), 2: (30, 11), 3: (11,)},
+        [3],
+        (),
+        1,
+        2,
+    ),
+    "fan-out-inside-epilogue": (  # the softmax feeds two nodes of one group: still one kernel
+        [("Softmax", [0], 1, {"dim": 0}, []), ("Mul", [1, 0], 2, {}, []), ("Add", [1, 2], 3, {}, [])],
+        {0: (12, 10), 1: (12, 10), 2: (12, 10), 3: (12, 10)},
+        [3],
+        (),
+        1,
+        2,
+    ),
+    "program-output-is-written": (  # an output is stored even where its consumer could fuse
+        [("Softmax", [0], 1, {"dim": -1}, []), ("ReLU", [1], 2, {}, [])],
+        {0: (4, 10), 1: (4, 10), 2: (4, 10)},
+        [1, 2],
+        (),
+        2,
+        2,
+    ),
+    "broadcast-epilogue-is-a-prologue": (  # Sum's [1, 10] against [4, 10]: not its epilogue, the Max's prologue
+        [
+            ("Sum", [0], 1, {"dim": 0, "keepdim": True}, []),
+            ("Add", [1, 0], 2, {}, []),
+            ("Max", [2], 3, {"dim": -1, "keepdim": False}, []),
+        ],
+        {0: (4, 10), 1: (1, 10), 2: (4, 10), 3: (4,)},
+        [3],
+        (),
+        2,
+        3,
+    ),
+    "batch-norm-both-sides": (
+        [("Sigmoid", [0], 1, {}, []), ("BatchNorm", [1], 2, {}, [3, 4]), ("Sub", [2, 0], 5, {}, [])],
+        {0: (6, 4, 15), 1: (6, 4, 15), 2: (6, 4, 15), 3: (4,), 4: (4,), 5: (6, 4, 15)},
+        [5],
+        (3, 4),
+        1,
+        3,
+    ),
+    "group-norm-cumsum-chain": (
+        [
+            ("GroupNorm", [0], 1, {"num_groups": 2}, [2, 3]),
+            ("Swish", [1], 4, {}, []),
+            ("CumSum", [4], 5, {"dim": 1}, []),
+            ("Clamp", [5], 6, {"lo": -0.5, "hi": 0.5}, []),
+        ],
+        {0: (3, 4, 5, 6), 1: (3, 4, 5, 6), 2: (4,), 3: (4,), 4: (3, 4, 5, 6), 5: (3, 4, 5, 6), 6: (3, 4, 5, 6)},
+        [6],
+        (2, 3),
+        2,
+        4,
+    ),
+    "long-softmax-both-sides": (  # along_loop_kernel: columns of 9000, online softmax
+        [("Sin", [0], 1, {}, []), ("LogSoftmax", [1], 2, {"dim": 1}, []), ("Mul", [2, 3], 4, {}, [])],
+        {0: (2, 9000, 2), 1: (2, 9000, 2), 2: (2, 9000, 2), 3: (2, 1, 2), 4: (2, 9000, 2)},
+        [4],
+        (),
+        1,
+        3,
+    ),
+    "conv-bias-relu": (
+        [
+            ("Conv2d", [0], 1, {"stride": 1, "padding": 1, "dilation": 1, "groups": 1}, [2, 3]),
+            ("Add", [1, 4], 5, {}, []),
+            ("ReLU", [5], 6, {}, []),
+        ],
+        {0: (2, 3, 6, 6), 1: (2, 5, 6, 6), 2: (5, 3, 3, 3), 3: (5,), 4: (5, 1, 1), 5: (2, 5, 6, 6), 6: (2, 5, 6, 6)},
+        [6],
+        (2, 3),
+        1,
+        2,
+    ),
+    "pool-epilogue": (
+        [("MaxPool2d", [0], 1, {"kernel": 2, "stride": 2, "padding": 0}, []), ("Mul", [1, 1], 2, {}, [])],
+        {0: (2, 3, 8, 8), 1: (2, 3, 4, 4), 2: (2, 3, 4, 4)},
+        [2],
+        (),
+        1,
+        2,
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(FUSED))
+def test_fragment_fusion(name, tmp_path):
+    """Prologues and epilogues: the expected number of kernels (forward lines: one launch each) before and after
+    fusion, intermediates inside a fragment never allocated, and PyTorch's values."""
+    import ast
+
+    from drtriton_ray.lower.emit import fragments
+
+    nodes, shapes, outputs, weights, after, before = FUSED[name]
+    rec = _handmade(nodes, shapes, outputs, weights)
+    prog = Program.from_json(rec.dag)
+    assert (len(fragments(prog)), len(fragments(prog, fuse=False))) == (after, before)
+    src = lower_program(prog, rec.source)
+    model = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+    forward = next(f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
+    assert sum(isinstance(s, ast.Assign) for s in forward.body) == after
+    assert src.count("# fused: ") == sum(
+        1 for f in fragments(prog) if f.anchor is not None and (f.prologue or f.epilogue)
+    )
+    check_lowering(rec, tmp_path)
+
+
+def test_fused_kernels_under_gpu_tiles(tmp_path):
+    """The fused variants under a GPU's tile choices (several loop steps, several rows or columns a program): the
+    solution's `compiled` made to say True, its kernels still interpreted."""
+    for name in (
+        "reduce-prologue-epilogue",
+        "layer-norm-residual",
+        "matmul-bias-relu",
+        "batch-norm-both-sides",
+        "long-softmax-both-sides",
+    ):
+        nodes, shapes, outputs, weights, _, _ = FUSED[name]
+        rec = _handmade(nodes, shapes, outputs, weights)
+        src = lower_program(Program.from_json(rec.dag), rec.source)
+        mod = _import(
+            src.replace("def compiled(t):\n    ", "def compiled(t):\n    return True\n    "),
+            tmp_path / f"gpu_tiles_{name.replace('-', '_')}.py",
+        )
+        ref = load_problem(rec.source)
+        torch.manual_seed(0)
+        model, new = ref.Model(), None
+        torch.manual_seed(0)
+        new = mod.ModelNew()
+        inputs = ref.get_inputs()
+        with torch.no_grad():
+            torch.testing.assert_close(new(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_tuned_configs_are_baked_in(tmp_path, monkeypatch):
+    """A tuning-table entry for the target GPU becomes a literal argument of the launch it matches; the wrappers
+    apply it only compiled, so the interpreter's result is unchanged."""
+    import json
+
+    from drtriton_ray.lower import tuning
+
+    nodes, shapes, outputs, weights, _, _ = FUSED["reduce-prologue-epilogue"]
+    rec = _handmade(nodes, shapes, outputs, weights)
+    prog = Program.from_json(rec.dag)
+    kernel, dims = tuning.kernel_dims("Sum", {"dim": 1}, [[5, 40, 7]], [5, 7])
+    assert (kernel, dims) == ("reduce_kernel", (35, 40))
+    table = tmp_path / "tuning.json"
+    table.write_text(
+        json.dumps({"gpus": {"Fake GPU": {kernel: {tuning.bucket(dims): {"BLOCK_R": 16, "num_warps": 2}}}}})
+    )
+    monkeypatch.setattr(tuning, "TABLE", table)
+    monkeypatch.setattr(tuning.config_for, "__defaults__", (str(table),))
+    src = lower_program(prog, rec.source, gpu="Fake GPU")
+    assert "config={'BLOCK_R': 16, 'num_warps': 2}" in src
+    assert "config={" not in lower_program(prog, rec.source, gpu=None)
+    assert tuning.bucket((35, 40)) == "64x64" and tuning.bucket((1, 0)) == "1x1"
+
+
+def test_tuning_candidates_keep_values(tmp_path, monkeypatch):
+    """bench/tune_lowering.py's pieces on CPU: every candidate configuration of each tuned kernel, applied as on a GPU
+    (the wrappers told they run compiled, the interpreter running them), gives the default's values; the launch is
+    the emitter's own call with `config=`."""
+    import sys
+    from pathlib import Path
+
+    from drtriton_ray.lower import tuning, wrappers
+    from drtriton_ray.lower.elementwise import is_elementwise
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import tune_lowering
+
+    monkeypatch.setattr(wrappers, "compiled", lambda t: True)
+    ops = ("Matmul", "Linear", "Sum", "Softmax", "LayerNorm", "GroupNorm", "BatchNorm", "Conv2d", "MaxPool2d", "GELU")
+    for op in ops:
+        rec = Sampler(SynthConfig(level=1, profile="small", ops=(op,)), seed=7).sample(0)
+        p = Program.from_json(rec.dag)
+        node, out = p.nodes[0], p.tensors[p.nodes[0].outputs[0]]
+        shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+        kd = (
+            ("elementwise", (out.numel,))
+            if is_elementwise(op)
+            else tuning.kernel_dims(op, node.params, shapes, out.shape)
+        )
+        call = tune_lowering.launcher(p, 0, tmp_path)
+        best, times = tune_lowering.tune_one(
+            call, tune_lowering.environment(p, 0, "cpu"), *kd, timer=lambda fn: fn() is None or 1.0
+        )
+        assert best is None and len(times) == len(tune_lowering.candidates(*kd)) + 1, op
+        assert all(t == 1.0 for t in times.values()), (op, times)

@@ -1,6 +1,7 @@
 """Candidate sources without a model: the lowering, launch-config variants, and the refine source's choices."""
 
 import ast
+from pathlib import Path
 
 from search_graphs import mlp_block
 
@@ -35,7 +36,9 @@ def test_lowering_proposes_for_registry_fragments_only():
 
 
 def test_config_variants_parse_differ_and_keep_block_literals_consistent():
-    code = LoweringSource().propose(fragments()[:2], Budget(2, 60))[1].code  # Linear -> GELU
+    """A candidate launching with literal BLOCK sizes (how models write kernels) gets BLOCK x2 / /2 variants whose
+    grid follows the block, and num_warps / num_stages variants."""
+    code = (Path(__file__).resolve().parents[1] / "verify" / "candidates" / "good_relu.py").read_text()
     base = ast.unparse(ast.parse(code))
     variants = config_variants(code, 6)
     assert len(variants) == 6
@@ -44,11 +47,19 @@ def test_config_variants_parse_differ_and_keep_block_literals_consistent():
     for text, note in variants:
         tree = ast.parse(text)
         if note.startswith("BLOCK x2"):
-            assert 1024 not in block_sizes(tree) and 2048 in block_sizes(tree)
-            assert "triton.cdiv(n, 2048)" in text  # the grid follows the block
+            assert 4096 not in block_sizes(tree) and 8192 in block_sizes(tree)
+            assert "triton.cdiv(n, 8192)" in text  # the grid follows the block
         if "num_warps=8" in note:
             assert "num_warps=8" in text
     assert config_variants("import torch\nx = 1\n") == []  # no launch, nothing to vary
+
+
+def test_lowering_candidates_vary_in_warps_and_stages():
+    """The lowering launches with its setup's (tuned) tile sizes, so only warps and stages vary there."""
+    (f,) = [f for f in fragments() if f.ops == ["GELU", "Add"]]
+    code = LoweringSource().propose([f], Budget(1, 60))[0].code
+    notes = [note for _, note in config_variants(code, 6)]
+    assert notes and all(n.startswith(("num_warps", "num_stages")) for n in notes)
 
 
 def summary(status="correct", ms=None, eager=None):

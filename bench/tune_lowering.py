@@ -1,0 +1,188 @@
+"""Tune the reference lowering's launch configurations on a GPU: for every kernel launch of a set of synthesized
+programs (each operator alone, then level-2 and level-5 draws; paper profile), time a few configurations per
+(kernel, shape bucket) and keep the fastest that gives the default's values where it beats the default by 3%,
+in the table the emitter bakes in (lower/tuning.py). Other GPUs' entries in the file are kept.
+
+    python bench/tune_lowering.py --out configs/lowering-tuning.json     # on a CUDA machine (~10 min)
+
+Each launch is timed through the library's own wrapper (an elementwise one through its generated wrapper) with
+`config=`, the same literal the emitter passes; fused variants share their anchor's tiles and configuration."""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import tempfile
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import triton
+import triton.testing
+
+from drtriton_ray.lower import tuning, wrappers
+from drtriton_ray.lower.elementwise import is_elementwise
+from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, library_source
+from drtriton_ray.ops import REGISTRY
+from drtriton_ray.synth import Program, Sampler, SynthConfig
+
+
+def candidates(kernel: str, dims: tuple) -> list[dict]:
+    """Configurations to try; each keeps the kernel correct for any shape (along_dim's whole-column tile and conv's
+    reduction step, which tl.dot needs of 16 or more, are left to the wrapper)."""
+    warps = [{"num_warps": w} for w in (2, 4, 8)]
+    if kernel == "matmul_kernel":
+        tiles = [(64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 32), (64, 64, 64), (128, 128, 16)]
+        return [
+            {"BM": m, "BN": n, "BK": k, "num_warps": w, "num_stages": s}
+            for m, n, k in tiles
+            for w, s in ((4, 3), (8, 3), (4, 4))
+        ]
+    if kernel == "reduce_kernel":
+        return warps + [
+            {"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((16, 64), (64, 16), (256, 4), (8, 256))
+        ]
+    if kernel == "along_dim_kernel":
+        width = triton.next_power_of_2(dims[1])
+        return warps + [{"BLOCK_C": c, "num_warps": 4} for c in (1, 2, 4, 8) if c * width <= 16384]
+    if kernel == "row_norm_kernel":
+        return warps + [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
+    if kernel == "batch_norm_kernel":
+        return warps + [{"BLOCK": b, "BLOCK_C": c, "num_warps": 4} for b, c in ((1024, 1), (256, 4), (4096, 1))]
+    if kernel == "conv_kernel":
+        return [
+            {"BLOCK_P": p, "BLOCK_CO": c, "num_warps": w} for p in (32, 64, 128) for c in (16, 32, 64) for w in (4, 8)
+        ]
+    if kernel == "pool_kernel":
+        return warps + [{"BLOCK_P": p, "num_warps": 4} for p in (64, 256, 1024)]
+    return [{"BLOCK": b, "num_warps": w} for b in (512, 1024, 2048, 4096) for w in (4, 8)]  # elementwise
+
+
+def elementwise_launcher(p: Program, k: int, tmp: Path):
+    """(call(config) running node k as the lowering's generated elementwise kernel, its input tensor ids)."""
+    src, line = fused_elementwise(p, [k], "timed", None)
+    path = tmp / f"tune_{abs(hash(src))}.py"
+    path.write_text(HEADER + "\n" + library_source([src]) + "\n\n" + src)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    mod.DTYPE = getattr(torch, p.dtype)
+    args = line.split("timed(", 1)[1].rstrip(")").split(", ")
+    base = mod.elementwise_args
+
+    def call(env, config):
+        mod.elementwise_args = functools.partial(base, config=config)
+        return mod.timed(*(env[a] for a in args))
+
+    return call
+
+
+def launcher(p: Program, k: int, tmp: Path):
+    """call(env, config) running node k through the library wrapper (or generated elementwise kernel)."""
+    node = p.nodes[k]
+    if is_elementwise(node.op):
+        return elementwise_launcher(p, k, tmp)
+    text = launch_call(node, p.tensors[node.inputs[0]].shape, p.tensors[node.outputs[0]].shape, None)
+    code = compile(text[:-1] + ", config=__config__)", "<launch>", "eval")
+    return lambda env, config: eval(code, {**vars(wrappers), **env, "__config__": config})
+
+
+def environment(p: Program, k: int, device: str = "cuda") -> dict:
+    node, dtype = p.nodes[k], getattr(torch, p.dtype)
+    env = {f"tensor_{t}": torch.randn(p.tensors[t].shape, device=device, dtype=dtype) for t in node.inputs}
+    weights = {f"weight_{w}": torch.randn(p.tensors[w].shape, device=device, dtype=dtype) for w in node.weights}
+    return {**env, "self": SimpleNamespace(**weights)}
+
+
+def same(a, b) -> bool:
+    if a.dtype == torch.int64:
+        return torch.equal(a, b)
+    return torch.allclose(a.float(), b.float(), atol=1e-4, rtol=1e-4, equal_nan=True)
+
+
+def gpu_ms(fn) -> float:
+    return triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median")
+
+
+def tune_one(call, env, kernel, dims, timer=gpu_ms) -> tuple[dict | None, dict]:
+    """(the best configuration if it beats the default by 3%, the timings in ms)."""
+    ms = lambda config: timer(lambda: call(env, config))  # noqa: E731
+    want = call(env, None)
+    times = {"default": ms(None)}
+    best, best_ms = None, times["default"] * 0.97
+    for config in candidates(kernel, dims):
+        try:
+            ok = same(call(env, config), want)
+            t = ms(config) if ok else None
+        except Exception as e:  # noqa: BLE001 - a configuration that does not compile (resources) is skipped
+            ok, t = False, f"{type(e).__name__}"
+        times[json.dumps(config)] = t
+        if ok and t < best_ms:
+            best, best_ms = config, t
+    return best, times
+
+
+def programs(args):
+    """Every operator alone, then level-2 and level-5 draws, as the lowering bench draws them (seed 7)."""
+    for name in REGISTRY:
+        yield Sampler(SynthConfig(level=1, profile=args.profile, ops=(name,), device="cuda"), args.seed).sample(0)
+    for level, count in ((2, args.level2), (5, args.level5)):
+        sampler = Sampler(SynthConfig(level=level, profile=args.profile, device="cuda"), args.seed)
+        for i in range(count):
+            yield sampler.sample(i)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="paper")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--level2", type=int, default=60)
+    ap.add_argument("--level5", type=int, default=20)
+    ap.add_argument("--budget-s", type=float, default=1800)
+    ap.add_argument("--out", default=str(tuning.TABLE))
+    args = ap.parse_args()
+    os.environ.pop("TRITON_INTERPRET", None)
+    gpu = torch.cuda.get_device_name(0)
+    out = Path(args.out)
+    doc = json.loads(out.read_text()) if out.exists() else {"gpus": {}, "timings": {}}
+    table, timings = doc["gpus"].setdefault(gpu, {}), doc.setdefault("timings", {}).setdefault(gpu, {})
+    start, tmp, seen = time.monotonic(), Path(tempfile.mkdtemp()), set()
+    draws = programs(args)
+    while time.monotonic() - start < args.budget_s:
+        try:
+            rec = next(draws)
+        except StopIteration:
+            break
+        except Exception as e:  # noqa: BLE001 - an index synthesis cannot draw
+            print(f"not drawn: {type(e).__name__}: {e}", flush=True)
+            continue
+        p = Program.from_json(rec.dag)
+        for k, node in enumerate(p.nodes):
+            shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+            kd = ("elementwise", (p.tensors[node.outputs[0]].numel,)) if is_elementwise(node.op) else None
+            kd = kd or tuning.kernel_dims(node.op, node.params, shapes, p.tensors[node.outputs[0]].shape)
+            if kd is None or (kd[0], tuning.bucket(kd[1])) in seen:
+                continue
+            seen.add((kd[0], tuning.bucket(kd[1])))
+            best, times = tune_one(launcher(p, k, tmp), environment(p, k), *kd)
+            timings.setdefault(kd[0], {})[tuning.bucket(kd[1])] = {"op": node.op, "program": rec.id, "ms": times}
+            if best:
+                table.setdefault(kd[0], {})[tuning.bucket(kd[1])] = best
+            print(
+                f"{rec.id} {node.op} {kd[0]} {tuning.bucket(kd[1])}: default {times['default']:.4f} ms, "
+                f"best {best or 'default'}",
+                flush=True,
+            )
+            out.write_text(json.dumps(doc, indent=1, sort_keys=True))
+        torch.cuda.empty_cache()
+    out.write_text(json.dumps(doc, indent=1, sort_keys=True))
+    tuned = sum(len(v) for v in table.values())
+    print(f"{gpu}: {len(seen)} (kernel, bucket) pairs timed, {tuned} with a faster config; wrote {out}")
+
+
+if __name__ == "__main__":
+    main()

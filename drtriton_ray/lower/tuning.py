@@ -1,0 +1,74 @@
+"""Launch configurations chosen per shape: a table keyed by (GPU name, kernel, shape bucket) giving a kernel's tile
+sizes, num_warps and num_stages, written by `bench/tune_lowering.py` on a GPU into configs/lowering-tuning.json.
+The emitter looks each launch up when it lowers a program and bakes what it finds into the solution as a literal
+(`reduce_dim(tensor_0, -1, True, 0, {"BLOCK_R": 64, "num_warps": 8})`); without an entry the wrapper's own choice
+stands, so an empty table (or a CPU host) emits what it always did. The wrappers apply a config only where kernels
+run compiled: the interpreter keeps its large tiles."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+TABLE = Path(__file__).resolve().parents[2] / "configs" / "lowering-tuning.json"
+NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm")
+REDUCE = ("Sum", "Mean", "Max", "Min", "ArgMax", "ArgMin", "Var", "Norm")
+ALONG = ("Softmax", "LogSoftmax", "CumSum", "CumMax", "CumMin")
+
+
+def _prod(xs) -> int:
+    out = 1
+    for x in xs:
+        out *= x
+    return out
+
+
+def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: list[int]):
+    """(library kernel, the sizes its launch configuration depends on) of an operator, or None if not tuned."""
+    x = list(in_shapes[0]) if in_shapes else []
+    if op in REDUCE or op in ALONG:
+        d = params["dim"] % len(x)
+        return ("reduce_kernel" if op in REDUCE else "along_dim_kernel"), (_prod(x[:d] + x[d + 1 :]), x[d])
+    if op in NORMS:
+        rows = x[0] * (params.get("num_groups") or x[1]) if op in ("GroupNorm", "InstanceNorm") else None
+        rows = rows or _prod(x[: len(x) - params.get("k", 1)])
+        return "row_norm_kernel", (rows, _prod(x) // rows)
+    if op == "BatchNorm":
+        return "batch_norm_kernel", (x[1], _prod(x) // x[1])
+    if op in ("Matmul", "Bmm", "Linear"):
+        k = x[-1]
+        return "matmul_kernel", (_prod(out_shape) // out_shape[-1], out_shape[-1], k)
+    if op.startswith("Conv"):
+        return "conv_kernel", (out_shape[1], _prod(in_shapes[1][1:]), _prod(out_shape) // out_shape[1])
+    if op.startswith(("AvgPool", "MaxPool")):
+        return "pool_kernel", (_prod(out_shape), params["kernel"] ** (len(out_shape) - 2))
+    return None
+
+
+def bucket(dims) -> str:
+    """Sizes rounded up to powers of two: shapes alike enough to share a configuration."""
+    return "x".join(str(1 << max(0, int(d) - 1).bit_length()) for d in dims)
+
+
+def gpu_name() -> str | None:
+    """The GPU the solution is for: $DRTRITON_LOWER_GPU, else this host's first CUDA device, else None."""
+    if os.environ.get("DRTRITON_LOWER_GPU"):
+        return os.environ["DRTRITON_LOWER_GPU"]
+    import torch
+
+    return torch.cuda.get_device_name(0) if torch.cuda.is_available() else None
+
+
+@functools.lru_cache(maxsize=4)
+def load_table(path: str = str(TABLE)) -> dict:
+    """{gpu name: {kernel: {bucket: config}}}; {} when the file does not exist."""
+    p = Path(path)
+    return json.loads(p.read_text())["gpus"] if p.exists() else {}
+
+
+def config_for(kernel: str, dims, gpu: str | None, path: str = str(TABLE)) -> dict | None:
+    if not gpu:
+        return None
+    return load_table(path).get(gpu, {}).get(kernel, {}).get(bucket(dims))
