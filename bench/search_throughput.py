@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import sys
-import time
 from pathlib import Path
 
 from rich.console import Console
@@ -21,7 +20,7 @@ from rich.console import Console
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from convert import problems  # noqa: E402  (bench/, the script's own folder)
 from report import finish  # noqa: E402
-from verify_throughput import BusySampler, report_modes  # noqa: E402
+from verify_throughput import report_modes, run  # noqa: E402
 
 from drtriton_ray.capture.graph import CaptureError  # noqa: E402
 from drtriton_ray.capture.sandbox import capture_program  # noqa: E402
@@ -54,28 +53,6 @@ def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int
     return tasks[:cap]
 
 
-def run(tasks: list[Task], device: str, workers: int) -> dict:
-    """Wall time from pool creation to the last verdict, GPU busy share sampled throughout."""
-    with BusySampler(device.startswith("cuda")) as busy:
-        t0 = time.perf_counter()
-        pool = WorkerPool(device, size=workers, limits=Limits(task_timeout_s=600), name=f"pool{workers}")
-        try:
-            pool.wait_ready()
-            ready = time.perf_counter()
-            verdicts = pool.map(tasks)
-        finally:
-            wall = time.perf_counter() - t0
-            pool.close()
-    return {
-        "wall": wall,
-        "serving_s": wall - (ready - t0),
-        "verdicts": verdicts,
-        "startup": pool.startup_log,
-        "reference": pool.reference_log,
-        "busy": busy.share,
-    }
-
-
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", type=Path, default=Path(".kernelbench/KernelBench"))
@@ -92,7 +69,7 @@ def main() -> int:
     paths = problems(args.kernelbench, args.level, args.problems, args.seed)
     tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates, args.timing_trials)
     print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
-    results = {f"pool{w}": run(tasks, args.device, int(w)) for w in args.workers.split(",")}
+    results = {f"pool{w}": run(tasks, args.device, int(w), fresh=False) for w in args.workers.split(",")}
     summary = report_modes(Console(), results, len(tasks))
     base = results[f"pool{args.workers.split(',')[0]}"]
     for mode, r in results.items():

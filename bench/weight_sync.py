@@ -25,13 +25,11 @@ from drtriton_ray.rollout.pool import EnginePool
 from drtriton_ray.rollout.push import CollectivePush, ObjectStorePush
 
 
+PROBE = [{"role": "user", "content": "Write a ReLU kernel."}]
+
+
 def greedy_equal(ray, engine, model, tok) -> bool:
-    prompt = tok.apply_chat_template(
-        [{"role": "user", "content": "Write a ReLU kernel."}],
-        add_generation_prompt=True,
-        tokenize=True,
-        return_dict=False,
-    )
+    prompt = tok.apply_chat_template(PROBE, add_generation_prompt=True, tokenize=True, return_dict=False)
     [[sample]] = ray.get(engine.generate.remote([prompt], SamplingConfig(n=1, temperature=0.0, max_tokens=16)))
     with torch.no_grad():
         want = model.generate(

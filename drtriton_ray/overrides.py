@@ -72,3 +72,14 @@ def load_yaml_with_overrides(path: str, items: Iterable[str]) -> dict:
     if raw is not None and not isinstance(raw, dict):
         raise OverrideError(f"{path} must hold a mapping of fields, not a {type(raw).__name__}")
     return apply_overrides(raw, items)
+
+
+def add_set_argument(parser, metavar: str = "KEY=VALUE") -> None:
+    """The jobs' repeatable `--set` option (argparse), parsed later by load_yaml_with_overrides."""
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar=metavar,
+        help="override a field, VALUE parsed as YAML (repeatable)",
+    )

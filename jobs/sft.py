@@ -20,7 +20,7 @@ import ray
 import yaml
 from pydantic import ValidationError
 
-from drtriton_ray.overrides import OverrideError, load_yaml_with_overrides
+from drtriton_ray.overrides import OverrideError, add_set_argument, load_yaml_with_overrides
 from drtriton_ray.train.metrics import read_metrics
 from drtriton_ray.train.sft import SFTConfig, run_sft
 
@@ -28,13 +28,7 @@ from drtriton_ray.train.sft import SFTConfig, run_sft
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--config", required=True, help="YAML file with SFTConfig fields")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="override a field, VALUE parsed as YAML (repeatable)",
-    )
+    add_set_argument(ap)
     args = ap.parse_args(argv)
     try:
         cfg = SFTConfig(**load_yaml_with_overrides(args.config, args.set))

@@ -24,7 +24,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from drtriton_ray.overrides import OverrideError
+from drtriton_ray.overrides import OverrideError, add_set_argument
 from drtriton_ray.rl.config import RLConfig, check_cluster, load_config
 from drtriton_ray.rl.topology import build_actors, make_trainer, selection_prior, shutdown, warm_up
 from drtriton_ray.train.metrics import read_metrics
@@ -153,13 +153,7 @@ def main(argv: list[str] | None = None) -> int:
         epilog="Config sections and fields: drtriton_ray/rl/config.py and docs/rl.md.",
     )
     ap.add_argument("--config", default="configs/cpu-demo.yaml", help="YAML RL config (default: %(default)s)")
-    ap.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="SECTION.KEY=VALUE",
-        help="override a field, VALUE parsed as YAML (repeatable)",
-    )
+    add_set_argument(ap, "SECTION.KEY=VALUE")
     args = ap.parse_args(argv)
     try:
         cfg = load_config(args.config, args.set)

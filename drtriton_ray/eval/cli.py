@@ -405,12 +405,7 @@ async def _generate_and_verify(opts: EvalModelOptions, tokenizer, problems, veri
             tokenizer,
             problems,
             verify,
-            samples=opts.samples,
-            temperature=opts.temperature,
-            max_tokens=opts.max_tokens,
-            seed=opts.seed,
-            baseline=opts.baseline,
-            timing=opts.timing,
+            **opts.model_dump(include={"samples", "temperature", "max_tokens", "seed", "baseline", "timing"}),
         )
     finally:
         await engine.shutdown()

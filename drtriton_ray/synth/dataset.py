@@ -13,11 +13,11 @@ import pyarrow.parquet as pq
 from drtriton_ray.synth.config import SynthConfig
 from drtriton_ray.synth.sampler import ProgramRecord, Sampler
 
+# What identifies a program in every dataset made from programs (synthesis, SFT pairs).
+PROGRAM_FIELDS = [("id", pa.string()), ("level", pa.int32()), ("ops", pa.list_(pa.string()))]
 SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("level", pa.int32()),
-        ("ops", pa.list_(pa.string())),
+    PROGRAM_FIELDS
+    + [
         ("source", pa.string()),
         ("functional", pa.string()),
         ("dag", pa.string()),

@@ -13,19 +13,10 @@ import pyarrow.parquet as pq
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.prompts import build_messages, format_answer
 from drtriton_ray.synth import Program, Sampler, SynthConfig
-from drtriton_ray.synth.dataset import check_writable
+from drtriton_ray.synth.dataset import PROGRAM_FIELDS, check_writable
 from drtriton_ray.verify import Task, WorkerPool
 
-SCHEMA = pa.schema(
-    [
-        ("id", pa.string()),
-        ("level", pa.int32()),
-        ("ops", pa.list_(pa.string())),
-        ("prompt", pa.string()),
-        ("answer", pa.string()),
-        ("origin", pa.string()),
-    ]
-)
+SCHEMA = pa.schema(PROGRAM_FIELDS + [("prompt", pa.string()), ("answer", pa.string()), ("origin", pa.string())])
 
 
 def lowered_pairs(levels: list[int], count: int, seed: int, profile: str, pool: WorkerPool) -> tuple[list[dict], dict]:
