@@ -17,7 +17,19 @@ from pathlib import Path
 from typing import Optional
 
 # Bump when fragments render differently or candidates are judged differently: older entries stop matching.
-CODE_VERSION = "search-1"
+# Bumped when what the search or the lowering finds changes (mode-dependent graphs, fused lowering): older entries
+# would answer with another code's results.
+CODE_VERSION = "search-2"
+# Verdicts that say nothing about a candidate (the problem could not be judged on this machine, or the device
+# failed): a later run tries the candidate again instead of remembering it as judged.
+RETRYABLE = frozenset({"verifier_limit", "bad_problem", "device_error"})
+
+
+def judged(tried: dict[str, str]) -> dict[str, str]:
+    """The candidate ids (-> status) worth remembering: those whose verdict was about the candidate."""
+    return {cid: status for cid, status in tried.items() if status not in RETRYABLE}
+
+
 DEFAULT_CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "drtriton-ray" / "convert"
 
 

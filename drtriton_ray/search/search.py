@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
 from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
-from drtriton_ray.search.cache import Cache, Entry, device_key, program_key
+from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
 from drtriton_ray.search.fragments import Fragment, enumerate_fragments
 from drtriton_ray.search.sources import (
     Attempt,
@@ -231,8 +231,9 @@ class Search:
             if b is not None:
                 c = b.candidate
                 best = {"code": c.code, "source": c.source, "note": c.note, "outcome": b.outcome.to_dict()}
-            if best is not None or self.tried.get(h):
-                self.cache.put(Entry(h, self.device, self.cache.version, best, self.tried.get(h, {})))
+            tried = judged(self.tried.get(h, {}))
+            if best is not None or tried:
+                self.cache.put(Entry(h, self.device, self.cache.version, best, tried))
 
     # -- assembly --------------------------------------------------------------------------------------------
     def tiling(self, graph, placed: list[Fragment]) -> tuple[list[Piece], dict]:

@@ -39,3 +39,12 @@ def test_an_fsspec_uri():
     cache = Cache("memory://drtriton-test-cache", "cpu-interpreter")
     cache.put(Entry("f", "cpu-interpreter", cache.version, best(None), {}))
     assert Cache("memory://drtriton-test-cache", "cpu-interpreter").get("f").best is not None
+
+
+def test_verdicts_about_the_machine_are_not_remembered():
+    """A candidate the verifier could not judge (the reference out of memory, a CUDA error) is tried again next
+    run; one it judged wrong is not."""
+    from drtriton_ray.search.cache import judged
+
+    tried = {"a": "value_mismatch", "b": "verifier_limit", "c": "device_error", "d": "correct", "e": "timeout"}
+    assert judged(tried) == {"a": "value_mismatch", "d": "correct", "e": "timeout"}
