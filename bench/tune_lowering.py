@@ -31,37 +31,6 @@ from drtriton_ray.ops import REGISTRY
 from drtriton_ray.synth import Program, Sampler, SynthConfig
 
 
-def candidates(kernel: str, dims: tuple) -> list[dict]:
-    """Configurations to try; each keeps the kernel correct for any shape (along_dim's whole-column tile and conv's
-    reduction step, which tl.dot needs of 16 or more, are left to the wrapper)."""
-    warps = [{"num_warps": w} for w in (2, 4, 8)]
-    if kernel == "matmul_kernel":
-        tiles = [(64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 32), (64, 64, 64), (128, 128, 16)]
-        return [
-            {"BM": m, "BN": n, "BK": k, "num_warps": w, "num_stages": s}
-            for m, n, k in tiles
-            for w, s in ((4, 3), (8, 3), (4, 4))
-        ]
-    if kernel == "reduce_kernel":
-        return warps + [
-            {"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((16, 64), (64, 16), (256, 4), (8, 256))
-        ]
-    if kernel == "along_dim_kernel":
-        width = triton.next_power_of_2(dims[1])
-        return warps + [{"BLOCK_C": c, "num_warps": 4} for c in (1, 2, 4, 8) if c * width <= 16384]
-    if kernel == "row_norm_kernel":
-        return warps + [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
-    if kernel == "batch_norm_kernel":
-        return warps + [{"BLOCK": b, "BLOCK_C": c, "num_warps": 4} for b, c in ((1024, 1), (256, 4), (4096, 1))]
-    if kernel == "conv_kernel":
-        return [
-            {"BLOCK_P": p, "BLOCK_CO": c, "num_warps": w} for p in (32, 64, 128) for c in (16, 32, 64) for w in (4, 8)
-        ]
-    if kernel == "pool_kernel":
-        return warps + [{"BLOCK_P": p, "num_warps": 4} for p in (64, 256, 1024)]
-    return [{"BLOCK": b, "num_warps": w} for b in (512, 1024, 2048, 4096) for w in (4, 8)]  # elementwise
-
-
 def elementwise_launcher(p: Program, k: int, tmp: Path):
     """(call(config) running node k as the lowering's generated elementwise kernel, its input tensor ids)."""
     src, line = fused_elementwise(p, [k], "timed", None)
@@ -114,7 +83,7 @@ def tune_one(call, env, kernel, dims, timer=gpu_ms) -> tuple[dict | None, dict]:
     want = call(env, None)
     times = {"default": ms(None)}
     best, best_ms = None, times["default"] * 0.97
-    for config in candidates(kernel, dims):
+    for config in tuning.candidates(kernel, dims):
         try:
             ok = same(call(env, config), want)
             t = ms(config) if ok else None

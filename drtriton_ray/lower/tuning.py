@@ -72,3 +72,36 @@ def config_for(kernel: str, dims, gpu: str | None, path: str = str(TABLE)) -> di
     if not gpu:
         return None
     return load_table(path).get(gpu, {}).get(kernel, {}).get(bucket(dims))
+
+
+def candidates(kernel: str, dims: tuple) -> list[dict]:
+    """Configurations to try; each keeps the kernel correct for any shape (along_dim's whole-column tile and conv's
+    reduction step, which tl.dot needs of 16 or more, are left to the wrapper)."""
+    warps = [{"num_warps": w} for w in (2, 4, 8)]
+    if kernel == "matmul_kernel":
+        tiles = [(64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 32), (64, 64, 64), (128, 128, 16)]
+        return [
+            {"BM": m, "BN": n, "BK": k, "num_warps": w, "num_stages": s}
+            for m, n, k in tiles
+            for w, s in ((4, 3), (8, 3), (4, 4))
+        ]
+    if kernel == "reduce_kernel":
+        return warps + [
+            {"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((16, 64), (64, 16), (256, 4), (8, 256))
+        ]
+    if kernel == "along_dim_kernel":
+        if not dims:  # the column width is unknown: its tile is the wrapper's
+            return warps
+        width = 1 << max(0, int(dims[1]) - 1).bit_length() if dims else 1
+        return warps + [{"BLOCK_C": c, "num_warps": 4} for c in (1, 2, 4, 8) if c * width <= 16384]
+    if kernel == "row_norm_kernel":
+        return warps + [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
+    if kernel == "batch_norm_kernel":
+        return warps + [{"BLOCK": b, "BLOCK_C": c, "num_warps": 4} for b, c in ((1024, 1), (256, 4), (4096, 1))]
+    if kernel == "conv_kernel":
+        return [
+            {"BLOCK_P": p, "BLOCK_CO": c, "num_warps": w} for p in (32, 64, 128) for c in (16, 32, 64) for w in (4, 8)
+        ]
+    if kernel == "pool_kernel":
+        return warps + [{"BLOCK_P": p, "num_warps": 4} for p in (64, 256, 1024)]
+    return [{"BLOCK": b, "num_warps": w} for b in (512, 1024, 2048, 4096) for w in (4, 8)]  # elementwise

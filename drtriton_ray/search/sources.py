@@ -15,6 +15,7 @@ Sources propose; the search verifies. `history` is every verified attempt so far
 from __future__ import annotations
 
 import ast
+import itertools
 import asyncio
 import hashlib
 import json
@@ -392,14 +393,81 @@ class _Rescale(ast.NodeTransformer):
         return node
 
 
+# The reference lowering's calls that take a launch `config` (lower/tuning.py), and the kernel it configures.
+CONFIGURED_CALLS = {
+    **dict.fromkeys(("reduce_dim", "reduce_setup"), "reduce_kernel"),
+    **dict.fromkeys(("along_dim", "along_setup"), "along_dim_kernel"),
+    **dict.fromkeys(("layer_norm", "rms_norm", "group_norm", "instance_norm", "row_norm_setup"), "row_norm_kernel"),
+    **dict.fromkeys(("batch_norm", "batch_norm_setup"), "batch_norm_kernel"),
+    **dict.fromkeys(("matmul", "linear", "matmul_setup", "linear_setup"), "matmul_kernel"),
+    **dict.fromkeys(("conv", "conv_setup"), "conv_kernel"),
+    **dict.fromkeys(("pool", "pool_setup"), "pool_kernel"),
+}
+
+
+class _Configure(ast.NodeTransformer):
+    """`config=<dict>` on every call of one configured function outside the lowering's own library functions (in
+    ModelNew.forward and the generated fused wrappers: where the emitter puts a tuned config)."""
+
+    def __init__(self, function: str, config: dict, library: set):
+        self.function, self.config, self.library = function, config, library
+
+    def visit_FunctionDef(self, node):
+        return node if node.name in self.library else self.generic_visit(node)
+
+    def visit_Call(self, node):
+        self.generic_visit(node)
+        if isinstance(node.func, ast.Name) and node.func.id == self.function:
+            node.keywords = [k for k in node.keywords if k.arg != "config"]
+            node.keywords.append(ast.keyword("config", ast.parse(repr(self.config), mode="eval").body))
+        return node
+
+
+def setup_variants(code: str, n: int) -> list[tuple[str, str]]:
+    """Up to n variants of a lowering candidate with other tile sizes, warps and stages for its configured kernels
+    (lower/tuning.py's candidates): the per-shape tuning, done by the search with the verifier's timings."""
+    from drtriton_ray.lower import tuning
+    from drtriton_ray.lower.emit import LIBRARY
+
+    tree = ast.parse(code)
+    library = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in LIBRARY}
+    calls = {c.func.id for c in ast.walk(tree) if isinstance(c, ast.Call) and isinstance(c.func, ast.Name)}
+    per_call = [
+        [(fn, config) for config in tuning.candidates(CONFIGURED_CALLS[fn], None)]
+        for fn in sorted(calls & CONFIGURED_CALLS.keys())
+        if _called_outside(tree, fn, library)
+    ]
+    options = [o for round_ in itertools.zip_longest(*per_call) for o in round_ if o is not None]  # each kernel in turn
+    out = []
+    for fn, config in options[:n]:
+        variant = ast.unparse(_Configure(fn, config, library).visit(ast.parse(code)))
+        out.append((variant, f"{CONFIGURED_CALLS[fn]} {config}"))
+    return out
+
+
+def _called_outside(tree: ast.Module, function: str, library: set) -> bool:
+    for f in ast.walk(tree):
+        if isinstance(f, ast.FunctionDef) and f.name not in library:
+            if any(isinstance(c, ast.Call) and getattr(c.func, "id", None) == function for c in ast.walk(f)):
+                return True
+    return False
+
+
 def config_variants(code: str, n: int = 3) -> list[tuple[str, str]]:
     """Up to n (code, note) launch-config variants of a Triton module, each different from it and from the
-    others; none where the module has no launch."""
+    others: the lowering's configured kernels first (tile sizes), then literal block sizes, warps and stages of
+    its launches; none where the module has no launch."""
     tree = ast.parse(code)
     if not any(_is_launch(node) for node in ast.walk(tree)):
         return []
     blocks = block_sizes(tree)
     seen, out = {ast.unparse(tree)}, []
+    for variant, note in setup_variants(code, n):
+        if variant not in seen:
+            seen.add(variant)
+            out.append((variant, note))
+    if len(out) >= n:
+        return out[:n]
     for scale, warps, stages in CONFIG_VARIANTS:
         mapping = {b: int(b * scale) for b in blocks if BLOCK_RANGE[0] <= b * scale <= BLOCK_RANGE[1]}
         if scale != 1.0 and not mapping:

@@ -62,6 +62,21 @@ def test_lowering_candidates_vary_in_warps_and_stages():
     assert notes and all(n.startswith(("num_warps", "num_stages")) for n in notes)
 
 
+def test_lowering_candidates_vary_their_tuned_kernels_and_stay_correct():
+    """A fragment with a Linear: variants set the matmul kernel's tiles (lower/tuning.py's candidates) where the
+    emitter would put a tuned config, and every variant still verifies (the interpreter keeps its own tiles)."""
+    from drtriton_ray.verify import Task, WorkerPool
+
+    (f,) = [f for f in fragments() if f.ops == ["Linear", "GELU"]]
+    code = LoweringSource().propose([f], Budget(1, 60))[0].code
+    variants = config_variants(code, 3)
+    assert len(variants) == 3 and all(note.startswith("matmul_kernel {") for _, note in variants)
+    assert all("config={'BM'" in text for text, _ in variants)
+    with WorkerPool("cpu", size=1) as pool:
+        verdicts = pool.map([Task(f.source, text, seed=1, timing=False) for text, _ in variants[:2]])
+    assert all(v.correct for v in verdicts), [v.reason for v in verdicts]
+
+
 def summary(status="correct", ms=None, eager=None):
     return VerdictSummary(status, "r", status == "correct", ms, eager)
 
