@@ -231,6 +231,13 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, L, S, CPG, G, eps,
 
 
 @triton.jit
+def channel_tile(c, c_ok, m0, count, S, C, BLOCK: tl.constexpr):
+    """Offsets and mask of values m0 .. m0 + BLOCK of each channel c of x viewed as (N, C, S)."""
+    m = m0 + tl.arange(0, BLOCK)
+    return c[:, None] * S + (m // S * C * S + m % S)[None, :], c_ok[:, None] & (m < count)[None, :]
+
+
+@triton.jit
 def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.constexpr, BLOCK: tl.constexpr):
     """Training-mode batch norm of x viewed as (N, C, S): statistics per channel over its N x S values (biased
     variance, as PyTorch normalises with). A program takes BLOCK_C channels (many channels of few values make
@@ -240,17 +247,13 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
     count = N * S
     acc = tl.zeros([BLOCK_C, BLOCK], dtype=tl.float32)
     for m0 in range(0, count, BLOCK):
-        m = m0 + tl.arange(0, BLOCK)
-        mask = c_ok[:, None] & (m < count)[None, :]
-        offs = c[:, None] * S + (m // S * C * S + m % S)[None, :]
+        offs, mask = channel_tile(c, c_ok, m0, count, S, C, BLOCK)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         acc += x
     mean = tl.sum(acc, axis=1) / count
     acc = tl.zeros([BLOCK_C, BLOCK], dtype=tl.float32)
     for m0 in range(0, count, BLOCK):
-        m = m0 + tl.arange(0, BLOCK)
-        mask = c_ok[:, None] & (m < count)[None, :]
-        offs = c[:, None] * S + (m // S * C * S + m % S)[None, :]
+        offs, mask = channel_tile(c, c_ok, m0, count, S, C, BLOCK)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         d = tl.where(mask, x - mean[:, None], 0.0)
         acc += d * d
@@ -258,9 +261,7 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
     # centred before scaling: x * scale + (b - mean * scale) cancels catastrophically where |mean| >> std
     bias = tl.load(b_ptr + c, mask=c_ok, other=0.0).to(tl.float32)
     for m0 in range(0, count, BLOCK):
-        m = m0 + tl.arange(0, BLOCK)
-        mask = c_ok[:, None] & (m < count)[None, :]
-        offs = c[:, None] * S + (m // S * C * S + m % S)[None, :]
+        offs, mask = channel_tile(c, c_ok, m0, count, S, C, BLOCK)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         y = (x - mean[:, None]) * scale[:, None] + bias[:, None]
         tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
