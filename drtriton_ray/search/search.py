@@ -71,6 +71,16 @@ class Progress:
     done: int = 0
     total: int = 0
     detail: str = ""
+    # Filled in by the search for every event (callers that only read the four fields above can ignore them):
+    # the service shows them while a conversion runs.
+    verified: Optional[int] = None  # tasks sent to the verifier so far
+    candidates: Optional[dict] = None  # source -> candidates judged so far (cache answers included)
+    fragments_done: Optional[int] = None  # distinct fragments with a correct candidate so far
+    fragments_total: Optional[int] = None  # distinct fragments searched
+    best_speedup_vs_eager: Optional[float] = None  # the fastest correct fragment candidate's, where timed
+    # Only on the final "done" event: each fragment's best candidate verified by this run (not the cache's):
+    # {"fragment", "source" (the fragment problem), "code", "origin" (the candidate source), "outcome"}
+    records: Optional[list] = None
 
 
 @dataclass
@@ -148,7 +158,7 @@ class Search:
 
     def __init__(self, config: SearchConfig, verifier, progress: Optional[Callable[[Progress], None]] = None):
         self.config, self.verifier = config, verifier
-        self.progress = progress or (lambda p: None)
+        self.callback = progress or (lambda p: None)
         self.start = time.monotonic()
         self.device = device_key(config.device)
         self.cache = Cache(config.cache, self.device) if config.cache else None
@@ -157,6 +167,37 @@ class Search:
         self.verified = 0
         self.verify_s = 0.0
         self.fragments: dict[str, Fragment] = {}  # one per hash: the one verified for all its places
+
+    def progress(self, p: Progress) -> None:
+        """The caller's callback, with the search's counts so far filled in."""
+        correct = [a for a in self.attempts if a.outcome.correct]
+        speedups = [a.outcome.speedup_vs_eager for a in correct if a.outcome.speedup_vs_eager is not None]
+        p.verified = self.verified
+        p.candidates = {}
+        for a in self.attempts:
+            p.candidates[a.candidate.source] = p.candidates.get(a.candidate.source, 0) + 1
+        p.fragments_done = len({a.candidate.fragment for a in correct})
+        p.fragments_total = len(self.fragments)
+        p.best_speedup_vs_eager = max(speedups, default=None)
+        self.callback(p)
+
+    def records(self) -> list[dict]:
+        """Each fragment's best candidate as verified by this run (none from the cache): the service's dataset."""
+        rows = []
+        for h, f in self.fragments.items():
+            b = self.best(h)
+            if b is not None and not b.cached:
+                c = b.candidate
+                rows.append(
+                    {
+                        "fragment": h,
+                        "source": f.source,
+                        "code": c.code,
+                        "origin": c.source,
+                        "outcome": b.outcome.to_dict(),
+                    }
+                )
+        return rows
 
     def budget(self) -> Budget:
         return Budget(
@@ -404,5 +445,5 @@ def search(source: str, config: SearchConfig, verifier, progress=None, graph=Non
     result = ConversionResult(module, report)
     if s.cache is not None and not spent:  # a search cut short may do better with more budget
         s.cache.put_result(key, result.to_dict())
-    s.progress(Progress("done", 1, 1, report.reason))
+    s.progress(Progress("done", 1, 1, report.reason, records=s.records()))
     return result

@@ -1,0 +1,64 @@
+"""`build_app(args)`: the Serve application (Api -> Search -> Verifier), each deployment with its own autoscaling.
+The import path for Serve config files and KubeRay is `drtriton_ray.serve.app:build_app`; `args` are
+`ServeSettings` fields (drtriton_ray/serve/config.py).
+
+Verifier replicas ask for one GPU each on `cuda` (pending GPU replicas are what make a cluster's autoscaler add
+GPU nodes) and `verifier_workers` CPUs: the pool's processes compile and check on them."""
+
+from __future__ import annotations
+
+from typing import Optional
+
+from ray import serve
+from ray.serve import Application
+
+from drtriton_ray.serve.api import Api
+from drtriton_ray.serve.config import Autoscaling, ServeSettings
+from drtriton_ray.serve.searcher import Search
+from drtriton_ray.serve.verifier import Verifier
+
+IMPORT_PATH = "drtriton_ray.serve.app:build_app"
+
+
+def autoscaling(a: Autoscaling) -> dict:
+    return {
+        "min_replicas": a.min_replicas,
+        "initial_replicas": max(a.min_replicas, 1),
+        "max_replicas": max(a.max_replicas, a.min_replicas, 1),
+        "target_ongoing_requests": a.target_ongoing_requests,
+    }
+
+
+def build_app(args: Optional[dict] = None) -> Application:
+    """The application for `serve run`/`serve.run`; `args` is validated as ServeSettings (bad settings fail here,
+    with pydantic's message, before any replica starts)."""
+    settings = ServeSettings(**(args or {}))
+    plain = settings.model_dump()
+    verifier_resources = {"num_cpus": settings.verifier_workers}
+    if settings.device == "cuda":
+        verifier_resources["num_gpus"] = 1
+    verifier = Verifier.options(
+        autoscaling_config=autoscaling(settings.verifier),
+        max_ongoing_requests=settings.verifier_max_ongoing,
+        ray_actor_options=verifier_resources,
+        # a pool starts its workers (torch, triton) in its constructor: give it time
+        health_check_timeout_s=120,
+        graceful_shutdown_timeout_s=30,
+    ).bind(settings.device, settings.verifier_workers, settings.task_timeout_s, settings.max_tasks_per_worker)
+    search_resources = {"num_cpus": 0}
+    if settings.model and settings.device == "cuda":
+        search_resources["num_gpus"] = 1  # the policy model runs in the Search process (drtriton_ray/serve/searcher.py)
+    search = Search.options(
+        autoscaling_config=autoscaling(settings.search),
+        max_ongoing_requests=settings.searches_per_replica,
+        ray_actor_options=search_resources,
+    ).bind(verifier, plain)
+    return Api.options(autoscaling_config=autoscaling(settings.api)).bind(search, plain)
+
+
+def start(settings: dict, host: str = "127.0.0.1", port: int = 8000, name: str = "drtriton") -> str:
+    """Start Serve's proxy on host:port and the application (a Ray cluster must be up, or one is started
+    locally); returns the page's URL."""
+    serve.start(http_options={"host": host, "port": port})
+    serve.run(build_app(settings), name=name, route_prefix="/", blocking=False)
+    return f"http://{host}:{port}/"
