@@ -14,6 +14,8 @@
     pollFailures: 0,
     createdAt: null, // epoch seconds of the job's creation (the time axis of the chart)
     fragmentSamples: [], // [{x: seconds, y: fragments done}] seen by this page's polls
+    verifiedSamples: [], // [{x: seconds, y: candidates verified}] likewise
+    device: null, // the service's device (GET /healthz): cpu verifies without timing, so it has no speedups
     chart: null,
     lastStatus: null,
   };
@@ -179,7 +181,7 @@
             yAxisID: "y",
           },
           {
-            label: "fragments done",
+            label: "fragments verified",
             data: [],
             borderColor: "#2da44e",
             backgroundColor: "rgba(45, 164, 78, 0.12)",
@@ -187,6 +189,17 @@
             stepped: true,
             pointRadius: 0,
             borderWidth: 1.5,
+            yAxisID: "y1",
+          },
+          {
+            label: "candidates verified",
+            data: [],
+            borderColor: "#bf8700",
+            borderDash: [5, 3],
+            stepped: true,
+            pointRadius: 0,
+            borderWidth: 2,
+            order: -1, // drawn over the fragments, which it often matches
             yAxisID: "y1",
           },
         ],
@@ -206,12 +219,31 @@
             min: 0,
             grid: { drawOnChartArea: false },
             ticks: { precision: 0 },
-            title: { display: true, text: "fragments" },
+            title: { display: true, text: "fragments, candidates" },
           },
         },
-        plugins: { legend: { position: "bottom", labels: { boxWidth: 12 } } },
+        plugins: {
+          legend: {
+            position: "bottom",
+            // hidden lines (no speedups on a CPU service) leave the legend instead of showing struck through
+            labels: { boxWidth: 12, filter: (item, data) => !data.datasets[item.datasetIndex].hidden },
+          },
+        },
       },
     });
+  }
+
+  // The counts at this poll, for the chart's progress lines (the service keeps a history of speedups only).
+  function sampleProgress(status) {
+    const progress = status.progress || {};
+    const now = clientSeconds(status);
+    if (now === null) return;
+    if (!page.fragmentSamples.length) {
+      page.fragmentSamples.push({ x: 0, y: 0 });
+      page.verifiedSamples.push({ x: 0, y: 0 });
+    }
+    page.fragmentSamples.push({ x: now, y: progress.fragments_done || 0 });
+    page.verifiedSamples.push({ x: now, y: progress.verified || 0 });
   }
 
   function updateChart(status) {
@@ -221,9 +253,6 @@
       .filter((h) => h && h.best_speedup_vs_eager !== null && h.best_speedup_vs_eager !== undefined)
       .map((h) => ({ x: Number(h.t), y: Number(h.best_speedup_vs_eager) }));
     const now = clientSeconds(status);
-    if (now !== null && progress.fragments_total) {
-      page.fragmentSamples.push({ x: now, y: progress.fragments_done || 0 });
-    }
     const tMax = Math.max(
       1,
       now || 0,
@@ -233,21 +262,31 @@
     // the step line runs on to the latest time: the best so far holds until something beats it
     if (speedups.length) speedups.push({ x: tMax, y: speedups[speedups.length - 1].y });
     const finished = TERMINAL.has(status.state);
-    if (finished && !speedups.length) {
+    // no speedups to draw (a CPU service, or nothing timed yet at the end): the chart shows the search's progress
+    const untimed = page.device === "cpu" || (finished && !speedups.length);
+    if (page.device === "cpu") {
       $("chart-note").textContent =
-        "No speedups: nothing was timed (a CPU service verifies candidates but does not time them). " +
-        "The green area is the fragments searched.";
+        "CPU service: candidates are verified by the Triton interpreter, not timed, so there is no speedup to draw; " +
+        "the chart shows the search: fragments with a verified candidate and candidates verified over time.";
+    } else if (untimed) {
+      $("chart-note").textContent = "Nothing was timed: the chart shows fragments verified and candidates over time.";
     } else {
-      $("chart-note").textContent = "Best verified speedup against eager PyTorch over time; fragments searched.";
+      $("chart-note").textContent =
+        "Best verified fragment speedup against eager PyTorch over time (left axis); fragments with a verified " +
+        "candidate and candidates verified (right axis).";
     }
     if (!page.chart) return;
+    page.chart.data.datasets[0].hidden = untimed;
+    page.chart.data.datasets[1].hidden = untimed;
+    page.chart.options.scales.y.display = !untimed;
     page.chart.data.datasets[0].data = speedups;
     page.chart.data.datasets[1].data = [
       { x: 0, y: 1 },
       { x: tMax, y: 1 },
     ];
     page.chart.data.datasets[2].data = page.fragmentSamples.slice();
-    page.chart.options.scales.y1.suggestedMax = Math.max(1, progress.fragments_total || 0);
+    page.chart.data.datasets[3].data = page.verifiedSamples.slice();
+    page.chart.options.scales.y1.suggestedMax = Math.max(1, progress.fragments_total || 0, progress.verified || 0);
     page.chart.update("none");
   }
 
@@ -283,6 +322,7 @@
     setText("best-eager", fmtSpeedup(progress.best_speedup_vs_eager, finished));
     setText("best-compile", fmtSpeedup(progress.best_speedup_vs_compile, finished));
     setText("elapsed", fmtSeconds(clientSeconds(status)));
+    sampleProgress(status);
     updateChart(status);
   }
 
@@ -394,6 +434,7 @@
     stopPolling();
     page.jobId = id;
     page.fragmentSamples = [];
+    page.verifiedSamples = [];
     page.pollFailures = 0;
     $("result").hidden = true;
     $("code").textContent = "";
@@ -468,6 +509,23 @@
 
   // ---------- start-up ----------
 
+  async function loadService() {
+    try {
+      const resp = await fetch("/healthz");
+      if (!resp.ok) return;
+      const health = await resp.json();
+      page.device = health.device || null;
+      const what =
+        page.device === "cpu"
+          ? "CPU: candidates verified by the Triton interpreter, not timed"
+          : `${page.device}: verified and timed against eager and torch.compile`;
+      $("service").textContent = `Service: ${what}; ${health.active} conversion(s) queued or running.`;
+      if (page.lastStatus) updateChart(page.lastStatus);
+    } catch (e) {
+      // the page works without it
+    }
+  }
+
   function init() {
     page.chart = makeChart();
     $("convert-form").addEventListener("submit", onStart);
@@ -477,6 +535,7 @@
     $("source").addEventListener("keydown", onSourceKey);
     $("copy").addEventListener("click", onCopy);
     loadSample(false);
+    loadService();
     const match = /^#job=(.+)$/.exec(location.hash);
     if (match) follow(decodeURIComponent(match[1])); // a reload keeps following its conversion
     document.body.dataset.ready = "true";
