@@ -16,6 +16,7 @@ from drtriton_ray.cli_common import err, fail, out, validation_message
 from drtriton_ray.eval.cli import register as register_eval
 from drtriton_ray.models.cli import register as register_models
 from drtriton_ray.search.cli import register as register_convert
+from drtriton_ray.serve.cli import register as register_serve
 from drtriton_ray.verify.cli import register as register_verify
 
 __all__ = ["app", "err", "fail", "main", "out"]
@@ -260,6 +261,7 @@ register_models(app)
 register_verify(app)
 register_eval(app)
 register_convert(app)
+register_serve(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

@@ -35,7 +35,7 @@ class Search:
     def __init__(self, verifier, settings: dict):
         self.settings = ServeSettings(**settings)
         self.store = JobStore(self.settings.state_dir)
-        self.verifier = RemoteVerifier(verifier, retries=self.settings.verifier_retries)
+        self.handle = verifier
         self.running: set[str] = set()
         threading.Thread(target=self.beat_forever, daemon=True, name="job-heartbeat").start()
 
@@ -71,10 +71,12 @@ class Search:
 
         job_id = job["id"]
         watch = Watch(self.store, job)
+        # one adapter per job: its count of calls sent again is this job's (kept in the job file, not shown)
+        verifier = watch.verifier = RemoteVerifier(self.handle, retries=self.settings.verifier_retries)
         try:
             result = convert(
                 job["source"],
-                verifier=self.verifier,
+                verifier=verifier,
                 progress=watch.progress,
                 **search_kwargs(job["options"], self.settings),
             )
@@ -90,7 +92,8 @@ class Search:
     def fail(self, job_id: str, watch: "Watch", error: str) -> str:
         if self.store.cancelled(job_id):
             return "cancelled"
-        self.store.update(job_id, state="failed", error=error, progress=watch.tracker.state)
+        resent = watch.verifier.resent
+        self.store.update(job_id, state="failed", error=error, progress=watch.tracker.state, verifier_resent=resent)
         return "failed"
 
     def succeed(self, job: dict, watch: "Watch", result) -> str:
@@ -116,7 +119,10 @@ class Search:
             "policy": (report["end_to_end"] or {}).get("policy"),
             "from_cache": report["from_cache"],
         }
-        self.store.update(job_id, state="succeeded", result=summary, progress=progress, error=None)
+        resent = watch.verifier.resent
+        self.store.update(
+            job_id, state="succeeded", result=summary, progress=progress, error=None, verifier_resent=resent
+        )
         return "succeeded"
 
 
@@ -128,6 +134,7 @@ class Watch:
         self.store, self.job_id = store, job["id"]
         self.tracker = ProgressTracker(job["created_at"], job["progress"])
         self.records: list[dict] = []
+        self.verifier = None
         self.written, self.stage = 0.0, None
 
     def progress(self, p) -> None:
