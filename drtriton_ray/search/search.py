@@ -55,6 +55,9 @@ class SearchConfig:
     batch: int = 16  # tasks per verifier submission
     timing: bool = True  # GPU: time candidates (the tiling needs it); CPU never times
     cache: Optional[str] = None  # folder or fsspec URI; None: no cache
+    # The machine the cache is keyed by (device_key) where the caller knows it better than this process can: the
+    # service's Search runs without a GPU and passes its Verifier replicas' GPU model. None: device_key(device).
+    machine: Optional[str] = None
 
     @property
     def timed(self) -> bool:
@@ -137,10 +140,10 @@ def task_seed(seed: int, *parts) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def build_sources(config: SearchConfig) -> tuple[dict, Optional[Policy]]:
-    """The configured sources by name; the model and refine sources share one Policy (one engine)."""
-    policy = None
-    if any(s in ("model", "refine") for s in config.sources):
+def build_sources(config: SearchConfig, policy=None) -> tuple[dict, Optional[Policy]]:
+    """The configured sources by name; the model and refine sources share one Policy (one engine): `policy` where
+    the caller has one (the service's Policy deployment, same ids/generate interface), else loaded here."""
+    if policy is None and any(s in ("model", "refine") for s in config.sources):
         from pathlib import Path
 
         policy = Policy(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
@@ -160,7 +163,7 @@ class Search:
         self.config, self.verifier = config, verifier
         self.callback = progress or (lambda p: None)
         self.start = time.monotonic()
-        self.device = device_key(config.device)
+        self.device = config.machine or device_key(config.device)
         self.cache = Cache(config.cache, self.device) if config.cache else None
         self.attempts: list[Attempt] = []
         self.tried: dict[str, dict[str, str]] = {}  # fragment hash -> candidate id -> status (cache's and ours)
@@ -401,18 +404,31 @@ class Search:
                 self.run(sources[name].propose(fragments, self.budget(), self.attempts))
 
 
-def search(source: str, config: SearchConfig, verifier, progress=None, graph=None) -> ConversionResult:
+def cached_result(source: str, config: SearchConfig) -> Optional[ConversionResult]:
+    """The whole result of an earlier search of this program with these settings on this machine, if the cache
+    holds one (reading the cache runs nothing: the service's Api answers repeats with it)."""
+    if not config.cache:
+        return None
+    cache = Cache(config.cache, config.machine or device_key(config.device))
+    hit = cache.get_result(program_key(source, config.key_settings()))
+    if hit is None:
+        return None
+    result = ConversionResult.from_dict(hit)
+    result.report.from_cache, result.report.verified, result.report.verify_s = True, 0, 0.0
+    return result
+
+
+def search(source: str, config: SearchConfig, verifier, progress=None, graph=None, policy=None) -> ConversionResult:
     """Convert `source` (KernelBench format) with `verifier` (a WorkerPool or VerifyService): capture (unless
-    `graph`, the program's Graph, is given), search, assemble, verify. Raises CaptureError when the program
-    cannot be captured."""
+    `graph`, the program's Graph, is given), search, assemble, verify. `policy`: the model engine to use (the
+    caller keeps and closes it) instead of one loaded here. Raises CaptureError when the program cannot be
+    captured."""
     from drtriton_ray.capture.sandbox import capture_program
 
     s = Search(config, verifier, progress)
     key = program_key(source, config.key_settings())
-    hit = s.cache.get_result(key) if s.cache else None
-    if hit is not None:
-        result = ConversionResult.from_dict(hit)
-        result.report.from_cache, result.report.verified, result.report.verify_s = True, 0, 0.0
+    result = cached_result(source, config)
+    if result is not None:
         result.report.wall_s = time.monotonic() - s.start
         s.progress(Progress("done", 1, 1, "from the cache"))
         return result
@@ -427,14 +443,15 @@ def search(source: str, config: SearchConfig, verifier, progress=None, graph=Non
         s.fragments.setdefault(f.hash, f)
     s.progress(Progress("fragments", len(s.fragments), len(s.fragments), f"{len(every)} fragments"))
     todo = s.load_cached()
-    sources, policy = build_sources(config)
+    sources, engine = build_sources(config, policy)
     report = ConversionReport(device=s.device, settings=asdict(config))
     try:
         s.propose_all(sources, todo)
     finally:
-        if policy is not None:
-            report.generate_s = policy.generate_s
-            policy.close()
+        if engine is not None:
+            report.generate_s = engine.generate_s
+            if policy is None:  # loaded here: closed here
+                engine.close()
     s.save()
     spent = report.budget_spent = s.budget().spent
     module = s.assemble(source, graph, placed, report)

@@ -17,8 +17,8 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 from ray import serve
 
-from drtriton_ray.serve.config import ServeSettings, SubmitRequest, limit_problems
-from drtriton_ray.serve.jobs import ACTIVE, JobStore, public
+from drtriton_ray.serve.config import ServeSettings, SubmitRequest, limit_problems, search_config
+from drtriton_ray.serve.jobs import ACTIVE, JobStore, final_progress, public, summary
 from drtriton_ray.serve.verifier import retryable
 
 log = logging.getLogger("ray.serve")
@@ -123,6 +123,7 @@ class Api:
         self.store = JobStore(self.settings.state_dir)
         self.driving: dict[str, asyncio.Task] = {}  # job id -> the task that waits for its Search call
         self.watchdog = None
+        from drtriton_ray.verify.static import check_problem  # noqa: F401  (imported now, not by the first request)
 
     def ensure_watchdog(self) -> None:
         """Started from the first request: the replica's event loop runs by then."""
@@ -181,11 +182,33 @@ class Api:
         self.ensure_watchdog()
         req = parse_submit(await request.body(), self.settings)
         client = request.headers.get("x-client") or (request.client.host if request.client else "unknown")
-        self.check_capacity(client)
-        job = self.store.create(req.source, req.options.model_dump(exclude_none=True), client)
-        self.drive(job["id"])
+        options = req.options.model_dump(exclude_none=True)
+        job = self.answer_from_cache(req.source, options, client)
+        if job is None:  # a repeat costs no capacity: only searches are limited
+            self.check_capacity(client)
+            job = self.store.create(req.source, options, client)
+            self.drive(job["id"])
+        # the 202's state is always "queued" (the contract); a repeat is "succeeded" at its first poll
         body = {"id": job["id"], "state": "queued", "status_url": f"/v1/conversions/{job['id']}"}
         return JSONResponse(body, status_code=202)
+
+    def answer_from_cache(self, source: str, options: dict, client: str):
+        """A program searched before with these settings on this machine is answered here, at once, from the
+        search's cache (a JSON read: nothing runs); None when the cache does not hold it."""
+        from drtriton_ray.search.search import cached_result
+
+        machine = "cpu-interpreter" if self.settings.device == "cpu" else self.store.machine()
+        if machine is None or not self.settings.cache_dir:  # no search has learnt the GPU model yet
+            return None
+        result = cached_result(source, search_config(options, self.settings, machine))
+        if result is None:
+            return None
+        job = self.store.create(source, options, client)
+        report = result.to_dict()["report"]
+        self.store.put_result(job["id"], result.module_source, report)
+        progress = final_progress(job["progress"], report)
+        progress["detail"], progress["history"] = "from the cache", [{"t": 0.0, "best_speedup_vs_eager": None}]
+        return self.store.update(job["id"], state="succeeded", result=summary(report), progress=progress)
 
     def check_capacity(self, client: str) -> None:
         active = self.store.active()

@@ -1,4 +1,5 @@
-"""`build_app(args)`: the Serve application (Api -> Search -> Verifier), each deployment with its own autoscaling.
+"""`build_app(args)`: the Serve application (Api -> Search -> Verifier, and Policy where a model is configured), each
+deployment with its own autoscaling.
 The import path for Serve config files and KubeRay is `drtriton_ray.serve.app:build_app`; `args` are
 `ServeSettings` fields (drtriton_ray/serve/config.py).
 
@@ -14,6 +15,7 @@ from ray.serve import Application
 
 from drtriton_ray.serve.api import Api
 from drtriton_ray.serve.config import Autoscaling, ServeSettings
+from drtriton_ray.serve.policy import Policy
 from drtriton_ray.serve.searcher import Search
 from drtriton_ray.serve.verifier import Verifier
 
@@ -45,14 +47,19 @@ def build_app(args: Optional[dict] = None) -> Application:
         health_check_timeout_s=120,
         graceful_shutdown_timeout_s=30,
     ).bind(settings.device, settings.verifier_workers, settings.task_timeout_s, settings.max_tasks_per_worker)
-    search_resources = {"num_cpus": 0}
-    if settings.model and settings.device == "cuda":
-        search_resources["num_gpus"] = 1  # the policy model runs in the Search process (drtriton_ray/serve/searcher.py)
+    policy = None
+    if settings.model:  # one engine per replica, shared by every search (drtriton_ray/serve/policy.py)
+        policy_resources = {"num_cpus": 1, **({"num_gpus": 1} if settings.device == "cuda" else {})}
+        policy = Policy.options(
+            autoscaling_config=autoscaling(settings.policy),
+            ray_actor_options=policy_resources,
+            health_check_timeout_s=300,  # loading a model takes a while
+        ).bind(settings.model, settings.device, settings.engine, settings.max_tokens)
     search = Search.options(
         autoscaling_config=autoscaling(settings.search),
         max_ongoing_requests=settings.searches_per_replica,
-        ray_actor_options=search_resources,
-    ).bind(verifier, plain)
+        ray_actor_options={"num_cpus": 0},  # it waits on the verifier and the policy
+    ).bind(verifier, plain, policy)
     return Api.options(autoscaling_config=autoscaling(settings.api)).bind(search, plain)
 
 

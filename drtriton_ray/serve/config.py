@@ -128,20 +128,23 @@ def limit_problems(opts: ConversionOptions, settings: ServeSettings) -> list[str
     return problems
 
 
-def search_kwargs(opts: dict, settings: ServeSettings) -> dict:
-    """convert()'s keyword arguments for a job's stored options."""
+def search_config(opts: dict, settings: ServeSettings, machine: Optional[str] = None):
+    """The SearchConfig of a job's stored options (the defaults and caps of this service filled in), as
+    drtriton_ray.convert.convert would build it; `machine` keys the cache (the Verifier's GPU model)."""
     from drtriton_ray.convert import default_sources
+    from drtriton_ray.search.search import SearchConfig
 
     model = Path(settings.model) if settings.model else None
-    return {
-        "budget_s": opts.get("budget_s") or min(settings.default_budget_s, settings.max_budget_s),
-        "max_candidates": opts.get("max_candidates") or settings.max_candidates,
-        "k": opts.get("k") or min(5, settings.max_k),
-        "samples": opts.get("samples") or min(4, settings.max_samples),
-        "sources": opts.get("sources") or list(default_sources(model, settings.device)),
-        "device": settings.device,
-        "model": settings.model,
-        "engine": settings.engine,
-        "max_tokens": settings.max_tokens,
-        "cache": settings.cache_dir,
-    }
+    return SearchConfig(
+        k=opts.get("k") or min(5, settings.max_k),
+        samples=opts.get("samples") or min(4, settings.max_samples),
+        sources=tuple(opts.get("sources") or default_sources(model, settings.device)),
+        budget_s=opts.get("budget_s") or min(settings.default_budget_s, settings.max_budget_s),
+        max_candidates=opts.get("max_candidates") or settings.max_candidates,
+        device=settings.device,
+        model=settings.model,
+        engine=settings.engine or "hf",  # the engine runs in the Policy deployment, which picks it there
+        max_tokens=settings.max_tokens,
+        cache=settings.cache_dir,
+        machine=machine,
+    )

@@ -135,6 +135,17 @@ class JobStore:
                 pass
         return found
 
+    def set_machine(self, machine: str) -> None:
+        """The Verifier replicas' machine key (GPU model), learnt by a Search replica: the Api keys its cache
+        look-ups with it."""
+        write_atomic(self.root / "machine", machine)
+
+    def machine(self) -> Optional[str]:
+        try:
+            return (self.root / "machine").read_text(encoding="utf-8") or None
+        except FileNotFoundError:
+            return None
+
     def put_result(self, job_id: str, module_source: str, report: dict) -> None:
         write_atomic(self.root / "results" / f"{job_id}.py", module_source)
         write_atomic(self.root / "results" / f"{job_id}.json", json.dumps(report, indent=1))
@@ -150,6 +161,27 @@ class JobStore:
             return json.loads((self.root / "results" / f"{job_id}.json").read_text(encoding="utf-8"))
         except (FileNotFoundError, json.JSONDecodeError):
             return None
+
+
+def summary(report: dict) -> dict:
+    """The job's `result`: what the page shows of the search's report."""
+    return {
+        "kept_original": report["kept_original"],
+        "reason": report["reason"],
+        "speedup_vs_eager": report["speedup_vs_eager"],
+        "speedup_vs_compile": report["speedup_vs_compile"],
+        "policy": (report["end_to_end"] or {}).get("policy"),
+        "from_cache": report["from_cache"],
+    }
+
+
+def final_progress(progress: dict, report: dict) -> dict:
+    """The progress object once the job succeeded: the answer's own numbers."""
+    progress["stage"], progress["verified"] = "done", report["verified"]
+    progress["best_speedup_vs_compile"] = report["speedup_vs_compile"]
+    if report["speedup_vs_eager"] is not None:
+        progress["best_speedup_vs_eager"] = report["speedup_vs_eager"]
+    return progress
 
 
 PUBLIC = ("id", "state", "progress", "result", "error", "created_at", "updated_at")

@@ -1,11 +1,12 @@
-"""The Search deployment: one conversion per call, `drtriton_ray.convert.convert` with the Verifier deployment as
-its verifier. The job's file is the only state: the call takes a job id, reads the source and options there, writes
-progress, the answer, its report and the final state back, and appends verified winners to the flywheel dataset.
+"""The Search deployment: one conversion per call, `drtriton_ray.convert`'s steps (check the request, `search`)
+with the Verifier deployment as its verifier and the Policy deployment as its model. The job's file is the only
+state: the call takes a job id, reads the source and options there, writes progress, the answer, its report and
+the final state back, and appends verified winners to the flywheel dataset.
 
 `search` is synchronous and blocks on verifier handles (`.result()`), so it runs in a worker thread, never on the
 replica's event loop. The user's program stays text here: capture and verification run in the Verifier replicas'
-sandboxed workers. With a `model` configured, the model and refine sources run the policy in this process through
-the rollout engine (drtriton_ray.search.sources.Policy): on a GPU cluster give the Search deployment a GPU."""
+sandboxed workers. With a `model` configured, the model and refine sources ask the Policy deployment
+(drtriton_ray/serve/policy.py), which holds the engine."""
 
 from __future__ import annotations
 
@@ -17,8 +18,9 @@ import time
 from ray import serve
 
 from drtriton_ray.serve import flywheel
-from drtriton_ray.serve.config import ServeSettings, search_kwargs
-from drtriton_ray.serve.jobs import ACTIVE, JobStore, ProgressTracker
+from drtriton_ray.serve.config import ServeSettings, search_config
+from drtriton_ray.serve.jobs import ACTIVE, JobStore, ProgressTracker, final_progress, summary
+from drtriton_ray.serve.policy import RemotePolicy
 from drtriton_ray.serve.verifier import RemoteVerifier, VerifierUnavailable
 
 log = logging.getLogger("ray.serve")
@@ -32,10 +34,11 @@ class Cancelled(Exception):
 
 @serve.deployment(max_ongoing_requests=2, ray_actor_options={"num_cpus": 0})
 class Search:
-    def __init__(self, verifier, settings: dict):
+    def __init__(self, verifier, settings: dict, policy=None):
         self.settings = ServeSettings(**settings)
         self.store = JobStore(self.settings.state_dir)
-        self.handle = verifier
+        self.handle, self.policy = verifier, policy
+        self.known_machine = None if self.settings.device == "cuda" else "cpu-interpreter"
         self.running: set[str] = set()
         threading.Thread(target=self.beat_forever, daemon=True, name="job-heartbeat").start()
 
@@ -65,24 +68,32 @@ class Search:
         finally:
             self.running.discard(job_id)
 
+    def machine(self, verifier: RemoteVerifier) -> str:
+        """The cache's machine key: the Verifier replicas' GPU model (this replica may have no GPU), asked once."""
+        if self.known_machine is None:
+            self.known_machine = verifier.machine()
+            self.store.set_machine(self.known_machine)
+        return self.known_machine
+
     def convert(self, job: dict) -> str:
+        """convert()'s steps (check the request, search) with the service's verifier and policy handles."""
         from drtriton_ray.capture.graph import CaptureError
-        from drtriton_ray.convert import ConversionError, convert
+        from drtriton_ray.convert import ConversionError, check_request
+        from drtriton_ray.models.load import ModelError
+        from drtriton_ray.search.search import search
 
         job_id = job["id"]
         watch = Watch(self.store, job)
         # one adapter per job: its count of calls sent again is this job's (kept in the job file, not shown)
         verifier = watch.verifier = RemoteVerifier(self.handle, retries=self.settings.verifier_retries)
+        policy = RemotePolicy(self.policy, self.settings.verifier_retries) if self.policy is not None else None
         try:
-            result = convert(
-                job["source"],
-                verifier=verifier,
-                progress=watch.progress,
-                **search_kwargs(job["options"], self.settings),
-            )
+            config = search_config(job["options"], self.settings, self.machine(verifier))
+            check_request(job["source"], config)
+            result = search(job["source"], config, verifier, watch.progress, policy=policy)
         except Cancelled:
             return "cancelled"
-        except (ConversionError, CaptureError, VerifierUnavailable) as e:
+        except (ConversionError, CaptureError, VerifierUnavailable, ModelError) as e:
             return self.fail(job_id, watch, str(e))
         except Exception as e:  # a bug of ours must fail the job, not the replica: the next request still runs
             log.exception("conversion %s failed", job_id)
@@ -100,28 +111,16 @@ class Search:
         job_id, report = job["id"], result.to_dict()["report"]
         self.store.put_result(job_id, result.module_source, report)
         rows = flywheel.fragment_rows(job_id, watch.records, report["device"])
-        if not report["kept_original"]:
+        if not report["kept_original"] and not report["from_cache"]:  # a repeat adds nothing new
             rows.append(flywheel.module_row(job_id, job["source"], result.module_source, report))
         try:
             flywheel.append(self.settings.dataset_dir, job_id, rows)
         except OSError as e:  # a full or read-only dataset folder must not cost the user the answer
             log.warning("flywheel: cannot write %s: %s", self.settings.dataset_dir, e)
-        progress = watch.tracker.state
-        progress["verified"] = report["verified"]
-        progress["best_speedup_vs_compile"] = report["speedup_vs_compile"]
-        if report["speedup_vs_eager"] is not None:
-            progress["best_speedup_vs_eager"] = report["speedup_vs_eager"]
-        summary = {
-            "kept_original": report["kept_original"],
-            "reason": report["reason"],
-            "speedup_vs_eager": report["speedup_vs_eager"],
-            "speedup_vs_compile": report["speedup_vs_compile"],
-            "policy": (report["end_to_end"] or {}).get("policy"),
-            "from_cache": report["from_cache"],
-        }
+        progress = final_progress(watch.tracker.state, report)
         resent = watch.verifier.resent
         self.store.update(
-            job_id, state="succeeded", result=summary, progress=progress, error=None, verifier_resent=resent
+            job_id, state="succeeded", result=summary(report), progress=progress, error=None, verifier_resent=resent
         )
         return "succeeded"
 

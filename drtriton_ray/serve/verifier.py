@@ -49,6 +49,12 @@ class Verifier:
         with self.lock:
             return self.pool.time_reference(source)
 
+    def machine(self, _=None) -> str:
+        """What the search's cache is keyed by: this replica's GPU model, or cpu-interpreter."""
+        from drtriton_ray.search.cache import device_key
+
+        return device_key(self.pool.device)
+
     def pid(self) -> int:
         """This replica's process id (tests and operators find the replica to kill or inspect)."""
         return os.getpid()
@@ -98,3 +104,6 @@ class RemoteVerifier:
 
     def time_reference(self, source: str) -> Optional[dict]:
         return self.call("time_reference", source)
+
+    def machine(self) -> str:
+        return self.call("machine", None)

@@ -7,10 +7,8 @@ import time
 from pathlib import Path
 
 import pytest
+from serve_helpers import TERMINAL, read, submit, wait
 
-ROOT = Path(__file__).resolve().parents[2]
-PROBLEMS = ROOT / "tests" / "capture" / "problems"
-TERMINAL = ("succeeded", "failed", "cancelled")
 STATUS_KEYS = {"id", "state", "progress", "result", "error", "created_at", "updated_at"}
 PROGRESS_KEYS = {
     "stage",
@@ -66,28 +64,6 @@ def get_init_inputs():
 """
 
 
-def read(name: str) -> str:
-    return (PROBLEMS / f"{name}.py").read_text()
-
-
-def submit(client, source: str, who: str, **options) -> str:
-    r = client.post("/v1/conversions", json={"source": source, "options": options}, headers={"X-Client": who})
-    assert r.status_code == 202, r.text
-    body = r.json()
-    assert body["state"] == "queued" and body["status_url"] == f"/v1/conversions/{body['id']}"
-    return body["id"]
-
-
-def wait(client, job_id: str, timeout: float = 150.0, until=TERMINAL) -> dict:
-    deadline = time.monotonic() + timeout
-    while True:
-        status = client.get(f"/v1/conversions/{job_id}").json()
-        if status["state"] in until:
-            return status
-        assert time.monotonic() < deadline, f"job {job_id} still {status['state']}: {status['progress']}"
-        time.sleep(0.3)
-
-
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     """A local verifier, independent of the service's, to check the answers again."""
@@ -126,6 +102,24 @@ def test_hand_written_programs_convert_and_their_answers_verify(service, pool):
     assert {r["job_id"] for r in rows} == set(ids.values())
     assert sum(r["kind"] == "module" for r in rows) == 3 and all(r["status"] == "correct" for r in rows)
     assert all("class Model" in r["source"] and "class ModelNew" in r["solution"] for r in rows)
+
+
+def test_the_flywheel_dataset_becomes_sft_pairs(service, pool, tmp_path):
+    """`drtriton serve-dataset` merges the parts; `sft-data --external` takes the file (verified again)."""
+    from typer.testing import CliRunner
+
+    from drtriton_ray.cli import app
+    from drtriton_ray.train.sft_data import external_pairs
+
+    _, settings = service
+    merged = tmp_path / "served.parquet"
+    result = CliRunner().invoke(
+        app, ["serve-dataset", settings["dataset_dir"], "--out", str(merged), "--kind", "module"]
+    )
+    assert result.exit_code == 0, result.output
+    pairs, rejected = external_pairs(str(merged), pool)
+    assert len(pairs) == 3 and rejected == 0  # the three converted programs' modules
+    assert all("ModelNew" in p["answer"] for p in pairs)
 
 
 def test_a_repeat_answers_from_the_cache_without_the_verifier(service):
@@ -240,6 +234,27 @@ def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service)
     while [r["name"] for r in verifier_replicas()] in ([], [replica["name"]]):  # Serve started a new replica
         assert time.monotonic() < deadline
         time.sleep(0.5)
+
+
+def test_a_search_replica_killed_mid_search_does_not_lose_the_request(service):
+    import json
+
+    import ray
+
+    client, settings = service
+    (replica,) = [
+        a
+        for a in ray.util.list_named_actors(all_namespaces=True)
+        if "SERVE_REPLICA" in a["name"] and "Search" in a["name"]
+    ]
+    job_id = submit(client, read("rmsnorm"), "kill-search", k=3)
+    status = wait(client, job_id, until=("running",) + TERMINAL)
+    assert status["state"] == "running", status
+    ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
+    status = wait(client, job_id, timeout=180)
+    assert status["state"] == "succeeded", status["error"]
+    job = json.loads((Path(settings["state_dir"]) / "jobs" / f"{job_id}.json").read_text())
+    assert job["attempts"] == 2  # the Api sent the job to the new Search replica
 
 
 def test_page_sample_health_and_openapi(service):
