@@ -16,7 +16,7 @@ SETTINGS = {
     "queue_size": 16,
     "retry_after_s": 7,
     "default_budget_s": 120.0,
-    "stale_s": 120.0,
+    "stale_s": 10.0,  # a job without a heartbeat (driver or runner) for 10 s is sent again
     "verifier_retries": 10,
 }
 

@@ -131,6 +131,25 @@ def test_a_repeat_answers_from_the_cache_without_the_verifier(service):
     assert report["from_cache"] and report["verified"] == 0
 
 
+EXHAUSTS = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        hoard = bytes(1 << 40)  # a terabyte: past the worker's address-space limit
+        return x + len(hoard)
+
+
+def get_inputs():
+    return [torch.randn(4)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
 def bad(client, expected: int, content: bytes | str, fragment: str, headers=None) -> None:
     r = client.post("/v1/conversions", content=content, headers={"content-type": "application/json", **(headers or {})})
     assert r.status_code == expected, r.text
@@ -188,6 +207,7 @@ def test_programs_that_raise_hang_or_crash_fail_and_the_service_goes_on(service)
         "raises": submit(client, read("raises"), "bad-1", k=1),
         "hangs": submit(client, HANGS, "bad-2", k=1),
         "crashes": submit(client, CRASHES, "bad-3", k=1),
+        "exhausts": submit(client, EXHAUSTS, "bad-5", k=1),
     }
     reasons = {}
     for name, job_id in jobs.items():
@@ -197,6 +217,7 @@ def test_programs_that_raise_hang_or_crash_fail_and_the_service_goes_on(service)
     assert "refuses to run" in reasons["raises"]
     assert "within 15 s" in reasons["hangs"], reasons["hangs"]
     assert "SIGSEGV" in reasons["crashes"], reasons["crashes"]
+    assert "MemoryError" in reasons["exhausts"], reasons["exhausts"]
     after = wait(client, submit(client, read("gelu_bias"), "bad-4", k=1))
     assert after["state"] == "succeeded" and not after["result"]["kept_original"], after
 
@@ -255,6 +276,21 @@ def test_a_search_replica_killed_mid_search_does_not_lose_the_request(service):
     assert status["state"] == "succeeded", status["error"]
     job = json.loads((Path(settings["state_dir"]) / "jobs" / f"{job_id}.json").read_text())
     assert job["attempts"] == 2  # the Api sent the job to the new Search replica
+
+
+def test_a_job_nobody_runs_is_picked_up_again(service):
+    """A job whose Api and Search replicas died (or a service restarted with jobs in its folder): no heartbeat for
+    stale_s, so the Api's watchdog sends it to a Search again."""
+    import os
+
+    from drtriton_ray.serve.jobs import JobStore
+
+    client, settings = service
+    store = JobStore(settings["state_dir"])
+    job = store.create(read("gelu_bias"), {"k": 2}, "orphan")  # accepted, then its driver died
+    os.utime(store.root / "beat" / job["id"], (0, 0))
+    status = wait(client, job["id"], timeout=settings["stale_s"] + 60)
+    assert status["state"] == "succeeded", status["error"]
 
 
 def test_page_sample_health_and_openapi(service):
