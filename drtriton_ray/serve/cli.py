@@ -81,7 +81,9 @@ def serve_cmd(
     except Exception as e:  # a port in use, a cluster without the resources: one line, then stop what started
         serve.shutdown()
         fail(f"cannot start the service: {' '.join(str(e).split())[:300]}")
-    out.print(f"conversion service: open {url}  (API docs: {url}docs; jobs in {settings['state_dir']})")
+    # the URL alone on its line (no wrapping): scripts and terminals pick it up whole
+    out.print(f"conversion service: open {url}", soft_wrap=True, highlight=False)
+    err.print(f"API docs {url}docs; jobs in {settings['state_dir']}; Ctrl-C stops it", soft_wrap=True)
     try:
         while True:
             time.sleep(3600)
