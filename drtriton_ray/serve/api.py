@@ -125,8 +125,12 @@ class Api:
         self.watchdog = None
         from drtriton_ray.verify.static import check_problem  # noqa: F401  (imported now, not by the first request)
 
+    async def check_health(self) -> None:
+        """Serve calls this every few seconds: a restarted replica starts its watchdog without waiting for traffic."""
+        self.ensure_watchdog()
+
     def ensure_watchdog(self) -> None:
-        """Started from the first request: the replica's event loop runs by then."""
+        """Started from the first request or health check: the replica's event loop runs by then."""
         if self.watchdog is None or self.watchdog.done():
             self.watchdog = asyncio.get_running_loop().create_task(self.watch())
 
