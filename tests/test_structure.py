@@ -110,3 +110,10 @@ def test_no_private_name_imported_from_another_module():
                     if a.name.startswith("_") and not a.name.startswith("__")
                 ]
     assert private == []
+
+
+def test_test_modules_have_unique_names():
+    """pytest imports test files by basename (rootdir import mode, so tests can import their helper modules): two
+    test files of one name in different folders stop the whole run at collection."""
+    names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
+    assert sorted(n for n in set(names) if names.count(n) > 1) == []
