@@ -43,6 +43,12 @@ def running_service(root: Path, **extra):
         "dataset_dir": str(root / "dataset"),
         **extra,
     }
+    # The suite's session cluster (tests/conftest.py) has 2 CPUs: too few for the Api, Search, Verifier and Policy
+    # replicas, whose deployments would wait for resources forever. Run on a cluster of 4, then give the session
+    # its own back.
+    previous = ray.cluster_resources().get("CPU", 0) if ray.is_initialized() else 0
+    if previous and previous < 4:
+        ray.shutdown()
     started = not ray.is_initialized()
     if started:
         ray.init(num_cpus=4, include_dashboard=False, log_to_driver=False)
@@ -58,6 +64,8 @@ def running_service(root: Path, **extra):
         serve.shutdown()
         if started:
             ray.shutdown()
+        if previous and previous < 4:
+            ray.init(num_cpus=int(previous), include_dashboard=False, log_to_driver=False)
 
 
 ROOT = Path(__file__).resolve().parents[2]
