@@ -1,5 +1,6 @@
-"""Test set-up shared by every suite: CPU-machine environment before anything imports triton,
-and the `gpu` marker (skipped without CUDA)."""
+"""Test set-up shared by every suite: CPU-machine environment before anything imports triton, the `gpu` marker
+(skipped without CUDA), and the session's shared pieces: a local Ray cluster, a CPU verifier pool (suites that
+need another kind define their own `pool`) and the tiny model folder."""
 
 import os
 from pathlib import Path
@@ -40,3 +41,20 @@ def ray_local():
     ray.init(num_cpus=2, include_dashboard=False, ignore_reinit_error=True, log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+@pytest.fixture(scope="session")
+def pool(tmp_path_factory):
+    from drtriton_ray.verify import Limits, WorkerPool
+
+    with WorkerPool(
+        "cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path_factory.mktemp("pool")), name="tests"
+    ) as p:
+        yield p
+
+
+@pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory):
+    from drtriton_ray.models import prepare_model
+
+    return prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=0)

@@ -34,6 +34,7 @@ import traceback
 import types
 
 import torch
+import torch.export  # loaded with this module: a worker imports it once, before its sandbox
 
 from drtriton_ray.capture.aten import Site, bind, is_alias, registry_nodes
 from drtriton_ray.capture.graph import TORCH_OP, CaptureError, Graph

@@ -106,17 +106,6 @@ def _device_poisoned(device: str, verdict) -> bool:
     return verdict is not None and any(m in verdict.reason for m in _CUDA_ERROR_MARKERS)
 
 
-def _preload_capture() -> None:
-    """torch.export and the capture modules, imported before the sandbox: their lazy imports write nothing, but
-    loading them per capture would cost seconds each time."""
-    try:
-        import torch.export  # noqa: F401
-
-        import drtriton_ray.capture.export  # noqa: F401
-    except ImportError:
-        pass
-
-
 def _capture(source: str, device: str) -> dict:
     """A user's program captured to a Graph here, inside the sandbox: {"graph": JSON} or {"error": why}."""
     from drtriton_ray.capture.export import capture_source
@@ -161,12 +150,10 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
 
     warm_up(device)
     lap("first_kernel")
-    # Everything _serve needs is imported here, before the sandbox closes the file system.
+    # Capture's modules (torch.export's included) are loaded once per worker, not once per capture.
+    import drtriton_ray.capture.export  # noqa: F401
     from drtriton_ray.verify.checks import GpuSection, WorkerContext
     from drtriton_ray.verify.protocol import Ready
-    from drtriton_ray.verify.verdict import Status  # noqa: F401
-
-    _preload_capture()
 
     ctx = WorkerContext(
         name=name,

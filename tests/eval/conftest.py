@@ -1,5 +1,4 @@
-"""Eval suite: one real CPU verifier pool and one tiny model for the whole suite (each costs seconds to start), and
-a scripted rollout engine."""
+"""Eval suite: a scripted rollout engine (the verifier pool and the tiny model are the session's, tests/conftest.py)."""
 
 import pytest
 
@@ -25,20 +24,3 @@ class ScriptedEngine:
 @pytest.fixture(scope="session")
 def scripted():
     return ScriptedEngine
-
-
-@pytest.fixture(scope="session")
-def pool(tmp_path_factory):
-    from drtriton_ray.verify import Limits, WorkerPool
-
-    with WorkerPool(
-        "cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path_factory.mktemp("pool")), name="eval"
-    ) as p:
-        yield p
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    from drtriton_ray.models import prepare_model
-
-    return prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=0)

@@ -10,12 +10,6 @@ import torch
 from typer.testing import CliRunner
 
 from drtriton_ray.cli import app
-from drtriton_ray.models import prepare_model
-
-
-@pytest.fixture(scope="session")
-def tiny_dir(tmp_path_factory):
-    return prepare_model("tiny", tmp_path_factory.mktemp("models") / "tiny", seed=0)
 
 
 @pytest.fixture(scope="session")
