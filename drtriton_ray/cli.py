@@ -14,6 +14,7 @@ from rich.table import Table
 # err, out and fail live in cli_common, which the stage CLIs import too (none of them imports this module)
 from drtriton_ray.cli_common import err, fail, out, validation_message
 from drtriton_ray.eval.cli import register as register_eval
+from drtriton_ray.manifests.cli import register as register_manifests
 from drtriton_ray.models.cli import register as register_models
 from drtriton_ray.search.cli import register as register_convert
 from drtriton_ray.serve.cli import register as register_serve
@@ -262,6 +263,7 @@ register_verify(app)
 register_eval(app)
 register_convert(app)
 register_serve(app)
+register_manifests(app)
 
 
 def main() -> None:  # pragma: no cover - console entry point

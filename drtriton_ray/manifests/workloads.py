@@ -1,0 +1,130 @@
+"""What a KubeRay manifest runs, checked with the models that will read it: a RayService's serveConfigV2 against
+Ray Serve's own schema (ServeDeploySchema) and this service's settings (ServeSettings), a RayJob's entrypoint
+against the repository (the scripts and configs it names) and the RL config; and whether the worker groups can
+reach the GPUs that the workload asks for at its largest."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from drtriton_ray.manifests.problems import Problem, pydantic_problems, yaml_path
+
+ROOT = Path(__file__).resolve().parents[2]  # a checkout: configs/ and jobs/ beside the package
+SERVE_APP = "drtriton_ray.serve.app:build_app"
+TRAIN_JOB = "jobs/train.py"
+GPU = "nvidia.com/gpu"
+
+
+def pod_gpus(template: dict) -> int:
+    containers = (template.get("spec") or {}).get("containers") or []
+    total = 0
+    for c in containers:
+        try:
+            total += int(str(((c.get("resources") or {}).get("limits") or {}).get(GPU, 0)))
+        except ValueError:  # a fractional quantity: Kubernetes refuses it for an extended resource anyway
+            pass
+    return total
+
+
+def gpu_capacity(cluster: dict) -> int:
+    """GPUs the RayCluster reaches fully scaled out: the head's, plus each worker group's maxReplicas pods."""
+    total = pod_gpus(cluster["headGroupSpec"]["template"])
+    for group in cluster.get("workerGroupSpecs", ()):
+        total += group["maxReplicas"] * group.get("numOfHosts", 1) * pod_gpus(group["template"])
+    return total
+
+
+def capacity_problem(cluster: dict, where: tuple, need: float, asker: str) -> list[Problem]:
+    have = gpu_capacity(cluster)
+    if need <= have:
+        return []
+    message = (
+        f"the groups reach {have} GPUs at most (maxReplicas x {GPU} limits) and {asker} asks for {need:g}: "
+        "what does not fit waits forever"
+    )
+    return [Problem(yaml_path((*where, "workerGroupSpecs")), message)]
+
+
+def serve_problems(spec: dict) -> list[Problem]:
+    """A RayService's serveConfigV2: YAML, Ray Serve's schema, this service's settings, and GPU capacity."""
+    from ray.serve.schema import ServeDeploySchema
+
+    from drtriton_ray.serve.config import ServeSettings
+
+    where = ("spec", "serveConfigV2")
+    if "serveConfigV2" not in spec:
+        return [Problem(yaml_path(where), "missing: without a Serve config the RayService deploys nothing")]
+    try:
+        config = yaml.safe_load(spec["serveConfigV2"])
+        ServeDeploySchema.model_validate(config)
+    except yaml.YAMLError as e:
+        return [Problem(yaml_path(where), f"not YAML ({getattr(e, 'problem', None) or e})")]
+    except ValidationError as e:
+        return pydantic_problems(e, where)
+    problems, gpus = [], 0
+    for i, app in enumerate(config.get("applications") or ()):
+        at = (*where, "applications", i)
+        path = app["import_path"] if ":" in app["import_path"] else ":".join(app["import_path"].rsplit(".", 1))
+        if path.startswith("drtriton_ray.") and path != SERVE_APP:
+            message = f"{app['import_path']!r} is no Serve application of this package (the service is {SERVE_APP})"
+            problems.append(Problem(yaml_path((*at, "import_path")), message))
+        elif path == SERVE_APP:
+            try:
+                s = ServeSettings(**(app.get("args") or {}))
+            except ValidationError as e:
+                problems += pydantic_problems(e, (*at, "args"))
+                continue
+            if s.device == "cuda":  # one GPU per Verifier replica, and per Policy replica where a model is set
+                gpus += s.verifier.max_replicas + (s.policy.max_replicas if s.model else 0)
+    asker = "Serve at max_replicas (one GPU per cuda Verifier or Policy replica)"
+    return problems or capacity_problem(spec["rayClusterConfig"], ("spec", "rayClusterConfig"), gpus, asker)
+
+
+def repo_path(token: str, folder: str) -> str | None:
+    """'/app/configs/x.yaml' -> 'configs/x.yaml' (the image holds the repository at some root)."""
+    parts = Path(token).parts
+    return "/".join(parts[parts.index(folder) :]) if folder in parts else None
+
+
+def entrypoint_args(entrypoint: str) -> tuple[list[str], str | None, list[str]]:
+    """The repository files a command names (jobs/..., configs/...), its --config and its --set overrides."""
+    tokens = shlex.split(entrypoint)
+    named, config, overrides = [], None, []
+    for i, token in enumerate(tokens):
+        option, eq, value = token.partition("=")
+        if option in ("--config", "--set"):
+            value = value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
+            if option == "--config":
+                config = repo_path(value, "configs")
+            else:
+                overrides.append(value)
+        named += [p for p in (repo_path(token, "jobs"), repo_path(token, "configs")) if p]
+    return named, config, overrides
+
+
+def job_problems(spec: dict) -> list[Problem]:
+    """A RayJob's entrypoint: the scripts and configs it names exist in this checkout; a training job's config
+    (with its --set overrides) is a valid RL config whose GPUs the worker groups can reach."""
+    from drtriton_ray.overrides import apply_overrides
+    from drtriton_ray.rl.config import RLConfig
+
+    if not (ROOT / "configs").is_dir():  # an installed package without its checkout: nothing to compare with
+        return []
+    named, config, overrides = entrypoint_args(spec["entrypoint"]) if "entrypoint" in spec else ([], None, [])
+    missing = [p for p in named if not (ROOT / p).is_file()]
+    if missing:
+        return [Problem("spec.entrypoint", f"names {', '.join(missing)}, which this repository lacks")]
+    if config is None or TRAIN_JOB not in named or "rayClusterSpec" not in spec:
+        return []
+    try:
+        raw = apply_overrides(yaml.safe_load((ROOT / config).read_text()), overrides)
+        need = RLConfig(**raw).resources()["GPU"]
+    except ValidationError as e:
+        return [Problem("spec.entrypoint", f"{config}: {p.line()}") for p in pydantic_problems(e)]
+    except (yaml.YAMLError, ValueError) as e:
+        return [Problem("spec.entrypoint", f"{config}: {e}")]
+    return capacity_problem(spec["rayClusterSpec"], ("spec", "rayClusterSpec"), need, config)
