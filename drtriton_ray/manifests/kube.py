@@ -33,6 +33,12 @@ KINDS = {"RayJob": "kuberay-rayjob-v1.json.gz", "RayService": "kuberay-rayservic
 CLUSTER_SPEC = {"RayJob": "rayClusterSpec", "RayService": "rayClusterConfig"}  # each kind's RayCluster spec
 # The operator creates Services named after the resource, and a Service name is a DNS-1035 label.
 NAME = re.compile(r"^[a-z]([-a-z0-9]{0,61}[a-z0-9])?$")
+# Kubernetes' resource quantity (cpu: "8", memory: 64Gi), as the CRDs spell it.
+QUANTITY = (
+    r"^(\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))"
+    r"(([KMGTPE]i)|[numkMGTPE]|([eE](\+|-)?(([0-9]+(\.[0-9]*)?)|(\.[0-9]+))))?$"
+)
+PATTERNS = {QUANTITY: "a Kubernetes quantity (such as 8, 500m, 64Gi or 1e3)"}
 _CEL_TOKEN = re.compile(r"\s*(has\(self\.(\w+)\)|self in \[([^\]]*)\]|&&|\|\||!|\(|\))")
 _CEL_PYTHON = {"&&": " and ", "||": " or ", "!": " not ", "(": "(", ")": ")"}
 
@@ -147,7 +153,7 @@ def crd_problems(doc: dict) -> list[Problem]:
     problems = metadata_problems(doc.get("metadata"))
     if "spec" not in doc:
         problems.append(Problem("spec", "missing (a required field)"))
-    return problems + schema_problems(crd_validator(doc["kind"]), doc)
+    return problems + schema_problems(crd_validator(doc["kind"]), doc, patterns=PATTERNS)
 
 
 def spec_problems(kind: str, spec: dict) -> list[Problem]:

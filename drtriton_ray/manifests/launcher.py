@@ -37,8 +37,20 @@ def check_launcher(cfg: dict) -> list[Problem]:
     problems = schema_problems(ray_schema_validator(), cfg)
     if problems:
         return problems
+    problems = provider_problems(cfg["provider"])
+    if problems:
+        return problems
     problems = node_type_problems(cfg) + image_problems(cfg.get("docker") or {})
     return problems or ray_prepare_problems(cfg)
+
+
+def provider_problems(provider: dict) -> list[Problem]:
+    from ray.autoscaler._private.providers import _DEFAULT_CONFIGS
+
+    known = sorted({*_DEFAULT_CONFIGS, "external"})  # external: a provider module of one's own
+    if provider["type"] in known:
+        return []
+    return [Problem("provider.type", f"{provider['type']!r} is not a provider Ray knows ({', '.join(known)})")]
 
 
 def node_type_problems(cfg: dict) -> list[Problem]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import difflib
 import re
 from dataclasses import dataclass
-from typing import Any, Iterable
+from typing import Any, Iterable, Optional
 
 _PLAIN_KEY = re.compile(r"^[A-Za-z_][\w-]*$")
 
@@ -35,7 +35,7 @@ def yaml_path(parts: Iterable[Any]) -> str:
     return text
 
 
-def _one(error, prefix: tuple) -> list[Problem]:
+def _one(error, prefix: tuple, patterns: dict[str, str]) -> list[Problem]:
     path = (*prefix, *error.absolute_path)
     if error.validator == "additionalProperties" and isinstance(error.instance, dict):
         known = list(error.schema.get("properties", {}))
@@ -52,13 +52,18 @@ def _one(error, prefix: tuple) -> list[Problem]:
     if error.validator == "type" and isinstance(error.validator_value, list):
         wanted = " or ".join(t for t in error.validator_value if t != "null")
         return [Problem(yaml_path(path), f"{error.instance!r} is not of type {wanted}")]
+    if error.validator == "pattern" and error.validator_value in patterns:
+        return [Problem(yaml_path(path), f"{error.instance!r} is not {patterns[error.validator_value]}")]
+    if error.validator == "format":
+        return [Problem(yaml_path(path), f"{error.instance!r} is out of range for {error.validator_value}")]
     return [Problem(yaml_path(path), error.message)]
 
 
-def schema_problems(validator, instance: Any, prefix: tuple = ()) -> list[Problem]:
-    """Every error of VALIDATOR (a jsonschema validator) on INSTANCE, in document order, as Problems under PREFIX."""
+def schema_problems(validator, instance: Any, prefix: tuple = (), patterns: Optional[dict] = None) -> list[Problem]:
+    """Every error of VALIDATOR (a jsonschema validator) on INSTANCE, in document order, as Problems under PREFIX.
+    PATTERNS: a description for each regular expression a reader would rather not decode."""
     errors = sorted(validator.iter_errors(instance), key=lambda e: [(type(p).__name__, p) for p in e.absolute_path])
-    return [p for e in errors for p in _one(e, prefix)]
+    return [p for e in errors for p in _one(e, prefix, patterns or {})]
 
 
 def pydantic_problems(error, prefix: tuple = ()) -> list[Problem]:
