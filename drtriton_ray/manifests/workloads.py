@@ -17,6 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]  # a checkout: configs/ and jobs/ bes
 SERVE_APP = "drtriton_ray.serve.app:build_app"
 TRAIN_JOB = "jobs/train.py"
 GPU = "nvidia.com/gpu"
+YAML = (".yaml", ".yml")
 
 
 def pod_gpus(template: dict) -> int:
@@ -84,26 +85,35 @@ def serve_problems(spec: dict) -> list[Problem]:
     return problems or capacity_problem(spec["rayClusterConfig"], ("spec", "rayClusterConfig"), gpus, asker)
 
 
-def repo_path(token: str, folder: str) -> str | None:
+def repo_path(token: str, folder: str, suffixes: tuple[str, ...]) -> str | None:
     """'/app/configs/x.yaml' -> 'configs/x.yaml' (the image holds the repository at some root)."""
     parts = Path(token).parts
-    return "/".join(parts[parts.index(folder) :]) if folder in parts else None
+    if folder not in parts or not token.endswith(suffixes):
+        return None
+    return "/".join(parts[parts.index(folder) :])
 
 
 def entrypoint_args(entrypoint: str) -> tuple[list[str], str | None, list[str]]:
-    """The repository files a command names (jobs/..., configs/...), its --config and its --set overrides."""
+    """The repository files a command names (jobs/*.py, configs/*.yaml), its --config and its --set overrides
+    (whose values are settings, never files of the repository)."""
     tokens = shlex.split(entrypoint)
     named, config, overrides = [], None, []
-    for i, token in enumerate(tokens):
+    i = 0
+    while i < len(tokens):
+        token = tokens[i]
         option, eq, value = token.partition("=")
-        if option in ("--config", "--set"):
-            value = value if eq else (tokens[i + 1] if i + 1 < len(tokens) else "")
-            if option == "--config":
-                config = repo_path(value, "configs")
-            else:
+        if option in ("--set", "--config"):
+            if not eq:  # `--config X`: the value is the next token
+                i += 1
+                value = tokens[i] if i < len(tokens) else ""
+            if option == "--set":
                 overrides.append(value)
-        named += [p for p in (repo_path(token, "jobs"), repo_path(token, "configs")) if p]
-    return named, config, overrides
+                i += 1
+                continue
+            config = token = value
+        named += [p for p in (repo_path(token, "jobs", (".py",)), repo_path(token, "configs", YAML)) if p]
+        i += 1
+    return named, repo_path(config, "configs", YAML) if config else None, overrides
 
 
 def job_problems(spec: dict) -> list[Problem]:

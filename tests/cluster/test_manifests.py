@@ -168,6 +168,27 @@ def test_a_broken_copy_fails_naming_the_field(tmp_path, name, breaks, expected):
     assert lines_of(check_file(path)) == [expected]
 
 
+VALID = [
+    # (manifest, a change that keeps it valid): what a schema read too strictly, or a check too eager, would refuse
+    ("aws-gpu.yaml", lambda d: d["available_node_types"]["cpu"].pop("min_workers")),
+    ("gcp-gpu.yaml", lambda d: d["available_node_types"]["gpu-h100"]["resources"].update(memory=10**12)),
+    ("kuberay-rayjob.yaml", lambda d: job_gpu_limits(d, cpu=96, memory="1e12")),
+    ("kuberay-rayjob.yaml", lambda d: d["spec"].update(
+        entrypoint=d["spec"]["entrypoint"] + " --set run.storage_path=/mnt/shared/configs/x.yaml --set=algo.lr=2e-6")),
+    ("kuberay-rayjob.yaml", lambda d: d["spec"].update(entrypoint="python /app/jobs/synth.py --levels 1,2 --count 9")),
+    ("kuberay-rayservice.yaml", lambda d: serve_config(d, "device: cuda", "device: cuda\n      model: /mnt/policy")),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize("name,changes", VALID, ids=[f"{v[0]}-{i}" for i, v in enumerate(VALID)])
+def test_a_valid_variant_passes(tmp_path, name, changes):
+    doc = load(name)
+    changes(doc)
+    path = tmp_path / name
+    path.write_text(yaml.safe_dump(doc, sort_keys=False))
+    assert lines_of(check_file(path)) == []
+
+
 def test_every_manifest_has_a_broken_copy_above():
     assert {b[0] for b in BROKEN} == set(MANIFESTS)
 
