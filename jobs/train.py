@@ -175,10 +175,12 @@ def main(argv: list[str] | None = None) -> int:
     ray.init(address=os.environ.get("RAY_ADDRESS") or None, log_to_driver=False, runtime_env={"env_vars": env})
     if not cfg.run.autoscaling:
         try:
-            check_cluster(cfg, ray.cluster_resources())
+            check_cluster(cfg, ray.cluster_resources(), [n["Resources"] for n in ray.nodes() if n["Alive"]])
         except ValueError as e:
             print(f"error: {e}", file=sys.stderr)
             return 2
+    elif custom := sorted(set(cfg.resources()) - {"CPU", "GPU"}):
+        print(f"autoscaling: actors wait for nodes that carry {', '.join(custom)}", flush=True)
     metrics_path = Path(cfg.run.storage_path) / cfg.run.name / "metrics.jsonl"
     t0 = time.perf_counter()
     actors = build_actors(cfg, prior)

@@ -8,12 +8,13 @@ field, before any actor starts; what depends on the cluster (enough GPUs) is che
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Literal, NamedTuple
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from drtriton_ray.eval.heldout import HELDOUT_SEED, check_training_seed
 from drtriton_ray.overrides import apply_overrides, set_dotted  # noqa: F401 - set_dotted: --set's, re-exported
+from drtriton_ray.placement import Resources, resources_field
 from drtriton_ray.rl.curriculum import CurriculumConfig
 from drtriton_ray.synth.config import DType, SynthConfig
 from drtriton_ray.verify.task import Task
@@ -40,6 +41,7 @@ class SynthSection(_Section):
     seed: int = Field(0, description="training prompt stream; never the held-out stream's seed")
     samplers: int = Field(1, ge=1, description="CP-SAT sampler actors")
     num_cpus: float = Field(0.25, gt=0, description="CPU share of one sampler actor")
+    resources: Resources = resources_field("sampler actor")
     ops: list[str] | None = Field(
         None,
         description="train on programs of these operators only (default: all); "
@@ -63,6 +65,7 @@ class RolloutSection(_Section):
     engines: int = Field(1, ge=1, description="rollout actors (one per GPU or TP group)")
     num_cpus: float = Field(1, gt=0)
     num_gpus: float = Field(0, ge=0, description="GPU share of one engine (0 = CPU engine)")
+    resources: Resources = resources_field("engine")
     dtype: Literal["fp32", "bf16"] = "fp32"
     group_size: int = Field(4, ge=2, description="answers per prompt (G)")
     # temperature-only sampling: the trainer's log-probs and KL are those of the tempered distribution, as the
@@ -89,6 +92,7 @@ class VerifySection(_Section):
     workers_per_actor: int = Field(1, ge=1, description="persistent worker processes in each actor's pool")
     num_cpus: float = Field(1, gt=0)
     num_gpus: float = Field(1, ge=0, description="GPU share of one cuda verifier actor")
+    resources: Resources = resources_field("verifier actor")
     policy: Literal["strict", "hybrid"] = "strict"
     task_timeout_s: float = Field(120, gt=0)
     timing_trials: int = Field(
@@ -171,6 +175,14 @@ class TrainerSection(_Section):
     use_gpu: bool = False
     num_cpus: float = Field(1, gt=0, description="CPU share of one trainer worker")
     num_gpus: float = Field(1, gt=0, le=1, description="GPU share of one trainer worker (when use_gpu)")
+    resources: Resources = resources_field("trainer worker")
+    placement: Literal["auto", "colocated", "disaggregated"] = Field(
+        "auto",
+        description="the trainer workers' GPUs against the rollout engines': colocated: they share GPUs, so an "
+        "engine's and a trainer worker's shares must fit one GPU together (on one GPU they meet; on several, Ray "
+        "places each share where it fits); disaggregated: each on GPUs of its own, whole GPUs, so no engine and "
+        "trainer worker can meet on one; auto: as the shares fall, unchecked",
+    )
     strategy: Literal["ddp", "fsdp"] = "ddp"
     bf16: bool = Field(True, description="bf16 autocast on GPU (weights and optimizer stay fp32)")
 
@@ -261,6 +273,16 @@ class CurriculumSection(_Section):
     )
 
 
+class Demand(NamedTuple):
+    """One kind of actor the job starts: its config section, what it is, how many and what one asks for (CPU and
+    GPU shares and custom resources)."""
+
+    section: str
+    kind: str
+    count: int
+    one: dict[str, float]
+
+
 class RLConfig(_Section):
     model: ModelSection
     synth: SynthSection = SynthSection()
@@ -305,6 +327,7 @@ class RLConfig(_Section):
                 "sync.backend nccl needs trainer.use_gpu and whole GPUs per engine (rollout.num_gpus "
                 ">= 1): NCCL refuses two ranks on one GPU; use sync.backend gloo (or auto)"
             )
+        problems += self._placement_problems()
         try:
             check_training_seed(self.synth.seed)
             self.curriculum_config()
@@ -321,6 +344,38 @@ class RLConfig(_Section):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+    def _placement_problems(self) -> list[str]:
+        """Where the GPU shares contradict trainer.placement."""
+        r, t = self.rollout, self.trainer
+        shares = f"rollout.num_gpus {r.num_gpus:g}, trainer.num_gpus {t.num_gpus:g}"
+        if t.placement == "colocated":
+            if not t.use_gpu or r.num_gpus == 0:
+                return [
+                    "trainer.placement colocated shares GPUs between engines and trainer workers: it needs GPU "
+                    "engines (rollout.num_gpus > 0) and trainer.use_gpu: true (without GPUs leave it auto)"
+                ]
+            if r.num_gpus + t.num_gpus > 1 + 1e-9:
+                return [
+                    f"trainer.placement colocated: an engine's and a trainer worker's GPU shares ({shares}) must "
+                    "fit one GPU together (sum at most 1): lower them, or use disaggregated with whole GPUs"
+                ]
+        if t.placement == "disaggregated":
+            fractional = [
+                name
+                for name, share, used in (
+                    ("rollout.num_gpus", r.num_gpus, r.num_gpus > 0),
+                    ("trainer.num_gpus", t.num_gpus, t.use_gpu),
+                )
+                if used and share != int(share)
+            ]
+            if fractional:
+                return [
+                    f"trainer.placement disaggregated puts engines and trainer workers on GPUs of their own: "
+                    f"{' and '.join(fractional)} must be whole GPUs ({shares}), or Ray may put an engine and a "
+                    "trainer worker on one GPU; use colocated to share GPUs"
+                ]
+        return []
 
     def _whole_gpus(self) -> bool:
         return self.trainer.use_gpu and self.trainer.num_gpus >= 1 and self.rollout.num_gpus >= 1
@@ -341,17 +396,24 @@ class RLConfig(_Section):
             heldout_seed=HELDOUT_SEED,
         )
 
+    def demands(self) -> list[Demand]:
+        """Each kind of actor the job starts, with what one asks of the cluster (the zero-CPU buffer, engine pool
+        and generator ask for nothing and go anywhere)."""
+        s, r, v, t = self.synth, self.rollout, self.verify, self.trainer
+        v_gpus, t_gpus = v.num_gpus if v.device == "cuda" else 0, t.num_gpus if t.use_gpu else 0
+        return [
+            Demand("synth", "sampler", s.samplers, {"CPU": s.num_cpus, **s.resources}),
+            Demand("rollout", "engine", r.engines, {"CPU": r.num_cpus, "GPU": r.num_gpus, **r.resources}),
+            Demand("verify", "verifier", v.actors, {"CPU": v.num_cpus, "GPU": v_gpus, **v.resources}),
+            Demand("trainer", "trainer worker", t.num_workers, {"CPU": t.num_cpus, "GPU": t_gpus, **t.resources}),
+        ]
+
     def resources(self) -> dict[str, float]:
-        """What the job asks of the cluster, for a clear message before anything waits forever."""
-        need = {
-            "CPU": self.synth.samplers * self.synth.num_cpus
-            + self.rollout.engines * self.rollout.num_cpus
-            + self.verify.actors * self.verify.num_cpus
-            + self.trainer.num_workers * self.trainer.num_cpus,
-            "GPU": self.rollout.engines * self.rollout.num_gpus
-            + (self.verify.actors * self.verify.num_gpus if self.verify.device == "cuda" else 0)
-            + (self.trainer.num_workers * self.trainer.num_gpus if self.trainer.use_gpu else 0),
-        }
+        """What the job asks of the cluster in all, for a clear message before anything waits forever."""
+        need = {"CPU": 0.0, "GPU": 0.0}
+        for d in self.demands():
+            for name, amount in d.one.items():
+                need[name] = need.get(name, 0.0) + d.count * amount
         return need
 
 
@@ -364,20 +426,33 @@ def check_model(cfg: RLConfig) -> None:
         )
 
 
-def check_cluster(cfg: RLConfig, available: dict[str, float]) -> None:
-    """Raise with what is missing when the cluster as it is now cannot place the job (the driver skips this
-    on autoscaling clusters, where actors wait for the nodes they need)."""
-    need = cfg.resources()
+def check_cluster(cfg: RLConfig, available: dict[str, float], nodes: list[dict[str, float]] | None = None) -> None:
+    """Raise with what is missing when the cluster as it is now cannot place the job: its totals (`available`,
+    custom resources included) and, given each node's totals (`nodes`), one actor of each kind on some node.
+    Custom resources are checked like CPUs: an actor asking for one that no node carries waits forever. The driver
+    skips this on autoscaling clusters (run.autoscaling), where actors wait for the nodes they need and the node
+    types that carry a custom resource are the autoscaler's to start."""
+    demands = cfg.demands()
+    asking = {k: [f"{d.section}.resources" for d in demands if k in d.one] for k in cfg.resources()}
     short = [
         f"{k}: needs {v:g}, cluster has {available.get(k, 0):g}"
-        for k, v in need.items()
+        + ("" if k in ("CPU", "GPU") else f" ({', '.join(asking[k])})")
+        for k, v in cfg.resources().items()
         if v > available.get(k, 0) + 1e-9
     ]
     if short:
         raise ValueError(
             "the cluster cannot place this job (" + "; ".join(short) + "); lower the actor counts or "
-            "their num_cpus/num_gpus shares, or add nodes"
+            "their num_cpus/num_gpus shares, give nodes the custom resources the sections' `resources` name, "
+            "or add nodes (or set run.autoscaling: true where an autoscaler adds them)"
         )
+    for d in demands if nodes is not None else ():
+        one = {k: v for k, v in d.one.items() if v > 0}
+        if not any(all(node.get(k, 0) + 1e-9 >= v for k, v in one.items()) for node in nodes):
+            raise ValueError(
+                f"no node of the cluster can hold one {d.kind} ({', '.join(f'{k} {v:g}' for k, v in one.items())}):"
+                f" lower {d.section}.num_cpus/num_gpus or {d.section}.resources, or add a node that has them all"
+            )
 
 
 def load_config(path: str, overrides: list[str]) -> RLConfig:

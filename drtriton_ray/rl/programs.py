@@ -76,7 +76,8 @@ class ProgramSource:
             s = self.synth
             config = s.config(level).model_dump_json(by_alias=True)
             self._samplers[level] = [
-                SamplerActor.options(num_cpus=s.num_cpus).remote(config, s.seed) for _ in range(s.samplers)
+                SamplerActor.options(num_cpus=s.num_cpus, resources=s.resources).remote(config, s.seed)
+                for _ in range(s.samplers)
             ]
         return self._samplers[level]
 

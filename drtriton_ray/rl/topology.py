@@ -66,19 +66,19 @@ def build_actors(cfg: RLConfig, prior: dict | None = None) -> dict:
             max_model_len=r.max_model_len,
         )
 
-    engine_cls = rollout_actor(r.num_cpus, r.num_gpus, r.max_restarts)
+    engine_cls = rollout_actor(r.num_cpus, r.num_gpus, r.max_restarts, r.resources)
     engines = [engine_cls.remote(r.engine, cfg.model.path, options(i)) for i in range(r.engines)]
     limits = Limits(task_timeout_s=v.task_timeout_s)
     if v.device == "cuda":
         verifiers = [
-            Verifier.options(num_cpus=v.num_cpus, num_gpus=v.num_gpus, max_restarts=v.max_restarts).remote(
-                "cuda", v.workers_per_actor, 100, limits
-            )
+            Verifier.options(
+                num_cpus=v.num_cpus, num_gpus=v.num_gpus, resources=v.resources, max_restarts=v.max_restarts
+            ).remote("cuda", v.workers_per_actor, 100, limits)
             for _ in range(v.actors)
         ]
     else:
         verifiers = [
-            CPUVerifier.options(num_cpus=v.num_cpus, max_restarts=v.max_restarts).remote(
+            CPUVerifier.options(num_cpus=v.num_cpus, resources=v.resources, max_restarts=v.max_restarts).remote(
                 "cpu", v.workers_per_actor, 100, limits
             )
             for _ in range(v.actors)
@@ -117,7 +117,7 @@ def make_trainer(cfg: RLConfig, actors: dict):
     from drtriton_ray.rl.controller import rl_train_loop
 
     t = cfg.trainer
-    per_worker = {"CPU": t.num_cpus, **({"GPU": t.num_gpus} if t.use_gpu else {})}
+    per_worker = {"CPU": t.num_cpus, **({"GPU": t.num_gpus} if t.use_gpu else {}), **t.resources}
     # the wall budget runs on the driver's clock from here: a trainer group restarted after a failure keeps the
     # deadline instead of starting a new budget (a budget restarted with the trainer let a run overrun it, docs/rl.md)
     deadline = time.time() + cfg.run.max_minutes * 60 if cfg.run.max_minutes is not None else None

@@ -68,6 +68,9 @@ class RolloutEngineActor:
             await self.engine.shutdown()
 
 
-def rollout_actor(num_cpus: float, num_gpus: float, max_restarts: int):
-    """The actor class with its resources; restarted engines come back with their start-up weights."""
-    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, max_restarts=max_restarts)(RolloutEngineActor)
+def rollout_actor(num_cpus: float, num_gpus: float, max_restarts: int, resources: dict[str, float] | None = None):
+    """The actor class with its resources (`resources`: custom ones, which pick the nodes it runs on); restarted
+    engines come back with their start-up weights."""
+    return ray.remote(num_cpus=num_cpus, num_gpus=num_gpus, resources=resources or {}, max_restarts=max_restarts)(
+        RolloutEngineActor
+    )

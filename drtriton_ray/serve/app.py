@@ -4,7 +4,8 @@ The import path for Serve config files and KubeRay is `drtriton_ray.serve.app:bu
 `ServeSettings` fields (drtriton_ray/serve/config.py).
 
 Verifier replicas ask for one GPU each on `cuda` (pending GPU replicas are what make a cluster's autoscaler add
-GPU nodes) and `verifier_workers` CPUs: the pool's processes compile and check on them."""
+GPU nodes) and `verifier_workers` CPUs: the pool's processes compile and check on them. Each deployment's
+`resources` (custom resources a cluster's node types carry) pick the nodes its replicas run on."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ from ray import serve
 from ray.serve import Application
 
 from drtriton_ray.serve.api import Api
-from drtriton_ray.serve.config import Autoscaling, ServeSettings
+from drtriton_ray.serve.config import Replicas, ServeSettings
 from drtriton_ray.serve.policy import Policy
 from drtriton_ray.serve.searcher import Search
 from drtriton_ray.serve.verifier import Verifier
@@ -22,7 +23,7 @@ from drtriton_ray.serve.verifier import Verifier
 IMPORT_PATH = "drtriton_ray.serve.app:build_app"
 
 
-def autoscaling(a: Autoscaling) -> dict:
+def autoscaling(a: Replicas) -> dict:
     return {
         "min_replicas": a.min_replicas,
         "initial_replicas": max(a.min_replicas, 1),
@@ -31,14 +32,21 @@ def autoscaling(a: Autoscaling) -> dict:
     }
 
 
+def actor_options(replicas: Replicas, **shares) -> dict:
+    """A deployment's `ray_actor_options`: its CPU/GPU shares and its custom resources."""
+    return {**shares, **({"resources": dict(replicas.resources)} if replicas.resources else {})}
+
+
 def build_app(args: Optional[dict] = None) -> Application:
     """The application for `serve run`/`serve.run`; `args` is validated as ServeSettings (bad settings fail here,
     with pydantic's message, before any replica starts)."""
     settings = ServeSettings(**(args or {}))
     plain = settings.model_dump()
-    verifier_resources = {"num_cpus": settings.verifier_workers}
-    if settings.device == "cuda":
-        verifier_resources["num_gpus"] = 1
+    verifier_resources = actor_options(
+        settings.verifier,
+        num_cpus=settings.verifier_workers,
+        **({"num_gpus": 1} if settings.device == "cuda" else {}),
+    )
     verifier = Verifier.options(
         autoscaling_config=autoscaling(settings.verifier),
         max_ongoing_requests=settings.verifier_max_ongoing,
@@ -49,7 +57,9 @@ def build_app(args: Optional[dict] = None) -> Application:
     ).bind(settings.device, settings.verifier_workers, settings.task_timeout_s, settings.max_tasks_per_worker)
     policy = None
     if settings.model:  # one engine per replica, shared by every search (drtriton_ray/serve/policy.py)
-        policy_resources = {"num_cpus": 1, **({"num_gpus": 1} if settings.device == "cuda" else {})}
+        policy_resources = actor_options(
+            settings.policy, num_cpus=1, **({"num_gpus": 1} if settings.device == "cuda" else {})
+        )
         policy = Policy.options(
             autoscaling_config=autoscaling(settings.policy),
             ray_actor_options=policy_resources,
@@ -58,9 +68,12 @@ def build_app(args: Optional[dict] = None) -> Application:
     search = Search.options(
         autoscaling_config=autoscaling(settings.search),
         max_ongoing_requests=settings.searches_per_replica,
-        ray_actor_options={"num_cpus": 0},  # it waits on the verifier and the policy
+        ray_actor_options=actor_options(settings.search, num_cpus=0),  # it waits on the verifier and the policy
     ).bind(verifier, plain, policy)
-    return Api.options(autoscaling_config=autoscaling(settings.api)).bind(search, plain)
+    return Api.options(
+        autoscaling_config=autoscaling(settings.api),
+        ray_actor_options=actor_options(settings.api, num_cpus=0),  # it waits on the searches
+    ).bind(search, plain)
 
 
 def start(settings: dict, host: str = "127.0.0.1", port: int = 8000, name: str = "drtriton") -> str:

@@ -9,6 +9,8 @@ from typing import Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from drtriton_ray.placement import Resources, resources_field
+
 # Hard ceilings of the request model (the OpenAPI schema shows them); a deployment's settings may only lower them.
 MAX_BUDGET_S = 3600.0
 MAX_CANDIDATES = 1024
@@ -20,14 +22,16 @@ def default_root() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "drtriton-ray" / "serve"
 
 
-class Autoscaling(BaseModel):
-    """Serve's replica autoscaling for one deployment (`autoscaling_config`)."""
+class Replicas(BaseModel):
+    """One deployment's replicas: how many (Serve's `autoscaling_config`) and where they run (custom resources, in
+    its `ray_actor_options`, on top of the CPUs and GPU the deployment asks for itself)."""
 
     model_config = ConfigDict(extra="forbid")
 
     min_replicas: int = Field(1, ge=0)
     max_replicas: int = Field(1, ge=1)
     target_ongoing_requests: float = Field(1.0, gt=0)
+    resources: Resources = resources_field("replica")
 
 
 class ServeSettings(BaseModel):
@@ -48,13 +52,13 @@ class ServeSettings(BaseModel):
     task_timeout_s: float = Field(120.0, gt=0)  # per verification or capture: a program that hangs is killed here
     max_tasks_per_worker: int = Field(100, ge=1)
     verifier_retries: int = Field(5, ge=0)  # a call whose replica died is sent again this many times
-    verifier: Autoscaling = Autoscaling(min_replicas=1, max_replicas=1)
+    verifier: Replicas = Replicas(min_replicas=1, max_replicas=1)
     verifier_max_ongoing: int = Field(1, ge=1)  # concurrent calls per replica: 1, concurrent timing corrupts times
     # search
-    search: Autoscaling = Autoscaling(min_replicas=1, max_replicas=2, target_ongoing_requests=2)
+    search: Replicas = Replicas(min_replicas=1, max_replicas=2, target_ongoing_requests=2)
     searches_per_replica: int = Field(2, ge=1)
-    policy: Autoscaling = Autoscaling(min_replicas=1, max_replicas=1)
-    api: Autoscaling = Autoscaling(min_replicas=1, max_replicas=2, target_ongoing_requests=50)
+    policy: Replicas = Replicas(min_replicas=1, max_replicas=1)
+    api: Replicas = Replicas(min_replicas=1, max_replicas=2, target_ongoing_requests=50)
     # limits
     max_source_bytes: int = Field(200_000, ge=100)
     max_budget_s: float = Field(600.0, gt=0, le=MAX_BUDGET_S)

@@ -51,6 +51,26 @@ def test_all_three_configs_exist():
         ({"sync": {"method": "collective", "backend": "nccl"}}, "NCCL refuses two ranks on one GPU"),
         ({"sync": {"method": "nccl"}}, "object_store"),
         ({"curriculum": {"select_prior": ["runs/a/rollouts"]}}, "needs curriculum.select: learnable"),
+        # custom resources, as Ray would refuse them when the first actor is made
+        ({"verify": {"resources": {"CPU": 1}}}, "(?s)verify.resources.*CPU is not a custom resource"),
+        ({"rollout": {"resources": {"rollout_node": 0}}}, "(?s)rollout.resources.*more than 0"),
+        ({"trainer": {"resources": {"trainer_node": 1.5}}}, "(?s)trainer.resources.*whole numbers"),
+        ({"synth": {"resources": {"": 1}}}, "(?s)synth.resources.*needs a name"),
+        # engine/trainer placement against the GPU shares
+        ({"trainer": {"placement": "colocated"}}, "colocated shares GPUs.*trainer.use_gpu: true"),
+        (
+            {"trainer": {"placement": "colocated", "use_gpu": True, "num_gpus": 0.5}, "rollout": {"num_gpus": 0.6}},
+            r"colocated: .*\(rollout.num_gpus 0.6, trainer.num_gpus 0.5\) must fit one GPU together",
+        ),
+        (
+            {"trainer": {"placement": "disaggregated", "use_gpu": True, "num_gpus": 0.4}, "rollout": {"num_gpus": 1}},
+            "disaggregated .*: trainer.num_gpus must be whole GPUs",
+        ),
+        (
+            {"trainer": {"placement": "disaggregated", "use_gpu": True}, "rollout": {"num_gpus": 0.5}},
+            "disaggregated .*: rollout.num_gpus must be whole GPUs",
+        ),
+        ({"trainer": {"placement": "apart"}}, "colocated"),
     ],
 )
 def test_impossible_settings_fail_with_the_field(override, message):
@@ -65,6 +85,42 @@ def test_missing_model_and_small_cluster_messages(tmp_path):
     with pytest.raises(ValueError, match="CPU: needs"):
         check_cluster(cfg, {"CPU": 0.5})
     check_cluster(cfg, {"CPU": 8})
+
+
+def test_placement_by_config():
+    """Each actor kind's custom resources count in the job's needs; the shipped GPU configs state their engine/trainer
+    placement, and the shares that fit it load."""
+    cfg = RLConfig(
+        model={"path": "m"},
+        synth={"samplers": 2, "resources": {"verifier_node": 0.25}},
+        verify={"actors": 2, "resources": {"verifier_node": 0.5}},
+        rollout={"resources": {"rollout_node": 1}},
+    )
+    need = cfg.resources()
+    assert need["verifier_node"] == 1.5 and need["rollout_node"] == 1 and "trainer_node" not in need
+    assert {d.kind: d.one for d in cfg.demands()}["engine"] == {"CPU": 1, "GPU": 0, "rollout_node": 1}
+    configs = Path(__file__).resolve().parents[2] / "configs"
+    gpu1 = RLConfig(**yaml.safe_load((configs / "gpu-1.yaml").read_text()))
+    cluster = RLConfig(**yaml.safe_load((configs / "cluster-7b.yaml").read_text()))
+    assert (gpu1.trainer.placement, cluster.trainer.placement) == ("colocated", "disaggregated")
+    # disaggregated without GPU engines: nothing to share, nothing to check
+    RLConfig(model={"path": "m"}, trainer={"placement": "disaggregated", "use_gpu": True})
+    RLConfig(model={"path": "m"}, trainer={"placement": "disaggregated"})
+
+
+def test_cluster_check_with_custom_resources():
+    """On a fixed cluster, a custom resource no node carries is named with the section that asks for it, and an actor
+    that fits the cluster's totals but no single node is refused too."""
+    cfg = RLConfig(model={"path": "m"}, verify={"resources": {"verifier_node": 1}})
+    with pytest.raises(ValueError, match=r"verifier_node: needs 1, cluster has 0 \(verify.resources\)"):
+        check_cluster(cfg, {"CPU": 8})
+    check_cluster(cfg, {"CPU": 8, "verifier_node": 1}, [{"CPU": 4}, {"CPU": 4, "verifier_node": 1}])
+    # the verifier node has the resource but not the verifier's CPU
+    with pytest.raises(ValueError, match=r"no node of the cluster can hold one verifier \(CPU 1, verifier_node 1\)"):
+        check_cluster(cfg, {"CPU": 8, "verifier_node": 1}, [{"CPU": 8}, {"CPU": 0.5, "verifier_node": 1}])
+    big = RLConfig(model={"path": "m"}, rollout={"num_cpus": 4})
+    with pytest.raises(ValueError, match="no node of the cluster can hold one engine"):
+        check_cluster(big, {"CPU": 8}, [{"CPU": 2}] * 4)
 
 
 def test_set_dotted():

@@ -53,6 +53,8 @@ def test_build_app_refuses_bad_settings_before_starting_anything():
         build_app({"device": "tpu"})
     with pytest.raises(ValidationError, match="verifer_workers"):
         build_app({"verifer_workers": 2})
+    with pytest.raises(ValidationError, match="(?s)verifier.resources.*GPU is not a custom resource"):
+        build_app({"verifier": {"resources": {"GPU": 1}}})
 
 
 def test_the_serve_command_is_registered_and_checks_its_config(tmp_path):
