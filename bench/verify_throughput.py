@@ -3,7 +3,8 @@
 The same N candidates are verified three ways in one run: a fresh process per candidate, one at a time (what a
 harness without a pool pays, KernelBench's mp.Pool(1) per evaluation: import torch and triton, initialise the
 device, compile every kernel anew), a persistent pool of one worker, and a persistent pool of W workers sharing
-the GPU (they compile and check concurrently and take turns to time). It prints candidates/s for each, the
+the GPU (they compile and check concurrently and take turns to time); `--modes gpus` adds one such pool per GPU
+(what one Verifier actor per GPU holds), the candidates dealt out among them. It prints candidates/s for each, the
 ratios, where the seconds go (worker start-up, the reference job, each phase of a task), and on a GPU the share
 of wall time the GPU spends running kernels: NVML's utilisation counter (the share of each sample period in which
 a kernel ran), sampled every 50 ms in this process for the whole mode; `--profile` adds the torch profiler's
@@ -16,6 +17,7 @@ W-worker run (timed while other workers check), and the reference's eager/compil
 
     python bench/verify_throughput.py                      # CPU: Triton interpreter, 8 candidates
     python bench/verify_throughput.py --device cuda -n 32  # GPU: adds timing, spreads and the busy share
+    python bench/verify_throughput.py --device cuda -n 64 --problems 4 --modes poolW,gpus   # 1 GPU vs all GPUs
     python bench/verify_throughput.py --device cuda --timing-study   # timing methods compared, in-process
 
 Self-contained (problem and candidates below): needs only torch, triton, numpy, pyarrow, rich — the GPU machine has
@@ -109,17 +111,20 @@ def make_tasks(n: int, device: str, profile: bool, problems: int = 1) -> list[Ta
 
 
 class BusySampler:
-    """Mean of NVML's GPU utilisation (share of time a kernel ran) over the block, sampled every 50 ms."""
+    """Mean of NVML's GPU utilisation (share of time a kernel ran) over the block, sampled every 50 ms, averaged
+    over the first `gpus` GPUs."""
 
-    def __init__(self, enabled: bool):
-        self.samples: list[int] = []
+    def __init__(self, enabled: bool, gpus: int = 1):
+        self.samples: list[float] = []
         self.handle = None
         if enabled:
             try:
                 import pynvml
 
                 pynvml.nvmlInit()
-                self.nvml, self.handle = pynvml, pynvml.nvmlDeviceGetHandleByIndex(0)
+                self.nvml = pynvml
+                self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
+                self.handle = self.handles[0]
             except Exception:  # no NVML: no busy share
                 self.handle = None
 
@@ -133,7 +138,8 @@ class BusySampler:
     def _loop(self):
         while not self.stop.wait(0.05):
             try:
-                self.samples.append(self.nvml.nvmlDeviceGetUtilizationRates(self.handle).gpu)
+                rates = [self.nvml.nvmlDeviceGetUtilizationRates(h).gpu for h in self.handles]
+                self.samples.append(sum(rates) / len(rates))
             except Exception:
                 return
 
@@ -177,6 +183,45 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool) -> dict:
     }
 
 
+def run_gpus(tasks: list[Task], workers: int, gpus: int, device: str = "cuda") -> dict:
+    """One pool of `workers` per GPU, as one Verifier actor per GPU holds (Ray pins an actor's GPU through
+    CUDA_VISIBLE_DEVICES; here each pool's workers inherit it when they are spawned), the candidates dealt out in
+    turn, every pool verifying its share at once. Wall time as run()'s."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    with BusySampler(True, gpus) as busy:
+        t0 = time.perf_counter()
+        pools, before = [], os.environ.get("CUDA_VISIBLE_DEVICES")
+        try:
+            for g in range(gpus):
+                os.environ["CUDA_VISIBLE_DEVICES"] = str(g)
+                pools.append(WorkerPool(device, size=workers, limits=Limits(task_timeout_s=600), name=f"gpu{g}"))
+        finally:
+            del os.environ["CUDA_VISIBLE_DEVICES"]
+            if before is not None:
+                os.environ["CUDA_VISIBLE_DEVICES"] = before
+        try:
+            for pool in pools:
+                pool.wait_ready()
+            ready = time.perf_counter()
+            with ThreadPoolExecutor(gpus) as ex:
+                shares = list(ex.map(lambda g: pools[g].map(tasks[g::gpus]), range(gpus)))
+        finally:
+            wall = time.perf_counter() - t0
+            for pool in pools:
+                pool.close()
+    verdicts = [v for share in shares for v in share]
+    return {
+        "wall": wall,
+        "serving_s": wall - (ready - t0),
+        "verdicts": verdicts,
+        "startup": [s for p in pools for s in p.startup_log],
+        "reference": [r for p in pools for r in p.reference_log],
+        "busy": busy.share,
+    }
+
+
 def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values) if values else float("nan")
 
@@ -192,6 +237,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
         "mode",
         "wall s",
         "candidates/s",
+        "serving candidates/s",
         "correct",
         "GPU busy (NVML)",
         "kernel share (profiler)",
@@ -209,6 +255,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
         summary[mode] = {
             "wall_s": wall,
             "rate": len(vs) / wall,
+            "serving_rate": len(vs) / r["serving_s"],  # from the moment every worker is ready
             "correct": sum(v.correct for v in vs),
             "gpu_busy_nvml": r["busy"],
             "kernel_share_profiler": share,
@@ -221,6 +268,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
             mode,
             f"{wall:.1f}",
             f"{s['rate']:.3f}",
+            f"{s['serving_rate']:.3f}",
             f"{s['correct']}/{len(vs)}",
             "n/a" if r["busy"] is None else f"{r['busy']:.1%}",
             "n/a" if share is None else f"{share:.1%}",
@@ -383,7 +431,12 @@ def main() -> None:
         "--workers", type=int, default=None, help="workers of the shared pool (default 4 on a GPU, 2 on CPU)"
     )
     ap.add_argument("--problems", type=int, default=1, help="distinct problems the candidates are spread over")
-    ap.add_argument("--modes", default="fresh,pool1,poolW", help="comma-separated subset of fresh,pool1,poolW")
+    ap.add_argument(
+        "--modes",
+        default="fresh,pool1,poolW",
+        help="comma-separated subset of fresh,pool1,poolW,gpus (GPU: a pool a GPU)",
+    )
+    ap.add_argument("--gpus", type=int, default=None, help="GPUs of the gpus mode (default: every visible one)")
     ap.add_argument("--repeats", type=int, default=5, help="GPU: verify one candidate this many times (spread)")
     ap.add_argument(
         "--profile",
@@ -420,7 +473,23 @@ def main() -> None:
                 f"{sum(v.correct for v in r['verdicts'])}/{len(tasks)} correct",
                 highlight=False,
             )
+    if "gpus" in wanted:
+        import torch
+
+        gpus = args.gpus or torch.cuda.device_count()
+        label = f"{gpus} GPUs, a pool of {workers} workers each"
+        results[label] = r = run_gpus(tasks, workers, gpus)
+        console.print(f"[{label}] {r['wall']:.1f} s, {len(tasks) / r['wall']:.3f} candidates/s", highlight=False)
     summary = report_modes(console, results, len(tasks))
+    one_gpu, many = f"pool, {workers} workers", [k for k in summary if "GPUs, a pool" in k]
+    if one_gpu in summary and many:
+        ratio = summary[many[0]]["rate"] / summary[one_gpu]["rate"]
+        serving = summary[many[0]]["serving_rate"] / summary[one_gpu]["serving_rate"]
+        record["gpus_over_one"] = {"wall": ratio, "serving": serving}
+        console.print(
+            f"{many[0]} / one GPU ({one_gpu}): {ratio:.2f}x (wall), {serving:.2f}x (once the workers are ready)",
+            highlight=False,
+        )
     record["modes"] = summary
     fresh_label = "fresh process per candidate"
     if fresh_label in summary:
