@@ -17,7 +17,7 @@ W-worker run (timed while other workers check), and the reference's eager/compil
 
     python bench/verify_throughput.py                      # CPU: Triton interpreter, 8 candidates
     python bench/verify_throughput.py --device cuda -n 32  # GPU: adds timing, spreads and the busy share
-    python bench/verify_throughput.py --device cuda -n 64 --problems 4 --modes poolW,gpus   # 1 GPU vs all GPUs
+    python bench/verify_throughput.py --device cuda -n 128 --problems 4 --distinct --modes poolW,gpus   # 1 vs all GPUs
     python bench/verify_throughput.py --device cuda --timing-study   # timing methods compared, in-process
 
 Self-contained (problem and candidates below): needs only torch, triton, numpy, pyarrow, rich — the GPU machine has
@@ -69,7 +69,7 @@ import triton.language as tl
 
 
 @triton.jit
-def fused_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):
+def fused_kernel(x_ptr, y_ptr, out_ptr, n, BLOCK: tl.constexpr):{tag}
     offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
     mask = offs < n
     x = tl.load(x_ptr + offs, mask=mask)
@@ -90,8 +90,10 @@ class ModelNew(nn.Module):
 """
 
 
-def make_tasks(n: int, device: str, profile: bool, problems: int = 1) -> list[Task]:
-    """n candidates over `problems` problems (problem p adds p to x*y+x, so each has its own reference)."""
+def make_tasks(n: int, device: str, profile: bool, problems: int = 1, distinct: bool = False) -> list[Task]:
+    """n candidates over `problems` problems (problem p adds p to x*y+x, so each has its own reference). Without
+    `distinct` there are at most 4 variants a problem, and a pool verifies identical tasks once; with it, every
+    kernel carries its own comment, so each candidate is a new kernel to compile and verify (as model answers are)."""
     gpu = device.startswith("cuda")
     shape = "(4096, 4096)" if gpu else "(61, 257)"
     blocks = [256, 512, 1024, 2048] if gpu else [4096, 8192, 16384, 32768]
@@ -102,7 +104,11 @@ def make_tasks(n: int, device: str, profile: bool, problems: int = 1) -> list[Ta
         tasks.append(
             Task(
                 PROBLEM.format(shape=shape, extra=extra),
-                CANDIDATE.format(block=blocks[(i // problems) % len(blocks)], extra=extra),
+                CANDIDATE.format(
+                    block=blocks[(i // problems) % len(blocks)],
+                    extra=extra,
+                    tag=f"  # candidate {i}" if distinct else "",
+                ),
                 name=f"c{i}-p{p}-b{blocks[(i // problems) % len(blocks)]}",
                 profile_gpu=gpu and profile,
             )
@@ -345,7 +351,7 @@ def candidate_module(block: int):
     import tempfile
 
     path = Path(tempfile.mkdtemp(prefix="verify-throughput-")) / "bench_candidate.py"
-    path.write_text(CANDIDATE.format(block=block, extra=""))
+    path.write_text(CANDIDATE.format(block=block, extra="", tag=""))
     spec = importlib.util.spec_from_file_location("bench_candidate", path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -436,6 +442,7 @@ def main() -> None:
         default="fresh,pool1,poolW",
         help="comma-separated subset of fresh,pool1,poolW,gpus (GPU: a pool a GPU)",
     )
+    ap.add_argument("--distinct", action="store_true", help="every candidate a kernel of its own (no copies)")
     ap.add_argument("--gpus", type=int, default=None, help="GPUs of the gpus mode (default: every visible one)")
     ap.add_argument("--repeats", type=int, default=5, help="GPU: verify one candidate this many times (spread)")
     ap.add_argument(
@@ -456,7 +463,7 @@ def main() -> None:
         _dump(args.json, record)
         return
     workers = args.workers or (4 if gpu else 2)
-    tasks = make_tasks(args.count, args.device, gpu and args.profile, args.problems)
+    tasks = make_tasks(args.count, args.device, gpu and args.profile, args.problems, args.distinct)
     wanted = args.modes.split(",")
     results = {}
     for mode, size, fresh in (("poolW", workers, False), ("pool1", 1, False), ("fresh", 1, True)):
