@@ -126,8 +126,8 @@ class Generator:
                     await asyncio.sleep(0.2)
                 if self.algo.max_staleness == 0:
                     # on-policy: the next prompt waits for the weights this group trains. On one GPU the engine then
-                    # decodes while the trainer is idle and trains while the engine is: shared, decoding took ~3x as
-                    # long as alone (docs/benchmarks.md)
+                    # decodes while the trainer is idle and trains while the engine is, rather than both slowing each
+                    # other down on the shared GPU
                     prefetched = asyncio.ensure_future(self.programs.next_program())
                     await self.pool.newer_than.remote(group.weight_version)
         finally:
