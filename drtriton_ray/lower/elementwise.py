@@ -112,24 +112,31 @@ def expression(op: str, args: list[str], params: dict) -> str:
 
 
 def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: str) -> str:
-    """A kernel over the output's flat index. A dense input (the output's shape, passed contiguous) is read at that
-    index; a broadcast input k through strides s{k}_0..s{k}_4 (0 on broadcast dims) of the index unravelled over five
-    dims (d0 implied; the wrapper merges what it can, `coalesced_dims`), unravelled only when some input needs it:
-    the divisions can cost more than the memory traffic of a memory-bound kernel. WIDE (outputs of 2^31 elements or
-    more) computes indices in int64, int32 otherwise."""
+    """A kernel over the output. With dense inputs only (the output's shape, passed contiguous) it walks the flat
+    index, BLOCK at a time. With a broadcast input k it walks tiles of rows x columns of the output viewed over the
+    coalesced dims (d0, d1, d2, d3, d4) (the wrapper merges what it can, `coalesced_dims`): input k's offset is its
+    strides s{k}_0..s{k}_3 (0 on broadcast dims) over the row's four indices, plus the column times s{k}_4, so the
+    divisions happen once a row; per element they can cost more than the memory traffic of a memory-bound kernel.
+    WIDE (outputs of 2^31 elements or more) computes indices in int64, int32 otherwise."""
     ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
     broadcast = [k for k, d in enumerate(dense) if not d]
-    sizes = "n, d1, d2, d3, d4, " if broadcast else "n, "
-    strides = "".join(f"s{k}_{j}, " for k in broadcast for j in range(5))
-    lines = [
-        "@triton.jit",
-        f"def {name}(out_ptr, {ptrs}, {sizes}{strides}BLOCK: tl.constexpr, WIDE: tl.constexpr):",
-        "    offs, mask = flat_block(n, BLOCK, WIDE)",
-    ]
-    if broadcast:
-        lines.append("    i0, i1, i2, i3, i4 = unravel5(offs, d1, d2, d3, d4)")
+    if not broadcast:
+        head = [
+            f"def {name}(out_ptr, {ptrs}, n, BLOCK: tl.constexpr, WIDE: tl.constexpr):",
+            "    offs, mask = flat_block(n, BLOCK, WIDE)",
+        ]
+    else:
+        strides = "".join(f"s{k}_{j}, " for k in broadcast for j in range(5))
+        head = [
+            f"def {name}(out_ptr, {ptrs}, n, d1, d2, d3, d4, {strides}"
+            "BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):",
+            "    rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)",
+            "    i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)",
+        ]
+    lines = ["@triton.jit", *head]
     for k, d in enumerate(dense):
-        offset = "offs" if d else " + ".join(f"i{j} * s{k}_{j}" for j in range(5))
+        row = " + ".join(f"i{j} * s{k}_{j}" for j in range(4))
+        offset = "offs" if d else f"({row})[:, None] + cols[None, :] * s{k}_4"
         lines.append(f"    v{k} = tl.load(in{k}_ptr + {offset}, mask=mask, other=0.0).to(tl.float32)")
     lines += [f"    {line}" for line in body]
     lines.append(f"    tl.store(out_ptr + offs, ({result}).to(out_ptr.dtype.element_ty), mask=mask)")

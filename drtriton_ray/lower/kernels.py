@@ -31,6 +31,31 @@ def flat_block(n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
 
 
 @triton.jit
+def row_block(n, d4, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+    """This program's tile of the output viewed as rows of d4 contiguous values: BLOCK_R row indices, BLOCK_C
+    column indices, their flat indices and mask. A broadcast input's offset is then a per-row part (divisions done
+    BLOCK_R times, not once per element) plus the column times its innermost stride."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    col_blocks = tl.cdiv(d4, BLOCK_C)
+    rows = pid // col_blocks * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid % col_blocks * BLOCK_C + tl.arange(0, BLOCK_C)
+    mask = (rows < n // d4)[:, None] & (cols < d4)[None, :]
+    return rows, cols, rows[:, None] * d4 + cols[None, :], mask
+
+
+@triton.jit
+def unravel4(rows, d1, d2, d3):
+    """A row index over (d0, d1, d2, d3) to its four indices (d0 implied by the quotient)."""
+    i3 = rows % d3
+    rest = rows // d3
+    i2 = rest % d2
+    rest = rest // d2
+    return rest // d1, rest % d1, i2, i3
+
+
+@triton.jit
 def unravel5(offs, d1, d2, d3, d4):
     """A flat index over (d0, d1, d2, d3, d4) to its five indices (d0 implied by the quotient)."""
     i4 = offs % d4
@@ -303,15 +328,17 @@ def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
 
 
 @triton.jit
-def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4,
-                        ss0, ss1, ss2, ss3, ss4, ds0, ds1, ds2, ds3, ds4, BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    """dst[idx] = src[idx] over a 5-dim index space (d0, d1, ..., d4), both sides by strides:
-    transposes, and the slices of cat and stack. WIDE: offsets reach 2^31 (int64 index math, several times
-    slower than int32 in the unravelling divisions)."""
-    offs, mask = flat_block(n, BLOCK, WIDE)
-    i0, i1, i2, i3, i4 = unravel5(offs, d1, d2, d3, d4)
-    x = tl.load(src_ptr + i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3 + i4 * ss4, mask=mask)
-    tl.store(dst_ptr + i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3 + i4 * ds4, x, mask=mask)
+def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4, ss0, ss1, ss2, ss3, ss4, ds0, ds1, ds2, ds3, ds4,
+                        BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+    """dst[idx] = src[idx] over a 5-dim index space (d0, d1, ..., d4), both sides by strides: transposes, and the
+    slices of cat and stack. Tiles of rows x columns (row_block): the divisions happen once a row. WIDE: offsets
+    reach 2^31 (int64 index math)."""
+    rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)
+    i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)
+    src = (i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3)[:, None] + cols[None, :] * ss4
+    dst = (i0 * ds0 + i1 * ds1 + i2 * ds2 + i3 * ds3)[:, None] + cols[None, :] * ds4
+    x = tl.load(src_ptr + src, mask=mask)
+    tl.store(dst_ptr + dst, x, mask=mask)
 
 
 @triton.jit

@@ -55,7 +55,14 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None):
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs)
     meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
-    return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
+    if not index:
+        return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
+    # a broadcast input: tiles of rows x columns, the columns along the innermost coalesced dim d4, BLOCK in all
+    d4, block = max(index[3], 1), meta.pop("BLOCK")
+    meta["BLOCK_C"] = min(triton.next_power_of_2(d4), block)
+    meta["BLOCK_R"] = block // meta["BLOCK_C"]
+    grid = (triton.cdiv(n // d4, meta["BLOCK_R"]) * triton.cdiv(d4, meta["BLOCK_C"]),)
+    return out, grid, (out, *tensors, n, *index), meta
 
 
 def compiled(t):
@@ -265,9 +272,16 @@ def extent(t):
 
 def copy_into(src, dst):
     n = src.numel()
+    if n == 0:
+        return
     sizes, (ss, ds) = coalesced_dims(src.shape, [src.stride(), dst.stride()])
-    strided_copy_kernel[(triton.cdiv(n, 1024),)](src, dst, n, *sizes, *ss, *ds, BLOCK=1024,
-                                                 WIDE=max(n, extent(src), extent(dst)) >= 2**31)
+    d4 = sizes[3]
+    # a transpose reads or writes across its rows: square-ish 32-wide tiles keep both sides' cache lines in use
+    block_c = min(triton.next_power_of_2(d4), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
+    block_r = 1024 // block_c
+    grid = (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
+    strided_copy_kernel[grid](src, dst, n, *sizes, *ss, *ds, BLOCK_R=block_r, BLOCK_C=block_c,
+                              WIDE=max(n, extent(src), extent(dst)) >= 2**31)
 
 
 def transpose(x, dim0, dim1):

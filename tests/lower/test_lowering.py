@@ -309,8 +309,10 @@ def test_fused_kernel_dense_and_broadcast_inputs(tmp_path):
     a, b = torch.randn(3, 5, 7), torch.randn(5, 1)
     out, grid, args, meta = elementwise_args((3, 5, 7), torch.float32, [True, False], a, b)
     assert not meta["WIDE"] and len(args) == 1 + 2 + 5 + 5  # out, inputs, n and 4 dims, the broadcast input's strides
+    assert meta["BLOCK_C"] == 8 and meta["BLOCK_R"] == 128  # rows of 7 columns (b steps through dim 1 alone)
     for w in (False, True):
-        mod.k_mix[grid](*args, BLOCK=1024, WIDE=w)
+        out.zero_()
+        mod.k_mix[grid](*args, **{**meta, "WIDE": w})
         assert torch.allclose(out, a * b + a), w
 
 
@@ -347,9 +349,12 @@ def test_broadcast_dims_coalesce(tmp_path):
     ]
     for shape, a, b in cases:
         c = torch.randn(shape)
-        out, grid, args, _ = elementwise_args(shape, torch.float32, [False, False, True], a, b, c)
-        mod.k_three[grid](*args, BLOCK=1024, WIDE=False)
-        assert torch.allclose(out, a * b - c), shape
+        for block in (1024, 4):  # columns wider than the tile, and rows of one column block each
+            out, grid, args, meta = elementwise_args(
+                shape, torch.float32, [False, False, True], a, b, c, config={"BLOCK": block}
+            )
+            mod.k_three[grid](*args, **meta)
+            assert torch.allclose(out, a * b - c), (shape, block)
 
 
 def test_cumsum_accumulates_like_torch():
@@ -628,3 +633,21 @@ def test_tuning_candidates_keep_values(tmp_path, monkeypatch):
         )
         assert best is None and len(times) == len(tuning.candidates(*kd)) + 1, op
         assert all(t == 1.0 for t in times.values()), (op, times)
+
+
+def test_strided_copy_tiles():
+    """The strided copy walks tiles of rows x columns: transposes (32-wide tiles), permutations, slices of cat and
+    copies whose innermost dim is wider than a tile or a single column give PyTorch's values; an empty one launches
+    nothing."""
+    from drtriton_ray.lower.wrappers import contiguous_copy
+
+    torch.manual_seed(0)
+    views = [
+        torch.randn(37, 53).t(),
+        torch.randn(2, 3, 5, 7).permute(3, 1, 0, 2),
+        torch.randn(4, 2500)[:, 7:2400],
+        torch.randn(6, 1, 9).transpose(0, 2),
+        torch.randn(0, 5).t(),
+    ]
+    for view in views:
+        assert torch.equal(contiguous_copy(view), view.contiguous()), view.shape
