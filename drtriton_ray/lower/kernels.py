@@ -268,6 +268,96 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
 
 
 @triton.jit
+def norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """Tile t of a split norm's row: BLOCK_N of its SEGS segments x BLOCK of each one's SEG contiguous values (segment
+    n of row r starts at r * ROW_STRIDE + n * SEG_STRIDE). Returns the segment and value indices, offsets and mask;
+    the divisions are per tile, not per value."""
+    seg_blocks = (SEG + BLOCK - 1) // BLOCK
+    n = (t // seg_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    j = (t % seg_blocks) * BLOCK + tl.arange(0, BLOCK)
+    offs = row * ROW_STRIDE + n.to(tl.int64)[:, None] * SEG_STRIDE + j[None, :]
+    return n, j, offs, (n < SEGS)[:, None] & (j < SEG)[None, :]
+
+
+@triton.jit
+def norm_stats_kernel(x_ptr, part_ptr, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, TILES, SPLIT_TILES,
+                      MODE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """First kernel of a norm over few long rows (split_norm): program (row, split) takes SPLIT_TILES of the row's
+    TILES tiles and writes their statistics (mean, M2: the sum of squared deviations from that mean, count) to
+    part[row, split] (BLOCK_SPLITS per row). One pass: Welford's update per lane, then the lanes merged as in Chan et
+    al. (deviations only, never a sum of squares less a squared sum, which cancels where |mean| >> std). MODE 1 (RMS
+    norm) keeps the sum of squares in M2, its mean 0. A row is SEGS segments of SEG values: see split_norm_setup."""
+    row = tl.program_id(0).to(tl.int64)
+    t0 = tl.program_id(1) * SPLIT_TILES
+    if MODE == 1:
+        shift = 0.0
+    else:  # a shift near the mean (the first tile's): the running means hold deviations, which round far less
+        n, j, offs, mask = norm_tile(row, t0, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        shift = tl.sum(x) / tl.sum(mask.to(tl.float32))
+    mean = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    m2 = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    count = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    for t in range(t0, tl.minimum(t0 + SPLIT_TILES, TILES)):
+        n, j, offs, mask = norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        count += tl.where(mask, 1.0, 0.0)
+        if MODE == 1:
+            m2 += x * x
+        else:
+            delta = x - shift - mean
+            mean += tl.where(mask, delta / tl.maximum(count, 1.0), 0.0)
+            m2 += tl.where(mask, delta * (x - shift - mean), 0.0)
+    total = tl.sum(count)
+    mean_all = tl.sum(count * mean) / total
+    d = mean - mean_all
+    part = part_ptr + (row * BLOCK_SPLITS + tl.program_id(1)) * 3
+    tl.store(part, shift + mean_all)
+    tl.store(part + 1, tl.sum(m2 + count * d * d))
+    tl.store(part + 2, total)
+
+
+@triton.jit
+def norm_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, TILES, SPLIT_TILES,
+                      G, eps, MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                      BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """Second kernel of split_norm: program (row, split) merges the row's partial statistics (a few, from
+    norm_stats_kernel; Chan's merge around the first part's mean) and normalises the same tiles. MODE: 0 layer norm
+    (weights over the row), 1 RMS norm, 2 group norm (row = one group, a segment per channel: weights per segment),
+    3 instance norm (no weights), 4 batch norm (row = one channel: one weight)."""
+    row = tl.program_id(0).to(tl.int64)
+    t0 = tl.program_id(1) * SPLIT_TILES
+    s = tl.arange(0, BLOCK_SPLITS)
+    part = part_ptr + (row * BLOCK_SPLITS + s) * 3
+    ok = s < tl.num_programs(1)
+    count = tl.load(part + 2, mask=ok, other=0.0)
+    ref = tl.load(part_ptr + row * BLOCK_SPLITS * 3)
+    mean = ref + tl.sum(count * (tl.load(part, mask=ok, other=0.0) - ref)) / tl.sum(count)
+    d = tl.load(part, mask=ok, other=0.0) - mean
+    scale = 1.0 / tl.sqrt(tl.sum(tl.load(part + 1, mask=ok, other=0.0) + count * d * d) / tl.sum(count) + eps)
+    if MODE == 4:  # one channel's weight and bias, loaded once
+        w = tl.load(w_ptr + row).to(tl.float32)
+        b = tl.load(b_ptr + row).to(tl.float32)
+    for t in range(t0, tl.minimum(t0 + SPLIT_TILES, TILES)):
+        n, j, offs, mask = norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * scale
+        if MODE == 4:
+            y = y * w + b
+        elif MODE == 2:  # the channel: the row's group, then the segment within it
+            if HAS_W:
+                y = y * tl.load(w_ptr + (row % G) * SEGS + n, mask=n < SEGS, other=0.0).to(tl.float32)[:, None]
+            if HAS_B:
+                y = y + tl.load(b_ptr + (row % G) * SEGS + n, mask=n < SEGS, other=0.0).to(tl.float32)[:, None]
+        else:
+            if HAS_W:
+                y = y * tl.load(w_ptr + n[:, None] * SEG + j[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(b_ptr + n[:, None] * SEG + j[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
                   sa0, sa1, sa2, sam, sak, sb0, sb1, sb2, sbk, sbn,
                   HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):

@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from drtriton_ray.lower import wrappers
+
 TABLE = Path(__file__).resolve().parents[2] / "configs" / "lowering-tuning.json"
 NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm")
 REDUCE = ("Sum", "Mean", "Max", "Min", "ArgMax", "ArgMin", "Var", "Norm")
@@ -31,12 +33,12 @@ def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: li
     if op in REDUCE or op in ALONG:
         d = params["dim"] % len(x)
         return ("reduce_kernel" if op in REDUCE else "along_dim_kernel"), (_prod(x[:d] + x[d + 1 :]), x[d])
-    if op in NORMS:
+    if op in NORMS or op == "BatchNorm":
         rows = x[0] * (params.get("num_groups") or x[1]) if op in ("GroupNorm", "InstanceNorm") else None
-        rows = rows or _prod(x[: len(x) - params.get("k", 1)])
-        return "row_norm_kernel", (rows, _prod(x) // rows)
-    if op == "BatchNorm":
-        return "batch_norm_kernel", (x[1], _prod(x) // x[1])
+        rows = x[1] if op == "BatchNorm" else rows or _prod(x[: len(x) - params.get("k", 1)])
+        if wrappers.few_long_rows(rows, _prod(x) // rows):
+            return "split_norm", (rows, _prod(x) // rows)
+        return ("batch_norm_kernel" if op == "BatchNorm" else "row_norm_kernel"), (rows, _prod(x) // rows)
     if op in ("Matmul", "Bmm", "Linear"):
         k = x[-1]
         return "matmul_kernel", (_prod(out_shape) // out_shape[-1], out_shape[-1], k)
@@ -96,6 +98,8 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
         return warps + [{"BLOCK_C": c, "num_warps": 4} for c in (1, 2, 4, 8) if c * width <= 16384]
     if kernel == "row_norm_kernel":
         return warps + [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
+    if kernel == "split_norm":  # its two kernels' tile (BLOCK_N segments x BLOCK values) and warps
+        return warps + [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (4096, 8), (8192, 8))]
     if kernel == "batch_norm_kernel":
         return warps + [{"BLOCK": b, "BLOCK_C": c, "num_warps": 4} for b, c in ((1024, 1), (256, 4), (4096, 1))]
     if kernel == "conv_kernel":

@@ -5,8 +5,8 @@ import torch
 import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
-                                        matmul_kernel, pool_kernel, reduce_kernel, row_norm_kernel,
-                                        strided_copy_kernel, triangle_kernel)
+                                        matmul_kernel, norm_apply_kernel, norm_stats_kernel, pool_kernel,
+                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
 
 
 def pad5(shape):
@@ -198,6 +198,67 @@ def batch_norm_setup(shape, like, weight, bias, config=None):
 def batch_norm(x, weight, bias, config=None):
     out, grid, args, meta = batch_norm_setup(x.shape, x, weight, bias, config)
     batch_norm_kernel[grid](x, *args, **meta)
+    return out
+
+
+def sm_count(t):
+    """Streaming multiprocessors of t's GPU (a nominal H100's 132 off CUDA)."""
+    return torch.cuda.get_device_properties(t.device).multi_processor_count if t.is_cuda else 132
+
+
+def few_long_rows(rows, length):
+    """Whether a norm's rows (channels for batch norm) are too few and long for a program each (row_norm_kernel,
+    batch_norm_kernel): under two per SM of a 132-SM GPU, most SMs idle while each program streams its row three
+    times. split_norm spreads each row over many programs instead. Decided when lowering, from the shape."""
+    return rows < 2 * 132 and length >= 16384
+
+
+def norm_layout(shape, weight, mode, groups):
+    """(rows, segments per row, values per segment, segment stride, row stride) of a norm over a contiguous
+    `shape`, mode as split_norm_setup's. A row is segments of contiguous values: one for layer, RMS and instance norm,
+    one per channel of the group for group norm, one per image for batch norm (a row per channel)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    if mode <= 1:
+        return numel // weight.numel(), 1, weight.numel(), weight.numel(), weight.numel()
+    positions = numel // (shape[0] * shape[1])
+    if mode == 4:
+        return shape[1], shape[0], positions, shape[1] * positions, positions
+    per_group = shape[1] // groups if mode == 2 else 1
+    return numel // (per_group * positions), per_group, positions, positions, per_group * positions
+
+
+def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
+    """(out, grid, norm_stats_kernel's arguments after the input, norm_apply_kernel's, launch constants of both) of a
+    norm over few long rows: grid (rows, splits), each program a share of a row's tiles of BLOCK_N segments x BLOCK
+    values (short segments share a tile, long ones load contiguously). mode: 0 layer norm, 1 RMS norm, 2 group norm,
+    3 instance norm, 4 batch norm (training mode)."""
+    rows, segs, seg, seg_stride, row_stride = norm_layout(shape, weight, mode, groups)
+    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    tile = 2048 if compiled(like) else 4096
+    block = min(triton.next_power_of_2(seg), tile)
+    meta = tuned({"BLOCK_N": max(1, min(triton.next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
+    tiles = triton.cdiv(segs, meta["BLOCK_N"]) * triton.cdiv(seg, meta["BLOCK"])
+    # compiled, about 4 programs per SM (enough loads in flight to stream at full bandwidth), 4 tiles each at least;
+    # interpreted (its cost is per program and step), 8 programs, which still splits a row or two
+    programs = 4 * sm_count(like) if compiled(like) else 8
+    split_tiles = max(triton.cdiv(tiles, triton.cdiv(programs, rows)), 4 if compiled(like) else 1)
+    splits = triton.cdiv(tiles, split_tiles)
+    meta = {**meta, "BLOCK_SPLITS": triton.next_power_of_2(splits)}
+    part = torch.empty(rows * meta["BLOCK_SPLITS"] * 3, device=like.device, dtype=torch.float32)
+    geometry = (segs, seg, seg_stride, row_stride, tiles, split_tiles)
+    args = (part, like if weight is None else weight, like if bias is None else bias, out, *geometry, groups, eps)
+    return out, (rows, splits), (part, *geometry), args, meta
+
+
+def split_norm(x, weight, bias, mode, groups=1, config=None):
+    """A norm over few long rows (few_long_rows) in two kernels over (row, split) programs: partial statistics, then
+    the row's merged statistics applied."""
+    out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config)
+    norm_stats_kernel[grid](x, *stats_args, MODE=mode, **meta)
+    norm_apply_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
 
 
