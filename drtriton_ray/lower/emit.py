@@ -266,7 +266,7 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
         return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
     call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
-    return "pool_kernel", {"IS_MAX": node.op.startswith("Max")}, call
+    return "pool_rows_kernel", {"IS_MAX": node.op.startswith("Max")}, call
 
 
 def _statistics(name: str, prologue: Side | None, x: str, mode: int, comment: str) -> tuple[str, str]:

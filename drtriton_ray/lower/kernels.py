@@ -548,39 +548,38 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
 
 
 @triton.jit
-def pool_kernel(x_ptr, out_ptr, n_out, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
-                IS_MAX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr):
-    """Max or average pooling over (N*C, D, H, W): a program owns BLOCK_P flat outputs and reduces their windows
-    BLOCK_T taps at a time. Padding counts in the average, as PyTorch's default count_include_pad=True does (the
+def pool_rows_kernel(x_ptr, out_ptr, n_rows, D, H, W, OD, OH, OW, KD, KH, SD, SH, SW, PD, PH, PW,
+                     KW: tl.constexpr, IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Max or average pooling over (N*C, D, H, W). The output is rows (n*c, od, oh) of OW values; a program owns
+    BLOCK_R rows x BLOCK_W outputs along W, finds each row's input rows once (a few divisions per row, none per
+    output) and, per window row (kd, kh), loads one value per output and tap kw, along W: contiguous for stride 1.
+    The KW taps are unrolled. Padding counts in the average, as PyTorch's default count_include_pad=True does (the
     window never leaves the padded input)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
-    mask = offs < n_out
-    ow = offs % OW
-    oh = (offs // OW) % OH
-    od = (offs // (OW * OH)) % OD
-    nc = offs // (OW * OH * OD)
+    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    oh = r % OH
+    od = (r // OH) % OD
+    nc = r // (OH * OD)
+    mask = (r < n_rows)[:, None] & (ow < OW)[None, :]
     if IS_MAX:
-        acc = tl.zeros([BLOCK_P], dtype=tl.float32) - float("inf")
+        acc = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32) - float("inf")
     else:
-        acc = tl.zeros([BLOCK_P], dtype=tl.float32)
-    bd = od * SD - PD  # window corner; the input position is corner + tap offset per dim, as in conv_kernel
-    bh = oh * SH - PH
-    bw = ow * SW - PW
-    p_off = ((nc * D + bd) * H + bh) * W + bw
-    taps = KD * KH * KW
-    for t0 in range(0, taps, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        ad = t // (KH * KW)
-        ah = (t // KW) % KH
-        aw = t % KW
-        ok = ((t < taps)[:, None] & mask[None, :] & (bd[None, :] >= -ad[:, None]) & (bd[None, :] < (D - ad)[:, None])
-              & (bh[None, :] >= -ah[:, None]) & (bh[None, :] < (H - ah)[:, None])
-              & (bw[None, :] >= -aw[:, None]) & (bw[None, :] < (W - aw)[:, None]))
-        ptr = x_ptr + ((ad * H + ah) * W + aw)[:, None] + p_off[None, :]
-        if IS_MAX:
-            acc = tl.maximum(acc, tl.max(tl.load(ptr, mask=ok, other=-float("inf")).to(tl.float32), axis=0))
-        else:
-            acc += tl.sum(tl.load(ptr, mask=ok, other=0.0).to(tl.float32), axis=0)
+        acc = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32)
+    for kd in range(KD):
+        for kh in range(KH):
+            i_d = od * SD - PD + kd
+            i_h = oh * SH - PH + kh
+            row_ok = (r < n_rows) & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)
+            row = ((nc * D + i_d) * H + i_h) * W  # the input row's first value
+            for kw in tl.static_range(KW):
+                i_w = ow * SW - PW + kw
+                ok = row_ok[:, None] & ((i_w >= 0) & (i_w < W) & (ow < OW))[None, :]
+                if IS_MAX:
+                    x = tl.load(x_ptr + row[:, None] + i_w[None, :], mask=ok, other=-float("inf")).to(tl.float32)
+                    acc = tl.maximum(acc, x)
+                else:
+                    x = tl.load(x_ptr + row[:, None] + i_w[None, :], mask=ok, other=0.0).to(tl.float32)
+                    acc += x
     if not IS_MAX:
-        acc = acc / taps
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        acc = acc / (KD * KH * KW)
+    tl.store(out_ptr + r[:, None] * OW + ow[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)

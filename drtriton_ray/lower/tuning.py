@@ -45,7 +45,8 @@ def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: li
     if op.startswith("Conv"):
         return "conv_kernel", (out_shape[1], _prod(in_shapes[1][1:]), _prod(out_shape) // out_shape[1])
     if op.startswith(("AvgPool", "MaxPool")):
-        return "pool_kernel", (_prod(out_shape), params["kernel"] ** (len(out_shape) - 2))
+        taps = params["kernel"] ** (len(out_shape) - 2)
+        return "pool_rows_kernel", (_prod(out_shape[:-1]), out_shape[-1], taps)  # rows (n*c, od, oh), OW, taps
     return None
 
 
@@ -106,6 +107,7 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
         return [
             {"BLOCK_P": p, "BLOCK_CO": c, "num_warps": w} for p in (32, 64, 128) for c in (16, 32, 64) for w in (4, 8)
         ]
-    if kernel == "pool_kernel":
-        return warps + [{"BLOCK_P": p, "num_warps": 4} for p in (64, 256, 1024)]
+    if kernel == "pool_rows_kernel":
+        tiles = ((1, 256), (2, 128), (8, 32), (4, 128), (32, 16))
+        return warps + [{"BLOCK_R": r, "BLOCK_W": w, "num_warps": 4} for r, w in tiles]
     return [{"BLOCK": b, "num_warps": w} for b in (512, 1024, 2048, 4096) for w in (4, 8)]  # elementwise

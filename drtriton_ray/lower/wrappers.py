@@ -5,7 +5,7 @@ import torch
 import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
-                                        matmul_kernel, norm_apply_kernel, norm_stats_kernel, pool_kernel,
+                                        matmul_kernel, norm_apply_kernel, norm_stats_kernel, pool_rows_kernel,
                                         reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
 
 
@@ -431,24 +431,28 @@ def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transpos
 
 
 def pool_setup(x, out_shape, kernel, stride, padding, config=None):
-    """(out, grid, arguments after x, launch constants) of pool_kernel."""
+    """(out, grid, arguments after x, launch constants) of pool_rows_kernel: grid (row blocks, blocks along W) over
+    the output's rows (n*c, od, oh), BLOCK_W outputs along W (up to 128 compiled) and as many rows as fill the tile
+    (short rows share a program)."""
     n = x.dim() - 2
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
     od, oh, ow = spatial3(out_shape[2:], n, 1)
-    total = out.numel()
-    # the interpreter pays per program and per step: whole windows and large output blocks there
-    block_t = min(triton.next_power_of_2(kernel ** n), 16 if compiled(x) else 512)
-    block_p = max(16, min(tile_elements(x) // block_t, triton.next_power_of_2(total)))
-    meta = tuned({"BLOCK_T": block_t, "BLOCK_P": block_p}, config, x)
-    args = (out, total, d, h, w, od, oh, ow, *spatial3((kernel,) * n, n, 1), *spatial3((stride,) * n, n, 1),
-            *spatial3((padding,) * n, n, 0))
-    return out, (triton.cdiv(total, meta["BLOCK_P"]),), args, meta
+    rows = out.numel() // ow
+    # compiled, 1024 outputs a program (each of them KD x KH x KW loads); interpreted, tiles as large as numpy likes
+    tile = 1024 if compiled(x) else 1 << 14
+    block_w = min(triton.next_power_of_2(ow), 128 if compiled(x) else tile)
+    block_r = max(1, min(tile // block_w, triton.next_power_of_2(rows)))
+    meta = tuned({"BLOCK_R": block_r, "BLOCK_W": block_w}, config, x)
+    kd, kh, kw = spatial3((kernel,) * n, n, 1)
+    args = (out, rows, d, h, w, od, oh, ow, kd, kh, *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0))
+    grid = (triton.cdiv(rows, meta["BLOCK_R"]), triton.cdiv(ow, meta["BLOCK_W"]))
+    return out, grid, args, {**meta, "KW": kw}
 
 
 def pool(x, out_shape, kernel, stride, padding, is_max, config=None):
     out, grid, args, meta = pool_setup(x, out_shape, kernel, stride, padding, config)
-    pool_kernel[grid](x, *args, IS_MAX=is_max, **meta)
+    pool_rows_kernel[grid](x, *args, IS_MAX=is_max, **meta)
     return out
 
 
