@@ -68,7 +68,7 @@ def _plain_call(node: Node, in_shape: list[int], out_shape: list[int]) -> str:
         return f"reduce_dim({x[0]}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[node.op]})"
     if node.op in ALONG_OPS:
         outer, extent, inner = wrappers.split_at(in_shape, p["dim"])
-        call = "along_dim_long" if wrappers.long_column(extent) else "along_dim"
+        call = "along_dim_long" if wrappers.long_column(extent, inner) else "along_dim"
         return f"{call}({x[0]}, {p['dim']}, {ALONG_OPS[node.op]})"
     calls = {
         "Matmul": lambda: f"matmul({x[0]}, {x[1]})",
@@ -244,7 +244,7 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         op = REDUCE_OPS[node.op]
         return "reduce_kernel", {"OP": op}, f"reduce_setup({shape}, {x[0]}, {p['dim']}, {p['keepdim']}, {op}{cfg})"
     if node.op in ALONG_OPS:
-        loop = wrappers.long_column(shape[p["dim"]])
+        loop = wrappers.long_column(*wrappers.split_at(shape, p["dim"])[1:])
         setup = f"along_setup({shape}, {x[0]}, {p['dim']}{cfg}{', loop=True' if loop else ''})"
         return ("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[node.op]}, setup
     if is_split_norm(node, shape):  # its first kernel, norm_stats_kernel, is the wrapper's (_statistics)

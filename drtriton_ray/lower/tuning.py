@@ -32,7 +32,10 @@ def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: li
     x = list(in_shapes[0]) if in_shapes else []
     if op in REDUCE or op in ALONG:
         d = params["dim"] % len(x)
-        return ("reduce_kernel" if op in REDUCE else "along_dim_kernel"), (_prod(x[:d] + x[d + 1 :]), x[d])
+        kernel = "reduce_kernel" if op in REDUCE else "along_dim_kernel"
+        if op in ALONG and wrappers.long_column(x[d], _prod(x[d + 1 :])):
+            kernel = "along_loop_kernel"
+        return kernel, (_prod(x[:d] + x[d + 1 :]), x[d])
     if op in NORMS or op == "BatchNorm":
         rows = x[0] * (params.get("num_groups") or x[1]) if op in ("GroupNorm", "InstanceNorm") else None
         rows = x[1] if op == "BatchNorm" else rows or _prod(x[: len(x) - params.get("k", 1)])
@@ -97,6 +100,8 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
             return warps
         width = 1 << max(0, int(dims[1]) - 1).bit_length() if dims else 1
         return warps + [{"BLOCK_C": c, "num_warps": 4} for c in (1, 2, 4, 8) if c * width <= 16384]
+    if kernel == "along_loop_kernel":  # any tile: it loops over the column
+        return warps + [{"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((64, 64), (128, 32), (32, 128))]
     if kernel == "row_norm_kernel":
         return warps + [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
     if kernel == "split_norm":  # its two kernels' tile (BLOCK_N segments x BLOCK values) and warps

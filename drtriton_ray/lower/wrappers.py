@@ -103,9 +103,12 @@ def reduce_dim(x, dim, keepdim, op, config=None):
     return out
 
 
-def long_column(extent):
-    """Columns too long for one tile: along_loop_kernel."""
-    return extent > 4096
+def long_column(extent, inner=1):
+    """Columns too long for one tile: along_loop_kernel. Along a dim other than the last (inner > 1), also columns
+    too long for a tile of 32 of them side by side: their rows are 128-byte lines, fully used by one load (a whole
+    column's tile of a few columns reads a few bytes per line and costs one memory transaction per row)."""
+    side_by_side = min(triton.next_power_of_2(inner), 32) if inner > 1 else 1
+    return extent > 4096 or triton.next_power_of_2(extent) * side_by_side > 4096
 
 
 def along_setup(shape, like, dim, config=None, loop=False):
@@ -115,7 +118,8 @@ def along_setup(shape, like, dim, config=None, loop=False):
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     block_r = triton.next_power_of_2(extent)
     if loop:
-        block_r = min(block_r, tile_elements(like))
+        # compiled, 32 columns side by side at least (long_column); interpreted, as many rows as the tile holds
+        block_r = min(block_r, tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
     block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
