@@ -258,8 +258,8 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
 
 
 def split_norm(x, weight, bias, mode, groups=1, config=None):
-    """A norm over few long rows (few_long_rows) in two kernels over (row, split) programs: partial statistics, then
-    the row's merged statistics applied."""
+    """A norm over rows too few and long for a program each, in two kernels over (row, split) programs: partial
+    statistics, then the row's merged statistics applied."""
     out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config)
     norm_stats_kernel[grid](x, *stats_args, MODE=mode, **meta)
     norm_apply_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
