@@ -30,6 +30,7 @@ HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.lang
 
 REDUCE_OPS = {"Sum": 0, "Mean": 1, "Max": 2, "Min": 3, "ArgMax": 4, "ArgMin": 5, "Var": 6, "Norm": 7}
 ALONG_OPS = {"Softmax": 0, "LogSoftmax": 1, "CumSum": 2, "CumMax": 3, "CumMin": 4}
+NORM_MODES = {"LayerNorm": 0, "RMSNorm": 1, "GroupNorm": 2, "InstanceNorm": 3, "BatchNorm": 4}
 
 
 class NotLowerable(Exception):
@@ -44,15 +45,30 @@ def launch_call(node: Node, in_shape: list[int], out_shape: list[int], config: d
     return f"{call[:-1]}, {config!r})"
 
 
+def _norm(node: Node, w: list[str]) -> tuple[int, int, str | None, str | None]:
+    """(mode, groups, weight, bias) of a norm node (split_norm_setup's modes), its weights named as in w."""
+    weight, bias = (w + [None, None])[:2]
+    return NORM_MODES[node.op], node.params.get("num_groups") if node.op == "GroupNorm" else 1, weight, bias
+
+
+def is_split_norm(node: Node, shape) -> bool:
+    """Whether a norm over `shape` has few long rows: split_norm's two kernels, not a program per row."""
+    dims = kernel_dims(node.op, node.params, [list(shape)], []) if node.op in NORM_MODES else None
+    return dims is not None and dims[0] == "split_norm"
+
+
 def _plain_call(node: Node, in_shape: list[int], out_shape: list[int]) -> str:
     x = [f"tensor_{i}" for i in node.inputs]
     w = [f"self.weight_{i}" for i in node.weights]
     p = node.params
+    if is_split_norm(node, in_shape):
+        mode, groups, weight, bias = _norm(node, w)
+        return f"split_norm({x[0]}, {weight}, {bias}, {mode}, {groups})"
     if node.op in REDUCE_OPS:
         return f"reduce_dim({x[0]}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[node.op]})"
     if node.op in ALONG_OPS:
         outer, extent, inner = wrappers.split_at(in_shape, p["dim"])
-        call = "along_dim_long" if wrappers.long_column(extent) else "along_dim"
+        call = "along_dim_long" if wrappers.long_column(extent, inner) else "along_dim"
         return f"{call}({x[0]}, {p['dim']}, {ALONG_OPS[node.op]})"
     calls = {
         "Matmul": lambda: f"matmul({x[0]}, {x[1]})",
@@ -224,17 +240,19 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
     """(library kernel, its fixed constexprs, the wrapper's setup call) of an anchor over a `shape` input named
     x[0], other tensor inputs x[1:], weights w."""
     p, cfg = node.params, f", config={config!r}" if config else ""
-    rows = {"LayerNorm": (0, 1), "RMSNorm": (1, 1), "GroupNorm": (2, p.get("num_groups")), "InstanceNorm": (3, 1)}
     if node.op in REDUCE_OPS:
         op = REDUCE_OPS[node.op]
         return "reduce_kernel", {"OP": op}, f"reduce_setup({shape}, {x[0]}, {p['dim']}, {p['keepdim']}, {op}{cfg})"
     if node.op in ALONG_OPS:
-        loop = wrappers.long_column(shape[p["dim"]])
+        loop = wrappers.long_column(*wrappers.split_at(shape, p["dim"])[1:])
         setup = f"along_setup({shape}, {x[0]}, {p['dim']}{cfg}{', loop=True' if loop else ''})"
         return ("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[node.op]}, setup
-    if node.op in rows:
-        mode, groups = rows[node.op]
-        weight, bias = (w + [None, None])[:2]
+    if is_split_norm(node, shape):  # its first kernel, norm_stats_kernel, is the wrapper's (_statistics)
+        mode, groups, weight, bias = _norm(node, w)
+        fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
+        return "norm_apply_kernel", fixed, f"split_norm_setup({shape}, {x[0]}, {weight}, {bias}, {mode}, {groups}{cfg})"
+    if node.op in NORM_MODES and node.op != "BatchNorm":
+        mode, groups, weight, bias = _norm(node, w)
         fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
         return "row_norm_kernel", fixed, f"row_norm_setup({shape}, {x[0]}, {weight}, {bias}, {mode}, {groups}{cfg})"
     if node.op == "BatchNorm":
@@ -248,7 +266,20 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
         return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
     call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
-    return "pool_kernel", {"IS_MAX": node.op.startswith("Max")}, call
+    return "pool_rows_kernel", {"IS_MAX": node.op.startswith("Max")}, call
+
+
+def _statistics(name: str, prologue: Side | None, x: str, mode: int, comment: str) -> tuple[str, str]:
+    """(kernel source, launch line) of a split norm's first kernel: norm_stats_kernel itself (the library's), or
+    with a prologue its variant computing the prologue on the values it loads, as the second kernel does."""
+    if not prologue:
+        return "", f"    norm_stats_kernel[grid]({x}, *stats_args, MODE={mode}, **meta)"
+    kernel, still = fused_anchor_source(
+        "norm_stats_kernel", f"{name}_stats_kernel", {"MODE": mode}, prologue, None, f"statistics of: {comment}"
+    )
+    launch = ["*pro", "*stats_args"] + (["*pro_index"] if not all(prologue.dense) else [])
+    launch += [f"{c}={mode}" for c in still] + ["**meta"]  # MODE, if its branches are still there
+    return kernel + "\n\n", f"    {name}_stats_kernel[grid]({', '.join(launch)})"
 
 
 def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tuple[str, str]:
@@ -278,7 +309,8 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     out_shape = tuple(p.tensors[anchor_out].shape)
     dims = kernel_dims(node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape)
     base, fixed, setup = _setup(node, shape, x, w, out_shape, config_for(*dims, gpu) if dims else None)
-    lines.append(f"    out, grid, args, meta = {setup}")
+    split = base == "norm_apply_kernel"
+    lines.append(f"    out, grid, {'stats_args, ' if split else ''}args, meta = {setup}")
     final = anchor_out
     if f.epilogue:
         first = len(prologue.leaves) if prologue else 0
@@ -298,6 +330,9 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     launch += ["*pro_index"] if prologue and not all(prologue.dense) else []
     launch += ["*epi_index"] if epilogue and not all(epilogue.dense) else []
     launch += [f"{c}={fixed[c]}" for c in still] + ["**meta"]
+    if split:
+        stats, line = _statistics(name, prologue, x[0], fixed["MODE"], comment)
+        kernel, lines = stats + kernel, lines + [line]
     lines += [f"    {name}_kernel[grid]({', '.join(launch)})", "    return out", ""]
     wrapper = f"def {name}({', '.join(f'x{j}' for j in range(len(args)))}):\n" + "\n".join(lines)
     return kernel + "\n\n" + wrapper, f"tensor_{final} = {name}({', '.join(args)})"

@@ -293,6 +293,96 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
 
 
 @triton.jit
+def norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """Tile t of a split norm's row: BLOCK_N of its SEGS segments x BLOCK of each one's SEG contiguous values (segment
+    n of row r starts at r * ROW_STRIDE + n * SEG_STRIDE). Returns the segment and value indices, offsets and mask;
+    the divisions are per tile, not per value."""
+    seg_blocks = (SEG + BLOCK - 1) // BLOCK
+    n = (t // seg_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
+    j = (t % seg_blocks) * BLOCK + tl.arange(0, BLOCK)
+    offs = row * ROW_STRIDE + n.to(tl.int64)[:, None] * SEG_STRIDE + j[None, :]
+    return n, j, offs, (n < SEGS)[:, None] & (j < SEG)[None, :]
+
+
+@triton.jit
+def norm_stats_kernel(x_ptr, part_ptr, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, TILES, SPLIT_TILES,
+                      MODE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """First kernel of a norm over few long rows (split_norm): program (row, split) takes SPLIT_TILES of the row's
+    TILES tiles and writes their statistics (mean, M2: the sum of squared deviations from that mean, count) to
+    part[row, split] (BLOCK_SPLITS per row). One pass: Welford's update per lane, then the lanes merged as in Chan et
+    al. (deviations only, never a sum of squares less a squared sum, which cancels where |mean| >> std). MODE 1 (RMS
+    norm) keeps the sum of squares in M2, its mean 0. A row is SEGS segments of SEG values: see split_norm_setup."""
+    row = tl.program_id(0).to(tl.int64)
+    t0 = tl.program_id(1) * SPLIT_TILES
+    if MODE == 1:
+        shift = 0.0
+    else:  # a shift near the mean (the first tile's): the running means hold deviations, which round far less
+        n, j, offs, mask = norm_tile(row, t0, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        shift = tl.sum(x) / tl.sum(mask.to(tl.float32))
+    mean = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    m2 = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    count = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    for t in range(t0, tl.minimum(t0 + SPLIT_TILES, TILES)):
+        n, j, offs, mask = norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        count += tl.where(mask, 1.0, 0.0)
+        if MODE == 1:
+            m2 += x * x
+        else:
+            delta = x - shift - mean
+            mean += tl.where(mask, delta / tl.maximum(count, 1.0), 0.0)
+            m2 += tl.where(mask, delta * (x - shift - mean), 0.0)
+    total = tl.sum(count)
+    mean_all = tl.sum(count * mean) / total
+    d = mean - mean_all
+    part = part_ptr + (row * BLOCK_SPLITS + tl.program_id(1)) * 3
+    tl.store(part, shift + mean_all)
+    tl.store(part + 1, tl.sum(m2 + count * d * d))
+    tl.store(part + 2, total)
+
+
+@triton.jit
+def norm_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, TILES, SPLIT_TILES,
+                      G, eps, MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                      BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """Second kernel of split_norm: program (row, split) merges the row's partial statistics (a few, from
+    norm_stats_kernel; Chan's merge around the first part's mean) and normalises the same tiles. MODE: 0 layer norm
+    (weights over the row), 1 RMS norm, 2 group norm (row = one group, a segment per channel: weights per segment),
+    3 instance norm (no weights), 4 batch norm (row = one channel: one weight)."""
+    row = tl.program_id(0).to(tl.int64)
+    t0 = tl.program_id(1) * SPLIT_TILES
+    s = tl.arange(0, BLOCK_SPLITS)
+    part = part_ptr + (row * BLOCK_SPLITS + s) * 3
+    ok = s < tl.num_programs(1)
+    count = tl.load(part + 2, mask=ok, other=0.0)
+    ref = tl.load(part_ptr + row * BLOCK_SPLITS * 3)
+    mean = ref + tl.sum(count * (tl.load(part, mask=ok, other=0.0) - ref)) / tl.sum(count)
+    d = tl.load(part, mask=ok, other=0.0) - mean
+    scale = 1.0 / tl.sqrt(tl.sum(tl.load(part + 1, mask=ok, other=0.0) + count * d * d) / tl.sum(count) + eps)
+    if MODE == 4:  # one channel's weight and bias, loaded once
+        w = tl.load(w_ptr + row).to(tl.float32)
+        b = tl.load(b_ptr + row).to(tl.float32)
+    for t in range(t0, tl.minimum(t0 + SPLIT_TILES, TILES)):
+        n, j, offs, mask = norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
+        y = (x - mean) * scale
+        if MODE == 4:
+            y = y * w + b
+        elif MODE == 2:  # the channel: the row's group, then the segment within it
+            if HAS_W:
+                y = y * tl.load(w_ptr + (row % G) * SEGS + n, mask=n < SEGS, other=0.0).to(tl.float32)[:, None]
+            if HAS_B:
+                y = y + tl.load(b_ptr + (row % G) * SEGS + n, mask=n < SEGS, other=0.0).to(tl.float32)[:, None]
+        else:
+            if HAS_W:
+                y = y * tl.load(w_ptr + n[:, None] * SEG + j[None, :], mask=mask, other=0.0).to(tl.float32)
+            if HAS_B:
+                y = y + tl.load(b_ptr + n[:, None] * SEG + j[None, :], mask=mask, other=0.0).to(tl.float32)
+        tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
                   sa0, sa1, sa2, sam, sak, sb0, sb1, sb2, sbk, sbn,
                   HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
@@ -485,39 +575,38 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
 
 
 @triton.jit
-def pool_kernel(x_ptr, out_ptr, n_out, D, H, W, OD, OH, OW, KD, KH, KW, SD, SH, SW, PD, PH, PW,
-                IS_MAX: tl.constexpr, BLOCK_T: tl.constexpr, BLOCK_P: tl.constexpr):
-    """Max or average pooling over (N*C, D, H, W): a program owns BLOCK_P flat outputs and reduces their windows
-    BLOCK_T taps at a time. Padding counts in the average, as PyTorch's default count_include_pad=True does (the
+def pool_rows_kernel(x_ptr, out_ptr, n_rows, D, H, W, OD, OH, OW, KD, KH, SD, SH, SW, PD, PH, PW,
+                     KW: tl.constexpr, IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+    """Max or average pooling over (N*C, D, H, W). The output is rows (n*c, od, oh) of OW values; a program owns
+    BLOCK_R rows x BLOCK_W outputs along W, finds each row's input rows once (a few divisions per row, none per
+    output) and, per window row (kd, kh), loads one value per output and tap kw, along W: contiguous for stride 1.
+    The KW taps are unrolled. Padding counts in the average, as PyTorch's default count_include_pad=True does (the
     window never leaves the padded input)."""
-    offs = tl.program_id(0).to(tl.int64) * BLOCK_P + tl.arange(0, BLOCK_P)
-    mask = offs < n_out
-    ow = offs % OW
-    oh = (offs // OW) % OH
-    od = (offs // (OW * OH)) % OD
-    nc = offs // (OW * OH * OD)
+    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
+    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
+    oh = r % OH
+    od = (r // OH) % OD
+    nc = r // (OH * OD)
+    mask = (r < n_rows)[:, None] & (ow < OW)[None, :]
     if IS_MAX:
-        acc = tl.zeros([BLOCK_P], dtype=tl.float32) - float("inf")
+        acc = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32) - float("inf")
     else:
-        acc = tl.zeros([BLOCK_P], dtype=tl.float32)
-    bd = od * SD - PD  # window corner; the input position is corner + tap offset per dim, as in conv_kernel
-    bh = oh * SH - PH
-    bw = ow * SW - PW
-    p_off = ((nc * D + bd) * H + bh) * W + bw
-    taps = KD * KH * KW
-    for t0 in range(0, taps, BLOCK_T):
-        t = t0 + tl.arange(0, BLOCK_T)
-        ad = t // (KH * KW)
-        ah = (t // KW) % KH
-        aw = t % KW
-        ok = ((t < taps)[:, None] & mask[None, :] & (bd[None, :] >= -ad[:, None]) & (bd[None, :] < (D - ad)[:, None])
-              & (bh[None, :] >= -ah[:, None]) & (bh[None, :] < (H - ah)[:, None])
-              & (bw[None, :] >= -aw[:, None]) & (bw[None, :] < (W - aw)[:, None]))
-        ptr = x_ptr + ((ad * H + ah) * W + aw)[:, None] + p_off[None, :]
-        if IS_MAX:
-            acc = tl.maximum(acc, tl.max(tl.load(ptr, mask=ok, other=-float("inf")).to(tl.float32), axis=0))
-        else:
-            acc += tl.sum(tl.load(ptr, mask=ok, other=0.0).to(tl.float32), axis=0)
+        acc = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32)
+    for kd in range(KD):
+        for kh in range(KH):
+            i_d = od * SD - PD + kd
+            i_h = oh * SH - PH + kh
+            row_ok = (r < n_rows) & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)
+            row = ((nc * D + i_d) * H + i_h) * W  # the input row's first value
+            for kw in tl.static_range(KW):
+                i_w = ow * SW - PW + kw
+                ok = row_ok[:, None] & ((i_w >= 0) & (i_w < W) & (ow < OW))[None, :]
+                if IS_MAX:
+                    x = tl.load(x_ptr + row[:, None] + i_w[None, :], mask=ok, other=-float("inf")).to(tl.float32)
+                    acc = tl.maximum(acc, x)
+                else:
+                    x = tl.load(x_ptr + row[:, None] + i_w[None, :], mask=ok, other=0.0).to(tl.float32)
+                    acc += x
     if not IS_MAX:
-        acc = acc / taps
-    tl.store(out_ptr + offs, acc.to(out_ptr.dtype.element_ty), mask=mask)
+        acc = acc / (KD * KH * KW)
+    tl.store(out_ptr + r[:, None] * OW + ow[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)

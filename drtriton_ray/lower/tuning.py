@@ -12,6 +12,8 @@ import json
 import os
 from pathlib import Path
 
+from drtriton_ray.lower import wrappers
+
 TABLE = Path(__file__).resolve().parents[2] / "configs" / "lowering-tuning.json"
 NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm")
 REDUCE = ("Sum", "Mean", "Max", "Min", "ArgMax", "ArgMin", "Var", "Norm")
@@ -30,20 +32,24 @@ def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: li
     x = list(in_shapes[0]) if in_shapes else []
     if op in REDUCE or op in ALONG:
         d = params["dim"] % len(x)
-        return ("reduce_kernel" if op in REDUCE else "along_dim_kernel"), (_prod(x[:d] + x[d + 1 :]), x[d])
-    if op in NORMS:
+        kernel = "reduce_kernel" if op in REDUCE else "along_dim_kernel"
+        if op in ALONG and wrappers.long_column(x[d], _prod(x[d + 1 :])):
+            kernel = "along_loop_kernel"
+        return kernel, (_prod(x[:d] + x[d + 1 :]), x[d])
+    if op in NORMS or op == "BatchNorm":
         rows = x[0] * (params.get("num_groups") or x[1]) if op in ("GroupNorm", "InstanceNorm") else None
-        rows = rows or _prod(x[: len(x) - params.get("k", 1)])
-        return "row_norm_kernel", (rows, _prod(x) // rows)
-    if op == "BatchNorm":
-        return "batch_norm_kernel", (x[1], _prod(x) // x[1])
+        rows = x[1] if op == "BatchNorm" else rows or _prod(x[: len(x) - params.get("k", 1)])
+        if wrappers.few_long_rows(rows, _prod(x) // rows):
+            return "split_norm", (rows, _prod(x) // rows)
+        return ("batch_norm_kernel" if op == "BatchNorm" else "row_norm_kernel"), (rows, _prod(x) // rows)
     if op in ("Matmul", "Bmm", "Linear"):
         k = x[-1]
         return "matmul_kernel", (_prod(out_shape) // out_shape[-1], out_shape[-1], k)
     if op.startswith("Conv"):
         return "conv_kernel", (out_shape[1], _prod(in_shapes[1][1:]), _prod(out_shape) // out_shape[1])
     if op.startswith(("AvgPool", "MaxPool")):
-        return "pool_kernel", (_prod(out_shape), params["kernel"] ** (len(out_shape) - 2))
+        taps = params["kernel"] ** (len(out_shape) - 2)
+        return "pool_rows_kernel", (_prod(out_shape[:-1]), out_shape[-1], taps)  # rows (n*c, od, oh), OW, taps
     return None
 
 
@@ -94,14 +100,19 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
             return warps
         width = 1 << max(0, int(dims[1]) - 1).bit_length() if dims else 1
         return warps + [{"BLOCK_C": c, "num_warps": 4} for c in (1, 2, 4, 8) if c * width <= 16384]
+    if kernel == "along_loop_kernel":  # any tile: it loops over the column
+        return warps + [{"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((64, 64), (128, 32), (32, 128))]
     if kernel == "row_norm_kernel":
         return warps + [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
+    if kernel == "split_norm":  # its two kernels' tile (BLOCK_N segments x BLOCK values) and warps
+        return warps + [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (4096, 8), (8192, 8))]
     if kernel == "batch_norm_kernel":
         return warps + [{"BLOCK": b, "BLOCK_C": c, "num_warps": 4} for b, c in ((1024, 1), (256, 4), (4096, 1))]
     if kernel == "conv_kernel":
         return [
             {"BLOCK_P": p, "BLOCK_CO": c, "num_warps": w} for p in (32, 64, 128) for c in (16, 32, 64) for w in (4, 8)
         ]
-    if kernel == "pool_kernel":
-        return warps + [{"BLOCK_P": p, "num_warps": 4} for p in (64, 256, 1024)]
+    if kernel == "pool_rows_kernel":
+        tiles = ((1, 256), (2, 128), (8, 32), (4, 128), (32, 16))
+        return warps + [{"BLOCK_R": r, "BLOCK_W": w, "num_warps": 4} for r, w in tiles]
     return [{"BLOCK": b, "num_warps": w} for b in (512, 1024, 2048, 4096) for w in (4, 8)]  # elementwise

@@ -5,8 +5,8 @@ import torch
 import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
-                                        matmul_kernel, pool_kernel, reduce_kernel, row_norm_kernel,
-                                        strided_copy_kernel, triangle_kernel)
+                                        matmul_kernel, norm_apply_kernel, norm_stats_kernel, pool_rows_kernel,
+                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
 
 
 def pad5(shape):
@@ -110,9 +110,12 @@ def reduce_dim(x, dim, keepdim, op, config=None):
     return out
 
 
-def long_column(extent):
-    """Columns too long for one tile: along_loop_kernel."""
-    return extent > 4096
+def long_column(extent, inner=1):
+    """Columns too long for one tile: along_loop_kernel. Along a dim other than the last (inner > 1), also columns
+    too long for a tile of 32 of them side by side: their rows are 128-byte lines, fully used by one load (a whole
+    column's tile of a few columns reads a few bytes per line and costs one memory transaction per row)."""
+    side_by_side = min(triton.next_power_of_2(inner), 32) if inner > 1 else 1
+    return extent > 4096 or triton.next_power_of_2(extent) * side_by_side > 4096
 
 
 def along_setup(shape, like, dim, config=None, loop=False):
@@ -122,7 +125,8 @@ def along_setup(shape, like, dim, config=None, loop=False):
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     block_r = triton.next_power_of_2(extent)
     if loop:
-        block_r = min(block_r, tile_elements(like))
+        # compiled, 32 columns side by side at least (long_column); interpreted, as many rows as the tile holds
+        block_r = min(block_r, tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
     block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
@@ -205,6 +209,67 @@ def batch_norm_setup(shape, like, weight, bias, config=None):
 def batch_norm(x, weight, bias, config=None):
     out, grid, args, meta = batch_norm_setup(x.shape, x, weight, bias, config)
     batch_norm_kernel[grid](x, *args, **meta)
+    return out
+
+
+def sm_count(t):
+    """Streaming multiprocessors of t's GPU (a nominal H100's 132 off CUDA)."""
+    return torch.cuda.get_device_properties(t.device).multi_processor_count if t.is_cuda else 132
+
+
+def few_long_rows(rows, length):
+    """Whether a norm's rows (channels for batch norm) are too few and long for a program each (row_norm_kernel,
+    batch_norm_kernel): under two per SM of a 132-SM GPU, most SMs idle while each program streams its row three
+    times. split_norm spreads each row over many programs instead. Decided when lowering, from the shape."""
+    return rows < 2 * 132 and length >= 16384
+
+
+def norm_layout(shape, weight, mode, groups):
+    """(rows, segments per row, values per segment, segment stride, row stride) of a norm over a contiguous
+    `shape`, mode as split_norm_setup's. A row is segments of contiguous values: one for layer, RMS and instance norm,
+    one per channel of the group for group norm, one per image for batch norm (a row per channel)."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    if mode <= 1:
+        return numel // weight.numel(), 1, weight.numel(), weight.numel(), weight.numel()
+    positions = numel // (shape[0] * shape[1])
+    if mode == 4:
+        return shape[1], shape[0], positions, shape[1] * positions, positions
+    per_group = shape[1] // groups if mode == 2 else 1
+    return numel // (per_group * positions), per_group, positions, positions, per_group * positions
+
+
+def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
+    """(out, grid, norm_stats_kernel's arguments after the input, norm_apply_kernel's, launch constants of both) of a
+    norm over few long rows: grid (rows, splits), each program a share of a row's tiles of BLOCK_N segments x BLOCK
+    values (short segments share a tile, long ones load contiguously). mode: 0 layer norm, 1 RMS norm, 2 group norm,
+    3 instance norm, 4 batch norm (training mode)."""
+    rows, segs, seg, seg_stride, row_stride = norm_layout(shape, weight, mode, groups)
+    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    tile = 2048 if compiled(like) else 4096
+    block = min(triton.next_power_of_2(seg), tile)
+    meta = tuned({"BLOCK_N": max(1, min(triton.next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
+    tiles = triton.cdiv(segs, meta["BLOCK_N"]) * triton.cdiv(seg, meta["BLOCK"])
+    # compiled, about 4 programs per SM (enough loads in flight to stream at full bandwidth), 4 tiles each at least;
+    # interpreted (its cost is per program and step), 8 programs, which still splits a row or two
+    programs = 4 * sm_count(like) if compiled(like) else 8
+    split_tiles = max(triton.cdiv(tiles, triton.cdiv(programs, rows)), 4 if compiled(like) else 1)
+    splits = triton.cdiv(tiles, split_tiles)
+    meta = {**meta, "BLOCK_SPLITS": triton.next_power_of_2(splits)}
+    part = torch.empty(rows * meta["BLOCK_SPLITS"] * 3, device=like.device, dtype=torch.float32)
+    geometry = (segs, seg, seg_stride, row_stride, tiles, split_tiles)
+    args = (part, like if weight is None else weight, like if bias is None else bias, out, *geometry, groups, eps)
+    return out, (rows, splits), (part, *geometry), args, meta
+
+
+def split_norm(x, weight, bias, mode, groups=1, config=None):
+    """A norm over rows too few and long for a program each, in two kernels over (row, split) programs: partial
+    statistics, then the row's merged statistics applied."""
+    out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config)
+    norm_stats_kernel[grid](x, *stats_args, MODE=mode, **meta)
+    norm_apply_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
 
 
@@ -384,24 +449,28 @@ def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transpos
 
 
 def pool_setup(x, out_shape, kernel, stride, padding, config=None):
-    """(out, grid, arguments after x, launch constants) of pool_kernel."""
+    """(out, grid, arguments after x, launch constants) of pool_rows_kernel: grid (row blocks, blocks along W) over
+    the output's rows (n*c, od, oh), BLOCK_W outputs along W (up to 128 compiled) and as many rows as fill the tile
+    (short rows share a program)."""
     n = x.dim() - 2
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
     od, oh, ow = spatial3(out_shape[2:], n, 1)
-    total = out.numel()
-    # the interpreter pays per program and per step: whole windows and large output blocks there
-    block_t = min(triton.next_power_of_2(kernel ** n), 16 if compiled(x) else 512)
-    block_p = max(16, min(tile_elements(x) // block_t, triton.next_power_of_2(total)))
-    meta = tuned({"BLOCK_T": block_t, "BLOCK_P": block_p}, config, x)
-    args = (out, total, d, h, w, od, oh, ow, *spatial3((kernel,) * n, n, 1), *spatial3((stride,) * n, n, 1),
-            *spatial3((padding,) * n, n, 0))
-    return out, (triton.cdiv(total, meta["BLOCK_P"]),), args, meta
+    rows = out.numel() // ow
+    # compiled, 1024 outputs a program (each of them KD x KH x KW loads); interpreted, tiles as large as numpy likes
+    tile = 1024 if compiled(x) else 1 << 14
+    block_w = min(triton.next_power_of_2(ow), 128 if compiled(x) else tile)
+    block_r = max(1, min(tile // block_w, triton.next_power_of_2(rows)))
+    meta = tuned({"BLOCK_R": block_r, "BLOCK_W": block_w}, config, x)
+    kd, kh, kw = spatial3((kernel,) * n, n, 1)
+    args = (out, rows, d, h, w, od, oh, ow, kd, kh, *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0))
+    grid = (triton.cdiv(rows, meta["BLOCK_R"]), triton.cdiv(ow, meta["BLOCK_W"]))
+    return out, grid, args, {**meta, "KW": kw}
 
 
 def pool(x, out_shape, kernel, stride, padding, is_max, config=None):
     out, grid, args, meta = pool_setup(x, out_shape, kernel, stride, padding, config)
-    pool_kernel[grid](x, *args, IS_MAX=is_max, **meta)
+    pool_rows_kernel[grid](x, *args, IS_MAX=is_max, **meta)
     return out
 
 

@@ -399,9 +399,10 @@ CONFIGURED_CALLS = {
     **dict.fromkeys(("along_dim", "along_setup"), "along_dim_kernel"),
     **dict.fromkeys(("layer_norm", "rms_norm", "group_norm", "instance_norm", "row_norm_setup"), "row_norm_kernel"),
     **dict.fromkeys(("batch_norm", "batch_norm_setup"), "batch_norm_kernel"),
+    **dict.fromkeys(("split_norm", "split_norm_setup"), "split_norm"),
     **dict.fromkeys(("matmul", "linear", "matmul_setup", "linear_setup"), "matmul_kernel"),
     **dict.fromkeys(("conv", "conv_setup"), "conv_kernel"),
-    **dict.fromkeys(("pool", "pool_setup"), "pool_kernel"),
+    **dict.fromkeys(("pool", "pool_setup"), "pool_rows_kernel"),
 }
 
 

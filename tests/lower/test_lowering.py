@@ -203,7 +203,7 @@ def test_tiled_kernels_match_torch(tiled):
         close(w.reduce_dim(x, dim, False, 6), x.var(dim))
         close(w.reduce_dim(x, dim, False, 7), x.norm(dim=dim))
         # (7, 5000): a long column, along_loop_kernel's online softmax and carried scans
-        along = w.along_dim_long if w.long_column(shape[dim]) else w.along_dim
+        along = w.along_dim_long if w.long_column(*w.split_at(shape, dim)[1:]) else w.along_dim
         close(along(x, dim, 0), x.softmax(dim))
         close(along(x, dim, 1), x.log_softmax(dim))
         close(along(x, dim, 2), x.cumsum(dim))
