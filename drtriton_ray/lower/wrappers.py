@@ -39,6 +39,14 @@ def tuned(meta, config, t):
     return {**meta, **config} if config and compiled(t) else meta
 
 
+def as_columns(n, sizes, strides):
+    """The coalesced dims (`coalesced_dims`) for a kernel that walks rows x columns (row_block): where every dim
+    merged into d0, d0 becomes the columns, so a tile is one contiguous run rather than a column of single values."""
+    if any(d != 1 for d in sizes):
+        return sizes, strides
+    return (1, 1, 1, n), [(0, 0, 0, 0, s[0]) for s in strides]
+
+
 def leaf_args(shape, dense, *leaves):
     """(tensors, index arguments) of a fused kernel's leaves: a dense one (`shape`) is read at the flat index, a
     broadcast one through strides over the coalesced dims (d1..d4, then five strides per broadcast leaf)."""
@@ -58,6 +66,8 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None):
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
     # a broadcast input: tiles of rows x columns, the columns along the innermost coalesced dim d4, BLOCK in all
+    sizes, strides = as_columns(n, index[:4], [index[k : k + 5] for k in range(4, len(index), 5)])
+    index = [*sizes] + [s for per_leaf in strides for s in per_leaf]
     d4, block = max(index[3], 1), meta.pop("BLOCK")
     meta["BLOCK_C"] = min(triton.next_power_of_2(d4), block)
     meta["BLOCK_R"] = block // meta["BLOCK_C"]
@@ -339,7 +349,7 @@ def copy_into(src, dst):
     n = src.numel()
     if n == 0:
         return
-    sizes, (ss, ds) = coalesced_dims(src.shape, [src.stride(), dst.stride()])
+    sizes, (ss, ds) = as_columns(n, *coalesced_dims(src.shape, [src.stride(), dst.stride()]))
     d4 = sizes[3]
     # a transpose reads or writes across its rows: square-ish 32-wide tiles keep both sides' cache lines in use
     block_c = min(triton.next_power_of_2(d4), 1024 if ss[4] == 1 and ds[4] == 1 else 32)

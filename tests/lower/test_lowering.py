@@ -345,6 +345,7 @@ def test_broadcast_dims_coalesce(tmp_path):
             torch.randn(2, 3, 1, 5),
         ),
         ((6, 1, 7), torch.randn(6, 1, 1), torch.randn(1, 1, 7)),
+        ((1, 7), torch.randn(7), torch.randn(1, 1)),  # every dim merges: the flat index is the columns
         ((2, 3, 2, 3, 4), torch.randn(3, 1, 3, 1), torch.randn(2, 1, 2, 1, 4).transpose(0, 2)),
     ]
     for shape, a, b in cases:
@@ -647,6 +648,7 @@ def test_strided_copy_tiles():
         torch.randn(2, 3, 5, 7).permute(3, 1, 0, 2),
         torch.randn(4, 2500)[:, 7:2400],
         torch.randn(6, 1, 9).transpose(0, 2),
+        torch.randn(7, 3, 5, 1).transpose(-2, -1),  # a size-1 dim moved: one contiguous run
         torch.randn(0, 5).t(),
     ]
     for view in views:
