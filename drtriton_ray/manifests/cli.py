@@ -42,5 +42,6 @@ def check_cluster_cmd(
         for p in r.problems:
             print(f"{shown}: {p.line()}")
     bad = sum(not r.ok for r in reports)
-    err.print(f"{len(reports)} manifests, {len(reports) - bad} ok, {bad} with problems", highlight=False)
+    noun = "manifest" if len(reports) == 1 else "manifests"
+    err.print(f"{len(reports)} {noun}, {len(reports) - bad} ok, {bad} with problems", highlight=False)
     raise typer.Exit(2 if any(r.error for r in reports) else 1 if bad else 0)
