@@ -6,6 +6,7 @@ TRITON_INTERPRET and the cache directories must be set before torch or triton is
 
 from __future__ import annotations
 
+import gc
 import os
 import resource
 import sys
@@ -176,6 +177,11 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
         "triton": triton.__version__,
         "startup": startup,
     }
+    # What is loaded by now lives as long as the worker (torch, triton, inductor: ~400k objects). Frozen, it is out
+    # of the collector's sight, so the full collection after each GPU task (release_memory, which hands cached blocks
+    # back to the driver) scans only what tasks made: ~0.2 s a task saved on the 2-core CPU machine.
+    gc.collect()
+    gc.freeze()
     conn.send(Ready(info))
     _serve(conn, ctx, device, limits)
 
