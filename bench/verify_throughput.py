@@ -28,10 +28,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import threading
 import time
 from collections import defaultdict
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from dataclasses import replace
 
@@ -122,7 +124,7 @@ class BusySampler:
 
     def __init__(self, enabled: bool, gpus: int = 1):
         self.samples: list[float] = []
-        self.handle = None
+        self.handles = []
         if enabled:
             try:
                 import pynvml
@@ -130,13 +132,12 @@ class BusySampler:
                 pynvml.nvmlInit()
                 self.nvml = pynvml
                 self.handles = [pynvml.nvmlDeviceGetHandleByIndex(i) for i in range(gpus)]
-                self.handle = self.handles[0]
             except Exception:  # no NVML: no busy share
-                self.handle = None
+                self.handles = []
 
     def __enter__(self):
         self.stop = threading.Event()
-        if self.handle is not None:
+        if self.handles:
             self.thread = threading.Thread(target=self._loop, daemon=True)
             self.thread.start()
         return self
@@ -151,7 +152,7 @@ class BusySampler:
 
     def __exit__(self, *exc):
         self.stop.set()
-        if self.handle is not None:
+        if self.handles:
             self.thread.join(1)
 
     @property
@@ -159,69 +160,48 @@ class BusySampler:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else None
 
 
-def run(tasks: list[Task], device: str, workers: int, fresh: bool) -> dict:
-    """Wall time from pool creation (worker start-up included) to the last verdict; serving_s from the moment every
-    worker is ready."""
-    with BusySampler(device.startswith("cuda")) as busy:
-        t0 = time.perf_counter()
-        pool = WorkerPool(
+def pinned_pool(device: str, workers: int, fresh: bool, gpu: int | None) -> WorkerPool:
+    """A pool of `workers`; with `gpu`, its workers see that GPU alone (they inherit CUDA_VISIBLE_DEVICES when they
+    are spawned, as a Ray actor's GPU is pinned), as one Verifier actor per GPU holds its pool."""
+    name = "fresh" if fresh else f"pool{workers}" if gpu is None else f"gpu{gpu}"
+    before = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if gpu is not None:
+        os.environ["CUDA_VISIBLE_DEVICES"] = str(gpu)
+    try:
+        return WorkerPool(
             device,
             size=workers,
             max_tasks_per_worker=1 if fresh else 1 << 30,
             limits=Limits(task_timeout_s=600),
-            name="fresh" if fresh else f"pool{workers}",
+            name=name,
         )
+    finally:
+        os.environ.pop("CUDA_VISIBLE_DEVICES", None)
+        if before is not None:
+            os.environ["CUDA_VISIBLE_DEVICES"] = before
+
+
+def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | None = None) -> dict:
+    """Wall time from pool creation (worker start-up included) to the last verdict; serving_s from the moment every
+    worker is ready. `gpus`: a pool a GPU, the candidates dealt out in turn, every pool verifying its share at once."""
+    with BusySampler(device.startswith("cuda"), gpus or 1) as busy:
+        t0 = time.perf_counter()
+        pools = [pinned_pool(device, workers, fresh, g) for g in (range(gpus) if gpus else [None])]
         try:
             if not fresh:
-                pool.wait_ready()
+                for pool in pools:
+                    pool.wait_ready()
             ready = time.perf_counter()
-            verdicts = pool.map(tasks)
-        finally:
-            wall = time.perf_counter() - t0
-            pool.close()
-    return {
-        "wall": wall,
-        "serving_s": wall - (ready - t0),
-        "verdicts": verdicts,
-        "startup": pool.startup_log,
-        "reference": pool.reference_log,
-        "busy": busy.share,
-    }
-
-
-def run_gpus(tasks: list[Task], workers: int, gpus: int, device: str = "cuda") -> dict:
-    """One pool of `workers` per GPU, as one Verifier actor per GPU holds (Ray pins an actor's GPU through
-    CUDA_VISIBLE_DEVICES; here each pool's workers inherit it when they are spawned), the candidates dealt out in
-    turn, every pool verifying its share at once. Wall time as run()'s."""
-    import os
-    from concurrent.futures import ThreadPoolExecutor
-
-    with BusySampler(True, gpus) as busy:
-        t0 = time.perf_counter()
-        pools, before = [], os.environ.get("CUDA_VISIBLE_DEVICES")
-        try:
-            for g in range(gpus):
-                os.environ["CUDA_VISIBLE_DEVICES"] = str(g)
-                pools.append(WorkerPool(device, size=workers, limits=Limits(task_timeout_s=600), name=f"gpu{g}"))
-        finally:
-            del os.environ["CUDA_VISIBLE_DEVICES"]
-            if before is not None:
-                os.environ["CUDA_VISIBLE_DEVICES"] = before
-        try:
-            for pool in pools:
-                pool.wait_ready()
-            ready = time.perf_counter()
-            with ThreadPoolExecutor(gpus) as ex:
-                shares = list(ex.map(lambda g: pools[g].map(tasks[g::gpus]), range(gpus)))
+            with ThreadPoolExecutor(len(pools)) as ex:
+                shares = list(ex.map(lambda k: pools[k].map(tasks[k :: len(pools)]), range(len(pools))))
         finally:
             wall = time.perf_counter() - t0
             for pool in pools:
                 pool.close()
-    verdicts = [v for share in shares for v in share]
     return {
         "wall": wall,
         "serving_s": wall - (ready - t0),
-        "verdicts": verdicts,
+        "verdicts": [v for share in shares for v in share],
         "startup": [s for p in pools for s in p.startup_log],
         "reference": [r for p in pools for r in p.reference_log],
         "busy": busy.share,
@@ -485,7 +465,7 @@ def main() -> None:
 
         gpus = args.gpus or torch.cuda.device_count()
         label = f"{gpus} GPUs, a pool of {workers} workers each"
-        results[label] = r = run_gpus(tasks, workers, gpus)
+        results[label] = r = run(tasks, args.device, workers, False, gpus)
         console.print(f"[{label}] {r['wall']:.1f} s, {len(tasks) / r['wall']:.3f} candidates/s", highlight=False)
     summary = report_modes(console, results, len(tasks))
     one_gpu, many = f"pool, {workers} workers", [k for k in summary if "GPUs, a pool" in k]

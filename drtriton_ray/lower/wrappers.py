@@ -47,31 +47,38 @@ def as_columns(n, sizes, strides):
     return (1, 1, 1, n), [(0, 0, 0, 0, s[0]) for s in strides]
 
 
-def leaf_args(shape, dense, *leaves):
+def leaf_args(shape, dense, *leaves, columns=False):
     """(tensors, index arguments) of a fused kernel's leaves: a dense one (`shape`) is read at the flat index, a
-    broadcast one through strides over the coalesced dims (d1..d4, then five strides per broadcast leaf)."""
+    broadcast one through strides over the coalesced dims (d1..d4, then five strides per broadcast leaf); `columns`:
+    for a kernel that walks rows x columns (as_columns)."""
     tensors = [t.contiguous() if d else t for t, d in zip(leaves, dense)]
     if all(dense):
         return tensors, []
     sizes, strides = coalesced_dims(shape, [t.expand(shape).stride() for t, d in zip(leaves, dense) if not d])
+    if columns:
+        sizes, strides = as_columns(torch.Size(shape).numel(), sizes, strides)
     return tensors, [*sizes] + [s for per_leaf in strides for s in per_leaf]
+
+
+def row_tiles(n, d4, block_c, block=1024):
+    """(BLOCK_R, grid) of row_block's tiles of `block` elements, BLOCK_C columns wide, over n values in rows of d4."""
+    d4 = max(d4, 1)
+    block_r = block // block_c
+    return block_r, (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
 
 
 def elementwise_args(shape, dtype, dense, *inputs, config=None):
     """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args)."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
-    tensors, index = leaf_args(shape, dense, *inputs)
+    tensors, index = leaf_args(shape, dense, *inputs, columns=True)
     meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
     # a broadcast input: tiles of rows x columns, the columns along the innermost coalesced dim d4, BLOCK in all
-    sizes, strides = as_columns(n, index[:4], [index[k : k + 5] for k in range(4, len(index), 5)])
-    index = [*sizes] + [s for per_leaf in strides for s in per_leaf]
-    d4, block = max(index[3], 1), meta.pop("BLOCK")
-    meta["BLOCK_C"] = min(triton.next_power_of_2(d4), block)
-    meta["BLOCK_R"] = block // meta["BLOCK_C"]
-    grid = (triton.cdiv(n // d4, meta["BLOCK_R"]) * triton.cdiv(d4, meta["BLOCK_C"]),)
+    block = meta.pop("BLOCK")
+    meta["BLOCK_C"] = min(triton.next_power_of_2(index[3]), block)
+    meta["BLOCK_R"], grid = row_tiles(n, index[3], meta["BLOCK_C"], block)
     return out, grid, (out, *tensors, n, *index), meta
 
 
@@ -350,11 +357,9 @@ def copy_into(src, dst):
     if n == 0:
         return
     sizes, (ss, ds) = as_columns(n, *coalesced_dims(src.shape, [src.stride(), dst.stride()]))
-    d4 = sizes[3]
     # a transpose reads or writes across its rows: square-ish 32-wide tiles keep both sides' cache lines in use
-    block_c = min(triton.next_power_of_2(d4), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
-    block_r = 1024 // block_c
-    grid = (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
+    block_c = min(triton.next_power_of_2(sizes[3]), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
+    block_r, grid = row_tiles(n, sizes[3], block_c)
     strided_copy_kernel[grid](src, dst, n, *sizes, *ss, *ds, BLOCK_R=block_r, BLOCK_C=block_c,
                               WIDE=max(n, extent(src), extent(dst)) >= 2**31)
 
