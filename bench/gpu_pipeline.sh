@@ -29,6 +29,9 @@
 #                                             # keeps the replayed model for `eval-replay`
 #   EVAL_TAG=t05 EVAL_OPTS="--samples 2 --temperature 0.5" bash bench/gpu_pipeline.sh eval-rl   # sampled pass@1,
 #                                             # into eval-rl_t05.json beside the greedy eval-rl.json
+#   bash bench/gpu_pipeline.sh placement colocated 3      # two GPUs, after setup: RL steps for 3 minutes with engine,
+#   bash bench/gpu_pipeline.sh placement disaggregated 3  # verifier and trainer on GPU 0, or the trainer on GPU 1
+#   bash bench/gpu_pipeline.sh serve-load 2 90            # the service under load for 90 s with 1 or 2 Verifier replicas
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
 #                                             # (bench/gpu_pack.sh lowering) with this call
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
@@ -195,12 +198,33 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
       --probe "${REPLAY_PROBE:-201}" --device cuda --out "$OUT/replay.json" ${REPLAY_SAVE:+--save $T/models/replay} \
       "${settings[@]}" 2>&1 \
       | grep -v -e "Loading weights" -e Warning | tee "$OUT/replay.txt" ;;
+  placement)   # two GPUs: RL steps with engine, verifier and trainer sharing GPU 0 (colocated, configs/gpu-1.yaml's
+               # shares) or the trainer on a GPU of its own (disaggregated); from the base model (SmolLM2), so the
+               # compare is of time per step, not of learning
+    mode=${2:-colocated}
+    if [ "$mode" = colocated ]; then
+      export CUDA_VISIBLE_DEVICES=0
+      shares=""
+    else
+      shares="--set trainer.placement=disaggregated --set trainer.num_gpus=1 --set rollout.num_gpus=0.7"
+    fi
+    nvidia-smi --query-gpu=index,name --format=csv,noheader
+    python3 jobs/train.py --config configs/gpu-1.yaml --set model.path=$T/models/smollm2 \
+      --set run.storage_path=$T/runs --set run.name=placement-$mode --set run.max_minutes="${3:-3}" \
+      --set run.checkpoint_every=1000 $shares ${RL_SET:-} 2>&1 | tee "$OUT/placement_$mode.log" | tail -8
+    cp $T/runs/placement-$mode/metrics.jsonl "$OUT/placement_${mode}_metrics.jsonl"
+    python3 bench/rl_placement.py "$mode=$OUT/placement_${mode}_metrics.jsonl" | tee "$OUT/placement_$mode.txt" ;;
+  serve-load)  # the conversion service (configs/serve-gpu.yaml) under load with N Verifier replicas (one GPU each)
+    python3 bench/serve_load.py --config configs/serve-gpu.yaml --verifiers "${2:-1}" --num-cpus 16 --clients 4 \
+      --duration "${3:-90}" --hit-share 0.3 --budget-s 120 --timeout 300 --out "$OUT/serve_load_v${2:-1}.json" \
+      2>&1 | grep -v -e Warning -e warn | tail -14 | tee "$OUT/serve_load_v${2:-1}.txt"
+    python3 -c "import ray; ray.shutdown()" && (ray stop --force > /dev/null 2>&1 || true) ;;
   lowering)
     levels=${2:-1}
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 "${L2:-200}" \
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST]" >&2
+    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST] | placement colocated|disaggregated [MINUTES] | serve-load REPLICAS [SECONDS]" >&2
     exit 2 ;;
 esac

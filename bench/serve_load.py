@@ -6,9 +6,11 @@ Retry-After and sends again) and requests lost (accepted but never finished, or 
 
     python bench/serve_load.py --clients 4 --duration 60                         # starts its own CPU service
     python bench/serve_load.py --url http://127.0.0.1:8000/ --clients 8 --duration 120
+    python bench/serve_load.py --config configs/serve-gpu.yaml --verifiers 2 --num-cpus 16   # a two-GPU machine
 
-Without --url it starts Ray (--num-cpus) and Serve on a free port with configs/serve-cpu.yaml's settings and a
-fresh state, cache and dataset folder under --root; the clients are threads of this process (httpx)."""
+Without --url it starts Ray (--num-cpus; GPUs as Ray finds them) and Serve on a free port with --config's settings
+(configs/serve-cpu.yaml), --verifiers Verifier replicas if given (fixed: no autoscaling, so runs with 1 and 2 compare)
+and a fresh state, cache and dataset folder under --root; the clients are threads of this process (httpx)."""
 
 from __future__ import annotations
 
@@ -49,12 +51,14 @@ class Stats:
             self.count[key] += 1
 
 
-def run_job(client: httpx.Client, source: str, kind: str, who: str, stats: Stats, timeout: float) -> None:
+def run_job(client: httpx.Client, source: str, kind: str, who: str, stats: Stats, args) -> None:
     """Submit (waiting out 429s), poll to the end, record latencies; a job that never ends or a 5xx is lost."""
+    options = {"k": 2} | ({"budget_s": args.budget_s} if args.budget_s else {})
+    timeout = args.timeout
     t0 = time.monotonic()
     while True:
         s0 = time.monotonic()
-        r = client.post("/v1/conversions", json={"source": source, "options": {"k": 2}}, headers={"X-Client": who})
+        r = client.post("/v1/conversions", json={"source": source, "options": options}, headers={"X-Client": who})
         stats.add("submit", time.monotonic() - s0)
         if r.status_code != 429:
             break
@@ -85,11 +89,11 @@ def client_loop(url: str, who: str, args, stats: Stats, sizes, warm: list[str], 
     with httpx.Client(base_url=url, timeout=60) as client:
         while time.monotonic() < end:
             if rng.random() < args.hit_share:
-                run_job(client, rng.choice(warm), "cache_hit", who, stats, args.timeout)
+                run_job(client, rng.choice(warm), "cache_hit", who, stats, args)
             else:
                 with stats.lock:
                     name, size = next(sizes)
-                run_job(client, program(name, size), "new", who, stats, args.timeout)
+                run_job(client, program(name, size), "new", who, stats, args)
 
 
 def pct(values: list[float], q: float) -> str:
@@ -121,9 +125,12 @@ def start_service(args) -> str:
 
     from drtriton_ray.serve.app import start
 
-    config = yaml.safe_load((ROOT / "configs" / "serve-cpu.yaml").read_text())
+    config = yaml.safe_load(Path(args.config).read_text())
     root = Path(args.root or tempfile.mkdtemp(prefix="serve-load-"))
     settings = {**config["applications"][0]["args"], "queue_size": args.queue_size, "per_client": 2}
+    if args.verifiers:
+        settings["verifier"] = {**settings.get("verifier", {}), "min_replicas": args.verifiers,
+                                "max_replicas": args.verifiers}  # fmt: skip
     settings |= {k: str(root / k.removesuffix("_dir")) for k in ("state_dir", "cache_dir", "dataset_dir")}
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -145,6 +152,9 @@ def main() -> None:
     ap.add_argument("--num-cpus", type=int, default=4)
     ap.add_argument("--queue-size", type=int, default=8)
     ap.add_argument("--root", help="state, cache and dataset folder for a started service")
+    ap.add_argument("--config", default=str(ROOT / "configs" / "serve-cpu.yaml"), help="a started service's settings")
+    ap.add_argument("--verifiers", type=int, help="a started service's Verifier replicas (default: the config's)")
+    ap.add_argument("--budget-s", type=float, help="each conversion's search budget (default: the service's)")
     ap.add_argument("--out", help="write the numbers as JSON here")
     args = ap.parse_args()
     url = args.url or start_service(args)
@@ -152,7 +162,7 @@ def main() -> None:
     with httpx.Client(base_url=url, timeout=300) as client:  # the cache hits' programs, converted once
         warm = [program("rmsnorm", 64), program("gelu_bias", 64)]
         for source in warm:
-            run_job(client, source, "new", "warm-up", Stats(), args.timeout)
+            run_job(client, source, "new", "warm-up", Stats(), args)
     sizes = ((n, s) for s in itertools.count(96, 32) for n in ("rmsnorm", "gelu_bias", "swiglu"))
     t0 = time.monotonic()
     threads = [
@@ -164,10 +174,12 @@ def main() -> None:
     for t in threads:
         t.join()
     wall = time.monotonic() - t0
-    print(f"{args.clients} clients, {args.duration:g} s of submissions, {wall:.0f} s wall, {url}")
+    where = f"{args.verifiers} Verifier replicas, " if args.verifiers and not args.url else ""
+    print(f"{args.clients} clients, {args.duration:g} s of submissions, {wall:.0f} s wall, {where}{url}")
     print(table(stats, wall))
     if args.out:
-        Path(args.out).write_text(json.dumps({"lat": stats.lat, "count": stats.count, "wall_s": wall}, indent=1))
+        numbers = {"lat": stats.lat, "count": stats.count, "wall_s": wall, "args": vars(args)}
+        Path(args.out).write_text(json.dumps(numbers, indent=1))
     if not args.url:
         from ray import serve
 

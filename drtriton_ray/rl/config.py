@@ -180,8 +180,8 @@ class TrainerSection(_Section):
         "auto",
         description="the trainer workers' GPUs against the rollout engines': colocated: they share GPUs, so an "
         "engine's and a trainer worker's shares must fit one GPU together (on one GPU they meet; on several, Ray "
-        "places each share where it fits); disaggregated: each on GPUs of its own, whole GPUs, so no engine and "
-        "trainer worker can meet on one; auto: as the shares fall, unchecked",
+        "places each share where it fits); disaggregated: each on GPUs of its own: engines or trainer workers (or "
+        "both) on whole GPUs, so no engine and trainer worker can meet on one; auto: as the shares fall, unchecked",
     )
     strategy: Literal["ddp", "fsdp"] = "ddp"
     bf16: bool = Field(True, description="bf16 autocast on GPU (weights and optimizer stay fp32)")
@@ -360,20 +360,14 @@ class RLConfig(_Section):
                     f"trainer.placement colocated: an engine's and a trainer worker's GPU shares ({shares}) must "
                     "fit one GPU together (sum at most 1): lower them, or use disaggregated with whole GPUs"
                 ]
-        if t.placement == "disaggregated":
-            fractional = [
-                name
-                for name, share, used in (
-                    ("rollout.num_gpus", r.num_gpus, r.num_gpus > 0),
-                    ("trainer.num_gpus", t.num_gpus, t.use_gpu),
-                )
-                if used and share != int(share)
-            ]
-            if fractional:
+        if t.placement == "disaggregated" and t.use_gpu and r.num_gpus > 0:
+            # A trainer worker on whole GPUs has them to itself, and so does an engine: one whole side is enough
+            # (the engines may then share their GPUs with each other and the verifiers)
+            if r.num_gpus != int(r.num_gpus) and t.num_gpus != int(t.num_gpus):
                 return [
                     f"trainer.placement disaggregated puts engines and trainer workers on GPUs of their own: "
-                    f"{' and '.join(fractional)} must be whole GPUs ({shares}), or Ray may put an engine and a "
-                    "trainer worker on one GPU; use colocated to share GPUs"
+                    f"rollout.num_gpus or trainer.num_gpus must be whole GPUs ({shares}), or Ray may put an engine "
+                    "and a trainer worker on one GPU; use colocated to share GPUs"
                 ]
         return []
 

@@ -63,12 +63,9 @@ def test_all_three_configs_exist():
             r"colocated: .*\(rollout.num_gpus 0.6, trainer.num_gpus 0.5\) must fit one GPU together",
         ),
         (
-            {"trainer": {"placement": "disaggregated", "use_gpu": True, "num_gpus": 0.4}, "rollout": {"num_gpus": 1}},
-            "disaggregated .*: trainer.num_gpus must be whole GPUs",
-        ),
-        (
-            {"trainer": {"placement": "disaggregated", "use_gpu": True}, "rollout": {"num_gpus": 0.5}},
-            "disaggregated .*: rollout.num_gpus must be whole GPUs",
+            {"trainer": {"placement": "disaggregated", "use_gpu": True, "num_gpus": 0.4}, "rollout": {"num_gpus": 0.5}},
+            r"disaggregated .*: rollout.num_gpus or trainer.num_gpus must be whole GPUs \(rollout.num_gpus 0.5, "
+            "trainer.num_gpus 0.4",
         ),
         ({"trainer": {"placement": "apart"}}, "colocated"),
     ],
@@ -103,6 +100,14 @@ def test_placement_by_config():
     gpu1 = RLConfig(**yaml.safe_load((configs / "gpu-1.yaml").read_text()))
     cluster = RLConfig(**yaml.safe_load((configs / "cluster-7b.yaml").read_text()))
     assert (gpu1.trainer.placement, cluster.trainer.placement) == ("colocated", "disaggregated")
+    # disaggregated with one side on whole GPUs: a trainer worker alone on its GPU, engines sharing the others (two
+    # GPUs: trainer on one, engine and verifier on the other), and the reverse
+    RLConfig(model={"path": "m"}, trainer={"placement": "disaggregated", "use_gpu": True}, rollout={"num_gpus": 0.7})
+    RLConfig(
+        model={"path": "m"},
+        trainer={"placement": "disaggregated", "use_gpu": True, "num_gpus": 0.5},
+        rollout={"num_gpus": 1},
+    )
     # disaggregated without GPU engines: nothing to share, nothing to check
     RLConfig(model={"path": "m"}, trainer={"placement": "disaggregated", "use_gpu": True})
     RLConfig(model={"path": "m"}, trainer={"placement": "disaggregated"})
