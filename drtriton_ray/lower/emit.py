@@ -128,13 +128,14 @@ def fusion_groups(p: Program) -> list[list[int]]:
     return [groups[s] for s in sorted(groups)]
 
 
+LAYOUT_OPS = ("Transpose", "Permute")  # copies by transpose_tile_kernel, which takes an epilogue
 PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm"])
 
 
 def epilogue_ok(op: str) -> bool:
     """Whether op's kernel can apply an epilogue: everything with a float output stored at a flat index."""
     fused = op in PROLOGUE_OPS and op not in ("ArgMax", "ArgMin")
-    return fused or op in ("Matmul", "Bmm", "Linear") or op.startswith(("Conv", "AvgPool", "MaxPool"))
+    return fused or op in ("Matmul", "Bmm", "Linear", *LAYOUT_OPS) or op.startswith(("Conv", "AvgPool", "MaxPool"))
 
 
 @dataclass
@@ -174,6 +175,7 @@ def fragments(p: Program, fuse: bool = True) -> list[Fragment]:
                 and t not in outputs
                 and all(c in g for c in consumers[t])
                 and p.tensors[t].shape == p.tensors[sink].shape
+                and (p.nodes[a].op not in LAYOUT_OPS or p.tensors[t].dtype == p.tensors[sink].dtype)  # a copy's out
             ):
                 anchors[a].epilogue = g
                 loose.remove(g)
@@ -265,6 +267,9 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         t = node.op.startswith("ConvTranspose")
         call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
         return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
+    if node.op in LAYOUT_OPS:
+        dims = tuple(p["dims"]) if node.op == "Permute" else wrappers.swapped(len(shape), p["dim0"], p["dim1"])
+        return "transpose_tile_kernel", {}, f"permute_setup({x[0]}, {dims}{cfg})"
     call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
     return "pool_rows_kernel", {"IS_MAX": node.op.startswith("Max")}, call
 
