@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import inspect
 
+import torch
 from dataclasses import dataclass, field
 
 from drtriton_ray.lower import kernels, wrappers
@@ -209,6 +210,16 @@ def _group_body(p: Program, group: list[int], names: dict[int, str], first: int)
     return leaves, body, p.nodes[group[-1]].outputs[0]
 
 
+def short_runs(shape: tuple, leaf_shapes: list, dense: list[bool]) -> int:
+    """The innermost coalesced dims a broadcast elementwise kernel's columns span (fused_kernel_source): two where
+    the innermost is short (under 64) and another one is left, else one; from the shapes, leaves contiguous."""
+    if all(dense):
+        return 1
+    strides = [torch.empty(s, device="meta").expand(shape).stride() for s, d in zip(leaf_shapes, dense) if not d]
+    sizes, _ = wrappers.coalesced_dims(shape, strides)
+    return 2 if 1 < sizes[3] < 64 and sizes[2] > 1 else 1
+
+
 def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None = None) -> tuple[str, str]:
     """(kernel and wrapper source, forward line) for one elementwise group."""
     leaves, body, sink = _group_body(p, group, {}, 0)
@@ -216,18 +227,19 @@ def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None =
     dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
     config = config_for("elementwise", (p.tensors[sink].numel,), gpu)
+    columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense)
+    extra = (f", config={config!r}" if config else "") + (f", columns={columns}" if columns > 1 else "")
     wrapper = "\n".join(
         [
             f"def {name}({args}):",
-            f"    out, grid, kernel_args, meta = elementwise_args({shape}, DTYPE, {dense}, {args}"
-            + (f", config={config!r})" if config else ")"),
+            f"    out, grid, kernel_args, meta = elementwise_args({shape}, DTYPE, {dense}, {args}{extra})",
             f"    {name}_kernel[grid](*kernel_args, **meta)",
             "    return out",
             "",
         ]
     )
     line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
-    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}") + "\n\n" + wrapper, line
+    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}", columns) + "\n\n" + wrapper, line
 
 
 def _describe(p: Program, nodes: list[int]) -> str:

@@ -68,18 +68,21 @@ def row_tiles(n, d4, block_c, block=1024):
     return block_r, (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
 
 
-def elementwise_args(shape, dtype, dense, *inputs, config=None):
-    """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args)."""
+def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
+    """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args);
+    columns: the innermost coalesced dims its tiles' columns span (fused_kernel_source's)."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs, columns=True)
     meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
-    # a broadcast input: tiles of rows x columns, the columns along the innermost coalesced dim d4, BLOCK in all
+    # a broadcast input: tiles of rows x columns, BLOCK in all, the columns along d4 (or d3 x d4); over two dims,
+    # 4 rows a tile at least, over which the columns' divisions spread
     block = meta.pop("BLOCK")
-    meta["BLOCK_C"] = min(triton.next_power_of_2(index[3]), block)
-    meta["BLOCK_R"], grid = row_tiles(n, index[3], meta["BLOCK_C"], block)
+    run = index[3] * (index[2] if columns == 2 else 1)
+    meta["BLOCK_C"] = min(triton.next_power_of_2(run), block if columns == 1 else max(1, block // 4))
+    meta["BLOCK_R"], grid = row_tiles(n, run, meta["BLOCK_C"], block)
     return out, grid, (out, *tensors, n, *index), meta
 
 
