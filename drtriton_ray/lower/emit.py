@@ -24,7 +24,7 @@ from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_elementwise
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
 from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims
-from drtriton_ray.synth.dag import Node, Program
+from drtriton_ray.synth.dag import Node, Program, Tensor
 from drtriton_ray.synth.render import forward_signature
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
@@ -400,11 +400,54 @@ def _problem_parts(source: str) -> tuple[list[str], list[str]]:
     return constants, [line[indent:] for n in body for line in text(n)]
 
 
+def fold_layouts(p: Program) -> Program:
+    """The program with each reduction over a transpose or permutation (of x, read by nothing else) done on x in its
+    own layout: reduce(x.permute(P), d) is reduce(x, P[d], keepdim=True).permute(P), squeezed where the reduction
+    drops its dim, so the permutation copies the reduced tensor (or is a view) and x is read once, coalesced, not
+    copied and read again."""
+    readers: dict[int, int] = {}
+    for n in p.nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    layout = {n.outputs[0]: n for n in p.nodes if n.op in LAYOUT_OPS}
+    folded = {
+        n.inputs[0]
+        for n in p.nodes
+        if n.op in REDUCE_OPS and n.inputs[0] in layout and readers[n.inputs[0]] == 1 and n.inputs[0] not in p.outputs
+    }
+    nodes, tensors, fresh = [], dict(p.tensors), max(p.tensors) + 1
+    for n in p.nodes:
+        if n.outputs[0] in folded:  # the layout operator: its reader reduces its input instead
+            continue
+        if n.op not in REDUCE_OPS or n.inputs[0] not in folded:
+            nodes.append(n)
+            continue
+        src = layout[n.inputs[0]]
+        x, out = tensors[src.inputs[0]], tensors[n.outputs[0]]
+        perm = src.params["dims"] if src.op == "Permute" else wrappers.swapped(len(x.shape), **src.params)
+        perm = [d % len(x.shape) for d in perm]
+        dim = perm[n.params["dim"] % len(x.shape)]
+        kept = [1 if k == dim else size for k, size in enumerate(x.shape)]
+        tensors[fresh] = Tensor(fresh, kept, out.dtype, "intermediate")
+        nodes.append(Node(n.op, [x.id], [fresh], {**n.params, "dim": dim, "keepdim": True}))
+        if n.params["keepdim"]:
+            nodes.append(Node("Permute", [fresh], [out.id], {"dims": perm}))
+        else:
+            tensors[fresh + 1] = Tensor(fresh + 1, [kept[d] for d in perm], out.dtype, "intermediate")
+            nodes.append(Node("Permute", [fresh], [fresh + 1], {"dims": perm}))
+            nodes.append(Node("View", [fresh + 1], [out.id], {"shape": list(out.shape)}))
+        fresh += 2
+    used = {t for n in nodes for t in n.inputs + n.outputs + n.weights}
+    tensors = {k: t for k, t in tensors.items() if k in used or t.role != "intermediate"}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
     """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
     operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
     configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices)."""
     gpu = gpu_name() if gpu == "auto" else gpu
+    p = fold_layouts(p) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
     for g, f in enumerate(fragments(p, fuse)):

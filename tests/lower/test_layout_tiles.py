@@ -165,3 +165,34 @@ def test_probe_smoke():
     )
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert "wrong: none" in run.stdout
+
+
+REDUCED_LAYOUTS = {  # name: (nodes, shapes, outputs): the reduction reads the layout operator's input
+    "transpose-max": (
+        [("Transpose", [0], 1, {"dim0": -4, "dim1": -1}, []), ("Max", [1], 2, {"dim": -3, "keepdim": False}, [])],
+        {0: (1, 4, 30, 20, 2), 1: (1, 2, 30, 20, 4), 2: (1, 2, 20, 4)},
+        [2],
+    ),
+    "transpose-sum-over-a-swapped-dim": (
+        [("Transpose", [0], 1, {"dim0": 0, "dim1": 2}, []), ("Sum", [1], 2, {"dim": 0, "keepdim": True}, [])],
+        {0: (5, 6, 33), 1: (33, 6, 5), 2: (1, 6, 5)},
+        [2],
+    ),
+    "permute-argmax": (
+        [
+            ("Permute", [0], 1, {"dims": (2, 0, 1)}, []),
+            ("ArgMax", [1], 2, {"dim": 1, "keepdim": False}, []),
+        ],
+        {0: (7, 9, 11), 1: (11, 7, 9), 2: (11, 9)},
+        [2],
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(REDUCED_LAYOUTS))
+def test_reduction_of_a_layout(name, tmp_path):
+    nodes, shapes, outputs = REDUCED_LAYOUTS[name]
+    rec = _handmade(nodes, shapes, outputs)
+    src = lower_program(Program.from_json(rec.dag), rec.source).split("class ModelNew")[1]
+    assert "reduce_dim(tensor_0," in src and "transpose(" not in src
+    check_lowering(rec, tmp_path)
