@@ -126,6 +126,7 @@ def main() -> None:
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take most of a run)")
     ap.add_argument("--smoke", action="store_true", help="CPU and the Triton interpreter, small profile")
     ap.add_argument("--tolerance", type=float, default=1e-3, help="largest absolute error counted correct")
+    ap.add_argument("--budget-s", type=float, default=170, help="no further program once this much has passed")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     profile = args.profile or ("small" if args.smoke else "paper")
@@ -135,6 +136,9 @@ def main() -> None:
     sampler = Sampler(SynthConfig(level=2, profile=profile, device=device), args.seed)
     tmp, rows, start = Path(tempfile.mkdtemp()), [], time.monotonic()
     for k in (int(x) for x in args.programs.split(",")):
+        if time.monotonic() - start > args.budget_s:
+            print(f"budget spent: program {k} and those after it not probed", flush=True)
+            break
         rows.append(probe(sampler.sample(k), args, tmp))
         r = rows[-1]
         print(f"{r['name']} {r['shapes']}: " + ", ".join(f"{k} {r[k]:.3f} ms" for k in KINDS if r.get(k)), flush=True)
