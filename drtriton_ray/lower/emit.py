@@ -130,6 +130,32 @@ def fusion_groups(p: Program) -> list[list[int]]:
 
 
 LAYOUT_OPS = ("Transpose", "Permute")  # copies by transpose_tile_kernel, which takes an epilogue
+
+
+def permutation(node: Node, ndim: int) -> tuple:
+    """A Transpose's or Permute's dims, as x.permute takes them (non-negative)."""
+    p = node.params
+    dims = p["dims"] if node.op == "Permute" else wrappers.swapped(ndim, p["dim0"], p["dim1"])
+    return tuple(d % ndim for d in dims)
+
+
+def view_layouts(p: Program) -> set[int]:
+    """The Transpose/Permute nodes emitted as views (reshape_view): those moving only size-1 dims, whose result has
+    its input's layout already, of a tensor a kernel of the program wrote. Of a program input (or a view of one)
+    the copy stays: the forward must launch a kernel its result depends on (the verifier's launch and faithfulness
+    checks)."""
+    aliased, views = set(p.inputs), set()
+    for k, n in enumerate(p.nodes):
+        if n.op in LAYOUT_OPS and n.inputs[0] not in aliased:
+            shape = p.tensors[n.inputs[0]].shape
+            moved = [d for d in permutation(n, len(shape)) if shape[d] != 1]
+            if moved == sorted(moved):
+                views.add(k)
+        elif n.op == "View" and n.inputs[0] in aliased:
+            aliased.add(n.outputs[0])
+    return views
+
+
 PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm"])
 
 
@@ -280,8 +306,7 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
         return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
     if node.op in LAYOUT_OPS:
-        dims = tuple(p["dims"]) if node.op == "Permute" else wrappers.swapped(len(shape), p["dim0"], p["dim1"])
-        return "transpose_tile_kernel", {}, f"permute_setup({x[0]}, {dims}{cfg})"
+        return "transpose_tile_kernel", {}, f"permute_setup({x[0]}, {permutation(node, len(shape))}{cfg})"
     call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
     return "pool_rows_kernel", {"IS_MAX": node.op.startswith("Max")}, call
 
@@ -424,8 +449,7 @@ def fold_layouts(p: Program) -> Program:
             continue
         src = layout[n.inputs[0]]
         x, out = tensors[src.inputs[0]], tensors[n.outputs[0]]
-        perm = src.params["dims"] if src.op == "Permute" else wrappers.swapped(len(x.shape), **src.params)
-        perm = [d % len(x.shape) for d in perm]
+        perm = list(permutation(src, len(x.shape)))
         dim = perm[n.params["dim"] % len(x.shape)]
         kept = [1 if k == dim else size for k, size in enumerate(x.shape)]
         tensors[fresh] = Tensor(fresh, kept, out.dtype, "intermediate")
@@ -450,8 +474,13 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
     p = fold_layouts(p) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
+    views = view_layouts(p)
     for g, f in enumerate(fragments(p, fuse)):
-        if f.anchor is None:
+        if f.anchor in views and not f.epilogue:  # only size-1 dims move: no copy
+            node = p.nodes[f.anchor]
+            out_shape = tuple(p.tensors[node.outputs[0]].shape)
+            src, line = None, f"tensor_{node.outputs[0]} = reshape_view(tensor_{node.inputs[0]}, {out_shape})"
+        elif f.anchor is None:
             src, line = fused_elementwise(p, f.epilogue, f"fused_{g}", gpu)
         elif f.prologue or f.epilogue:
             src, line = _anchor_fragment(p, f, f"fused_{g}", gpu)

@@ -394,11 +394,7 @@ def permute_setup(x, dims, config=None):
 
 
 def permute_copy(x, dims, config=None):
-    """x.permute(dims) made contiguous: a view where only size-1 dims move (the layout is the same), else
-    transpose_tile_kernel's copy."""
-    view = x.permute(dims)
-    if view.is_contiguous():
-        return view
+    """x.permute(dims) copied into a new contiguous tensor by transpose_tile_kernel."""
     out, grid, args, meta = permute_setup(x, dims, config)
     transpose_tile_kernel[grid](x, *args, **meta)
     return out
@@ -534,10 +530,7 @@ def pool(x, out_shape, kernel, stride, padding, is_max, config=None):
 
 
 def contiguous_copy(src):
-    """A contiguous copy of a strided view (a slice, a broadcast) by the strided-copy kernel; the view itself where
-    it is contiguous already (a slice or selection along the outermost dim)."""
-    if src.is_contiguous():
-        return src
+    """A contiguous copy of a strided view (a slice, a broadcast) by the strided-copy kernel."""
     out = torch.empty(src.shape, device=src.device, dtype=src.dtype)
     copy_into(src, out)
     return out

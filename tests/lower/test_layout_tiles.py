@@ -41,17 +41,19 @@ def test_permute_copy_matches_torch(tiled, shape, dims):
     assert torch.equal(tiled.permute_copy(ints, dims), ints.permute(dims).contiguous())
 
 
-def test_copies_that_are_views(tiled):
-    """Where only size-1 dims move, or a slice is the outer dim's, the layout is already the result's: a view."""
-    x = torch.randn(7, 1, 5, 1, 6)
-    for got, want in (
-        (tiled.transpose(x, 1, 3), x.transpose(1, 3)),
-        (tiled.transpose(x, -2, -1), x.transpose(-2, -1)),
-        (tiled.permute_copy(x, (1, 0, 2, 4, 3)), x.permute(1, 0, 2, 4, 3)),
-        (tiled.narrow_copy(x, 0, 2, 3), x.narrow(0, 2, 3)),
-        (tiled.select_copy(x, 0, 4), x.select(0, 4)),
-    ):
-        assert got.is_contiguous() and got.data_ptr() == want.data_ptr() and torch.equal(got, want.contiguous())
+def test_layouts_that_are_views(tmp_path):
+    """A transpose moving only size-1 dims of a tensor a kernel wrote is a view (reshape_view); of a program input
+    it is still a copy (the forward must launch a kernel its result depends on), and so is one that moves more."""
+    nodes = [("LogSoftmax", [0], 1, {"dim": -1}, []), ("Transpose", [1], 2, {"dim0": -2, "dim1": -1}, [])]
+    rec = _handmade(nodes, {0: (5, 1, 30, 1, 6), 1: (5, 1, 30, 1, 6), 2: (5, 1, 30, 6, 1)}, [2])
+    forward = lower_program(Program.from_json(rec.dag), rec.source).split("def forward")[1]
+    assert "tensor_2 = reshape_view(tensor_1, (5, 1, 30, 6, 1))" in forward
+    check_lowering(rec, tmp_path)
+    for shapes in ({0: (5, 1, 30, 1, 6), 1: (5, 1, 30, 6, 1)}, {0: (5, 2, 30, 1, 6), 1: (5, 2, 30, 6, 1)}):
+        rec = _handmade([("Transpose", [0], 1, {"dim0": -2, "dim1": -1}, [])], shapes, [1])
+        forward = lower_program(Program.from_json(rec.dag), rec.source).split("def forward")[1]
+        assert "tensor_1 = transpose(tensor_0, -2, -1)" in forward
+        check_lowering(rec, tmp_path)
 
 
 LAYOUT_FUSED = {  # name: (nodes, shapes, outputs): one kernel, transpose_tile_kernel with the group as epilogue
