@@ -111,13 +111,15 @@ def expression(op: str, args: list[str], params: dict) -> str:
     return EXPRESSIONS[op].format(*args, **params)
 
 
-def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: str) -> str:
+def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: str, columns: int = 1) -> str:
     """A kernel over the output. With dense inputs only (the output's shape, passed contiguous) it walks the flat
     index, BLOCK at a time. With a broadcast input k it walks tiles of rows x columns of the output viewed over the
     coalesced dims (d0, d1, d2, d3, d4) (the wrapper merges what it can, `coalesced_dims`): input k's offset is its
-    strides s{k}_0..s{k}_3 (0 on broadcast dims) over the row's four indices, plus the column times s{k}_4, so the
-    divisions happen once a row; per element they can cost more than the memory traffic of a memory-bound kernel.
-    WIDE (outputs of 2^31 elements or more) computes indices in int64, int32 otherwise."""
+    strides s{k}_0..s{k}_4 over the row's and the column's indices, so the divisions happen once a row and once a
+    column, not per element, where they can cost more than the memory traffic of a memory-bound kernel. The columns
+    are d4, or with `columns` 2 the two innermost dims (d3, d4): where d4 is short (a (8192, 8192, 7) output), rows
+    of d4 values leave most of a tile's lanes idle and its stores short. WIDE (outputs of 2^31 elements or more)
+    computes indices in int64, int32 otherwise."""
     ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
     broadcast = [k for k, d in enumerate(dense) if not d]
     if not broadcast:
@@ -130,13 +132,27 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
         head = [
             f"def {name}(out_ptr, {ptrs}, n, d1, d2, d3, d4, {strides}"
             "BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):",
-            "    rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)",
-            "    i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)",
         ]
+        if columns == 2:
+            head += [
+                "    # rows over (d0, d1, d2), columns over (d3, d4): d4 is short, a row holds many runs of it",
+                "    rows, cols, offs, mask = row_block(n, d3 * d4, BLOCK_R, BLOCK_C, WIDE)",
+                "    i0, i1, i2 = rows // (d2 * d1), rows // d2 % d1, rows % d2",
+                "    i3, i4 = cols // d4, cols % d4",
+            ]
+        else:
+            head += [
+                "    rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)",
+                "    i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)",
+            ]
     lines = ["@triton.jit", *head]
     for k, d in enumerate(dense):
-        row = " + ".join(f"i{j} * s{k}_{j}" for j in range(4))
-        offset = "offs" if d else f"({row})[:, None] + cols[None, :] * s{k}_4"
+        if d:
+            offset = "offs"
+        elif columns == 2:
+            offset = f"(i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2)[:, None] + (i3 * s{k}_3 + i4 * s{k}_4)[None, :]"
+        else:
+            offset = f"(i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2 + i3 * s{k}_3)[:, None] + cols[None, :] * s{k}_4"
         lines.append(f"    v{k} = tl.load(in{k}_ptr + {offset}, mask=mask, other=0.0).to(tl.float32)")
     lines += [f"    {line}" for line in body]
     lines.append(f"    tl.store(out_ptr + offs, ({result}).to(out_ptr.dtype.element_ty), mask=mask)")

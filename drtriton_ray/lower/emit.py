@@ -17,13 +17,14 @@ from __future__ import annotations
 import ast
 import inspect
 
+import torch
 from dataclasses import dataclass, field
 
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_elementwise
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
 from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims
-from drtriton_ray.synth.dag import Node, Program
+from drtriton_ray.synth.dag import Node, Program, Tensor
 from drtriton_ray.synth.render import forward_signature
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
@@ -128,13 +129,40 @@ def fusion_groups(p: Program) -> list[list[int]]:
     return [groups[s] for s in sorted(groups)]
 
 
+LAYOUT_OPS = ("Transpose", "Permute")  # copies by transpose_tile_kernel, which takes an epilogue
+
+
+def permutation(node: Node, ndim: int) -> tuple:
+    """A Transpose's or Permute's dims, as x.permute takes them (non-negative)."""
+    p = node.params
+    dims = p["dims"] if node.op == "Permute" else wrappers.swapped(ndim, p["dim0"], p["dim1"])
+    return tuple(d % ndim for d in dims)
+
+
+def view_layouts(p: Program) -> set[int]:
+    """The Transpose/Permute nodes emitted as views (reshape_view): those moving only size-1 dims, whose result has
+    its input's layout already, of a tensor a kernel of the program wrote. Of a program input (or a view of one)
+    the copy stays: the forward must launch a kernel its result depends on (the verifier's launch and faithfulness
+    checks)."""
+    aliased, views = set(p.inputs), set()
+    for k, n in enumerate(p.nodes):
+        if n.op in LAYOUT_OPS and n.inputs[0] not in aliased:
+            shape = p.tensors[n.inputs[0]].shape
+            moved = [d for d in permutation(n, len(shape)) if shape[d] != 1]
+            if moved == sorted(moved):
+                views.add(k)
+        elif n.op == "View" and n.inputs[0] in aliased:
+            aliased.add(n.outputs[0])
+    return views
+
+
 PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm"])
 
 
 def epilogue_ok(op: str) -> bool:
     """Whether op's kernel can apply an epilogue: everything with a float output stored at a flat index."""
     fused = op in PROLOGUE_OPS and op not in ("ArgMax", "ArgMin")
-    return fused or op in ("Matmul", "Bmm", "Linear") or op.startswith(("Conv", "AvgPool", "MaxPool"))
+    return fused or op in ("Matmul", "Bmm", "Linear", *LAYOUT_OPS) or op.startswith(("Conv", "AvgPool", "MaxPool"))
 
 
 @dataclass
@@ -174,6 +202,7 @@ def fragments(p: Program, fuse: bool = True) -> list[Fragment]:
                 and t not in outputs
                 and all(c in g for c in consumers[t])
                 and p.tensors[t].shape == p.tensors[sink].shape
+                and (p.nodes[a].op not in LAYOUT_OPS or p.tensors[t].dtype == p.tensors[sink].dtype)  # a copy's out
             ):
                 anchors[a].epilogue = g
                 loose.remove(g)
@@ -207,6 +236,16 @@ def _group_body(p: Program, group: list[int], names: dict[int, str], first: int)
     return leaves, body, p.nodes[group[-1]].outputs[0]
 
 
+def short_runs(shape: tuple, leaf_shapes: list, dense: list[bool]) -> int:
+    """The innermost coalesced dims a broadcast elementwise kernel's columns span (fused_kernel_source): two where
+    the innermost is short (under 64) and another one is left, else one; from the shapes, leaves contiguous."""
+    if all(dense):
+        return 1
+    strides = [torch.empty(s, device="meta").expand(shape).stride() for s, d in zip(leaf_shapes, dense) if not d]
+    sizes, _ = wrappers.coalesced_dims(shape, strides)
+    return 2 if 1 < sizes[3] < 64 and sizes[2] > 1 else 1
+
+
 def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None = None) -> tuple[str, str]:
     """(kernel and wrapper source, forward line) for one elementwise group."""
     leaves, body, sink = _group_body(p, group, {}, 0)
@@ -214,18 +253,19 @@ def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None =
     dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
     config = config_for("elementwise", (p.tensors[sink].numel,), gpu)
+    columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense)
+    extra = (f", config={config!r}" if config else "") + (f", columns={columns}" if columns > 1 else "")
     wrapper = "\n".join(
         [
             f"def {name}({args}):",
-            f"    out, grid, kernel_args, meta = elementwise_args({shape}, DTYPE, {dense}, {args}"
-            + (f", config={config!r})" if config else ")"),
+            f"    out, grid, kernel_args, meta = elementwise_args({shape}, DTYPE, {dense}, {args}{extra})",
             f"    {name}_kernel[grid](*kernel_args, **meta)",
             "    return out",
             "",
         ]
     )
     line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
-    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}") + "\n\n" + wrapper, line
+    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}", columns) + "\n\n" + wrapper, line
 
 
 def _describe(p: Program, nodes: list[int]) -> str:
@@ -265,6 +305,8 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         t = node.op.startswith("ConvTranspose")
         call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
         return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
+    if node.op in LAYOUT_OPS:
+        return "transpose_tile_kernel", {}, f"permute_setup({x[0]}, {permutation(node, len(shape))}{cfg})"
     call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
     return "pool_rows_kernel", {"IS_MAX": node.op.startswith("Max")}, call
 
@@ -383,15 +425,62 @@ def _problem_parts(source: str) -> tuple[list[str], list[str]]:
     return constants, [line[indent:] for n in body for line in text(n)]
 
 
+def fold_layouts(p: Program) -> Program:
+    """The program with each reduction over a transpose or permutation (of x, read by nothing else) done on x in its
+    own layout: reduce(x.permute(P), d) is reduce(x, P[d], keepdim=True).permute(P), squeezed where the reduction
+    drops its dim, so the permutation copies the reduced tensor (or is a view) and x is read once, coalesced, not
+    copied and read again."""
+    readers: dict[int, int] = {}
+    for n in p.nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    layout = {n.outputs[0]: n for n in p.nodes if n.op in LAYOUT_OPS}
+    folded = {
+        n.inputs[0]
+        for n in p.nodes
+        if n.op in REDUCE_OPS and n.inputs[0] in layout and readers[n.inputs[0]] == 1 and n.inputs[0] not in p.outputs
+    }
+    nodes, tensors, fresh = [], dict(p.tensors), max(p.tensors) + 1
+    for n in p.nodes:
+        if n.outputs[0] in folded:  # the layout operator: its reader reduces its input instead
+            continue
+        if n.op not in REDUCE_OPS or n.inputs[0] not in folded:
+            nodes.append(n)
+            continue
+        src = layout[n.inputs[0]]
+        x, out = tensors[src.inputs[0]], tensors[n.outputs[0]]
+        perm = list(permutation(src, len(x.shape)))
+        dim = perm[n.params["dim"] % len(x.shape)]
+        kept = [1 if k == dim else size for k, size in enumerate(x.shape)]
+        tensors[fresh] = Tensor(fresh, kept, out.dtype, "intermediate")
+        nodes.append(Node(n.op, [x.id], [fresh], {**n.params, "dim": dim, "keepdim": True}))
+        if n.params["keepdim"]:
+            nodes.append(Node("Permute", [fresh], [out.id], {"dims": perm}))
+        else:
+            tensors[fresh + 1] = Tensor(fresh + 1, [kept[d] for d in perm], out.dtype, "intermediate")
+            nodes.append(Node("Permute", [fresh], [fresh + 1], {"dims": perm}))
+            nodes.append(Node("View", [fresh + 1], [out.id], {"shape": list(out.shape)}))
+        fresh += 2
+    used = {t for n in nodes for t in n.inputs + n.outputs + n.weights}
+    tensors = {k: t for k, t in tensors.items() if k in used or t.role != "intermediate"}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
     """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
     operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
     configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices)."""
     gpu = gpu_name() if gpu == "auto" else gpu
+    p = fold_layouts(p) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
+    views = view_layouts(p)
     for g, f in enumerate(fragments(p, fuse)):
-        if f.anchor is None:
+        if f.anchor in views and not f.epilogue:  # only size-1 dims move: no copy
+            node = p.nodes[f.anchor]
+            out_shape = tuple(p.tensors[node.outputs[0]].shape)
+            src, line = None, f"tensor_{node.outputs[0]} = reshape_view(tensor_{node.inputs[0]}, {out_shape})"
+        elif f.anchor is None:
             src, line = fused_elementwise(p, f.epilogue, f"fused_{g}", gpu)
         elif f.prologue or f.epilogue:
             src, line = _anchor_fragment(p, f, f"fused_{g}", gpu)

@@ -432,6 +432,34 @@ def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4, ss0, ss1, ss2, ss3,
 
 
 @triton.jit
+def transpose_tile_kernel(x_ptr, out_ptr, A, C, B1, B2, sa, sc, sb0, sb1, sb2, da, dc, db0, db1, db2,
+                          BLOCK_A: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+    """out[b, a, c] = x[b, a, c] where x runs on in memory along a (sa = 1) and out along c (dc = 1): a transpose or
+    permutation of x into a new contiguous tensor. A program copies one [BLOCK_A, BLOCK_C] tile of one batch index b =
+    (b0, b1, b2): it loads the tile along a, coalesced on the source's side, and stores it along c, coalesced on the
+    destination's; Triton turns the tile around in shared memory in between. Both unit strides are specialized to 1,
+    which tells the compiler each side's contiguous dim. The divisions are per program, not per element. WIDE:
+    offsets reach 2^31 (int64 index math)."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    tiles_a = tl.cdiv(A, BLOCK_A)
+    tiles_c = tl.cdiv(C, BLOCK_C)
+    b = pid // (tiles_a * tiles_c)
+    t = pid % (tiles_a * tiles_c)
+    a = t // tiles_c * BLOCK_A + tl.arange(0, BLOCK_A)
+    c = t % tiles_c * BLOCK_C + tl.arange(0, BLOCK_C)
+    b2 = b % B2
+    b1 = b // B2 % B1
+    b0 = b // (B2 * B1)
+    mask = (a < A)[:, None] & (c < C)[None, :]
+    src = b0 * sb0 + b1 * sb1 + b2 * sb2 + a[:, None] * sa + c[None, :] * sc
+    x = tl.load(x_ptr + src, mask=mask)
+    dst = b0 * db0 + b1 * db1 + b2 * db2 + a[:, None] * da + c[None, :] * dc  # out's flat index
+    tl.store(out_ptr + dst, x.to(out_ptr.dtype.element_ty), mask=mask)
+
+
+@triton.jit
 def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOCK: tl.constexpr,
                     WIDE: tl.constexpr):
     """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math)."""

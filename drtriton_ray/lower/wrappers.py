@@ -6,7 +6,8 @@ import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
                                         matmul_kernel, norm_apply_kernel, norm_stats_kernel, pool_rows_kernel,
-                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, triangle_kernel)
+                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, transpose_tile_kernel,
+                                        triangle_kernel)
 
 
 def pad5(shape):
@@ -67,18 +68,21 @@ def row_tiles(n, d4, block_c, block=1024):
     return block_r, (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
 
 
-def elementwise_args(shape, dtype, dense, *inputs, config=None):
-    """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args)."""
+def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
+    """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args);
+    columns: the innermost coalesced dims its tiles' columns span (fused_kernel_source's)."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs, columns=True)
     meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
-    # a broadcast input: tiles of rows x columns, the columns along the innermost coalesced dim d4, BLOCK in all
+    # a broadcast input: tiles of rows x columns, BLOCK in all, the columns along d4 (or d3 x d4); over two dims,
+    # 4 rows a tile at least, over which the columns' divisions spread
     block = meta.pop("BLOCK")
-    meta["BLOCK_C"] = min(triton.next_power_of_2(index[3]), block)
-    meta["BLOCK_R"], grid = row_tiles(n, index[3], meta["BLOCK_C"], block)
+    run = index[3] * (index[2] if columns == 2 else 1)
+    meta["BLOCK_C"] = min(triton.next_power_of_2(run), block if columns == 1 else max(1, block // 4))
+    meta["BLOCK_R"], grid = row_tiles(n, run, meta["BLOCK_C"], block)
     return out, grid, (out, *tensors, n, *index), meta
 
 
@@ -364,11 +368,47 @@ def copy_into(src, dst):
                               WIDE=max(n, extent(src), extent(dst)) >= 2**31)
 
 
-def transpose(x, dim0, dim1):
-    view = x.transpose(dim0, dim1)
+def permute_setup(x, dims, config=None):
+    """(out, grid, arguments after x, launch constants) of transpose_tile_kernel copying x.permute(dims), x contiguous,
+    into a new contiguous tensor. Over the copy's coalesced dims (d0, ..., d4), the tile's c is d4 (out's unit stride)
+    and its a the dim along which x runs on (x's unit stride), or d3 where that is d4 too (whole runs, a block of them
+    a tile); the other three are the batch. Transposed tiles are square-ish, 64 x 64 compiled (a 256-byte run of each
+    side per row), as long as the interpreter likes (it pays per program)."""
+    view = x.permute(dims)
     out = torch.empty(view.shape, device=x.device, dtype=x.dtype)
-    copy_into(view, out)
+    n = out.numel()
+    sizes, (ss, ds) = as_columns(n, *coalesced_dims(view.shape, [view.stride(), out.stride()]))
+    full = (n // max(1, sizes[0] * sizes[1] * sizes[2] * sizes[3]),) + tuple(sizes)
+    a = next((k for k in range(4) if ss[k] == 1 and full[k] > 1), 3)
+    b = [k for k in range(4) if k != a]
+    tile = tile_elements(x)
+    block_c = min(triton.next_power_of_2(full[4]), tile if ss[4] == 1 else (64 if compiled(x) else 256))
+    block_a = max(1, min(triton.next_power_of_2(full[a]), tile // block_c))
+    block_c = max(1, min(triton.next_power_of_2(full[4]), tile // block_a))  # a short a leaves room for a wider c
+    meta = tuned({"BLOCK_A": block_a, "BLOCK_C": block_c, "WIDE": n >= 2**31}, config, x)
+    grid = (full[b[0]] * full[b[1]] * full[b[2]] * triton.cdiv(full[a], meta["BLOCK_A"])
+            * triton.cdiv(full[4], meta["BLOCK_C"]),)
+    args = (out, full[a], full[4], full[b[1]], full[b[2]], ss[a], ss[4], *(ss[k] for k in b), ds[a], ds[4],
+            *(ds[k] for k in b))
+    return out, grid, args, meta
+
+
+def permute_copy(x, dims, config=None):
+    """x.permute(dims) copied into a new contiguous tensor by transpose_tile_kernel."""
+    out, grid, args, meta = permute_setup(x, dims, config)
+    transpose_tile_kernel[grid](x, *args, **meta)
     return out
+
+
+def swapped(ndim, dim0, dim1):
+    """The permutation of transpose(dim0, dim1) over ndim dims."""
+    dims = list(range(ndim))
+    dims[dim0], dims[dim1] = dims[dim1], dims[dim0]
+    return tuple(dims)
+
+
+def transpose(x, dim0, dim1):
+    return permute_copy(x, swapped(x.dim(), dim0, dim1))
 
 
 def cat(a, b, dim):
@@ -490,7 +530,7 @@ def pool(x, out_shape, kernel, stride, padding, is_max, config=None):
 
 
 def contiguous_copy(src):
-    """A contiguous copy of a strided view (a permutation, a slice, a broadcast) by the strided-copy kernel."""
+    """A contiguous copy of a strided view (a slice, a broadcast) by the strided-copy kernel."""
     out = torch.empty(src.shape, device=src.device, dtype=src.dtype)
     copy_into(src, out)
     return out
@@ -499,10 +539,6 @@ def contiguous_copy(src):
 def reshape_view(x, shape):
     """view/reshape/(un)squeeze/flatten of a tensor the program made contiguous: a view, no kernel."""
     return x.view(shape)
-
-
-def permute_copy(x, dims):
-    return contiguous_copy(x.permute(dims))
 
 
 def expand_copy(x, shape):

@@ -1,0 +1,161 @@
+"""The reference lowering on its layout programs (transposes and permutations next to other operators, broadcast
+elementwise kernels) and a few neighbours: level-2 draws of seed 7, paper profile, each timed on a GPU as the
+lowering's generated module (fused: the current code path; unfused: one kernel per operator but elementwise
+groups), eager PyTorch and torch.compile, float32 without TF32, with the fused module's largest absolute error
+against eager. One table: ms and eager / fused, compile / fused ratios (above 1: the lowering is faster).
+
+    PYTHONPATH=. python3 bench/layout_probe.py --out layout_probe.json        # on a CUDA machine, ~2 minutes
+    PYTHONPATH=. python3 bench/layout_probe.py --programs 13,41 --no-compile  # a subset, without torch.compile
+    PYTHONPATH=. python3 bench/layout_probe.py --smoke                        # CPU, interpreter, small profile
+
+--smoke draws the same indices at the small profile on the CPU, runs the generated modules in the Triton
+interpreter and checks their values (its times are the interpreter's, meaningless). Times are medians of
+triton.testing.do_bench (CUDA events)."""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+if "--smoke" in sys.argv:
+    os.environ["TRITON_INTERPRET"] = "1"  # before triton is imported: no CPU backend otherwise
+
+import torch  # noqa: E402
+from rich.console import Console  # noqa: E402
+from rich.table import Table  # noqa: E402
+
+from drtriton_ray.lower.emit import fragments, lower_program  # noqa: E402
+from drtriton_ray.synth import Program, Sampler, SynthConfig  # noqa: E402
+from drtriton_ray.synth.validate import full_float32, load_problem  # noqa: E402
+
+# level-2 indices (seed 7, paper profile): 13 LogSoftmax+Transpose, 41 Transpose+ELU, 2 Transpose+AvgPool1d,
+# 42 Transpose+Max, 10 LayerNorm+Max, 23 LogSoftmax+Softmax, 31 Maximum+Hardswish, 14 Mul+Tanh
+PROGRAMS = "13,41,2,42,10,23,31,14"
+KINDS = ("fused", "unfused", "eager", "compile")
+
+
+def load_module(source: str, path: Path):
+    """The generated module imported from a file, as the verifier does (Triton reads kernel source)."""
+    path.write_text(source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def timer(smoke: bool):
+    """ms of one call: do_bench's median on a GPU, one wall-clock run in the interpreter."""
+    if not smoke:
+        import triton.testing
+
+        return lambda fn: triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
+
+    def once(fn):
+        start = time.perf_counter()
+        fn()
+        return (time.perf_counter() - start) * 1e3
+
+    return once
+
+
+def probe(rec, args, tmp: Path) -> dict:
+    """One program's row: its shapes, kernel counts, four times and the fused module's error against eager."""
+    device = "cpu" if args.smoke else "cuda"
+    prog = Program.from_json(rec.dag)
+    ref = load_problem(rec.source)
+    torch.manual_seed(rec.seed)
+    model = ref.Model().to(device)
+    torch.manual_seed(0)
+    inputs = [x.to(device) for x in ref.get_inputs()]
+    runs = {"eager": model}
+    if not args.no_compile and not args.smoke:
+        runs["compile"] = torch.compile(model)
+    for kind, fuse in (("fused", True), ("unfused", False)):
+        source = lower_program(prog, rec.source, fuse=fuse)
+        mod = load_module(source, tmp / f"{kind}_{rec.id.replace('-', '_')}.py")
+        torch.manual_seed(rec.seed)
+        runs[kind] = mod.ModelNew().to(device)
+    row = {"index": rec.index, "name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(fragments(prog))}
+    row["shapes"] = [list(x.shape) for x in inputs]
+    row["kernels_unfused"] = len(fragments(prog, fuse=False))
+    time_ms = timer(args.smoke)
+    with torch.no_grad(), full_float32():
+        want = model(*inputs)
+        for kind in ("fused", "unfused"):
+            got = runs[kind](*inputs)
+            same = got.shape == want.shape and got.dtype == want.dtype
+            row[f"{kind}_err"] = (got.double() - want.double()).abs().max().item() if same else float("inf")
+        del want, got
+        for kind in KINDS:
+            try:
+                run = runs.get(kind)
+                row[kind] = time_ms(lambda: run(*inputs)) if run else None
+            except Exception as e:  # noqa: BLE001 - reported, the probe goes on
+                row[kind], row[f"{kind}_error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
+    return row
+
+
+def ratio(a, b) -> str:
+    return f"{a / b:.2f}x" if a and b else "-"
+
+
+def table(rows: list[dict], title: str) -> Table:
+    t = Table(title=title)
+    for col in ("program", "kernels", *(f"{k} ms" for k in KINDS), "eager/fused", "compile/fused", "max err"):
+        t.add_column(col, justify="left" if col == "program" else "right")
+    for r in rows:
+        times = [f"{r[k]:.3f}" if r.get(k) else "-" for k in KINDS]
+        kernels = f"{r['kernels']} ({r['kernels_unfused']})"
+        err = f"{r['fused_err']:.1e}"
+        t.add_row(r["name"], kernels, *times, ratio(r["eager"], r["fused"]), ratio(r.get("compile"), r["fused"]), err)
+    return t
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--programs", default=PROGRAMS, help="comma-separated level-2 indices")
+    ap.add_argument("--profile", default=None, help="size profile (paper; small with --smoke)")
+    ap.add_argument("--seed", type=int, default=7)
+    ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take most of a run)")
+    ap.add_argument("--smoke", action="store_true", help="CPU and the Triton interpreter, small profile")
+    ap.add_argument("--tolerance", type=float, default=1e-3, help="largest absolute error counted correct")
+    ap.add_argument("--budget-s", type=float, default=170, help="no further program once this much has passed")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    profile = args.profile or ("small" if args.smoke else "paper")
+    if not args.smoke:
+        os.environ.pop("TRITON_INTERPRET", None)
+    device = "cpu" if args.smoke else "cuda"
+    sampler = Sampler(SynthConfig(level=2, profile=profile, device=device), args.seed)
+    tmp, rows, start = Path(tempfile.mkdtemp()), [], time.monotonic()
+    for k in (int(x) for x in args.programs.split(",")):
+        if time.monotonic() - start > args.budget_s:
+            print(f"budget spent: program {k} and those after it not probed", flush=True)
+            break
+        rows.append(probe(sampler.sample(k), args, tmp))
+        r = rows[-1]
+        print(f"{r['name']} {r['shapes']}: " + ", ".join(f"{k} {r[k]:.3f} ms" for k in KINDS if r.get(k)), flush=True)
+        gc.collect()
+        if not args.smoke:
+            torch.cuda.empty_cache()
+    gpu = "cpu (interpreter)" if args.smoke else torch.cuda.get_device_name(0)
+    Console(width=200).print(table(rows, f"layout probe ({profile}, seed {args.seed}, {gpu})"))
+    wrong = [r["name"] for r in rows if not r["fused_err"] <= args.tolerance]
+    print(f"{len(rows)} programs in {time.monotonic() - start:.0f} s; wrong: {', '.join(wrong) or 'none'}")
+    if args.out:
+        import triton
+
+        info = {"gpu": gpu, "torch": torch.__version__, "triton": triton.__version__, "profile": profile}
+        Path(args.out).write_text(json.dumps({"args": vars(args), **info, "programs": rows}, indent=1))
+    sys.exit(1 if wrong else 0)
+
+
+if __name__ == "__main__":
+    main()
