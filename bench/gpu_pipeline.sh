@@ -108,6 +108,7 @@ case "$1" in
     nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
     python3 -c "import torch, triton, transformers, ray, ortools, pydantic; print('torch', torch.__version__, \
 'triton', triton.__version__, 'transformers', transformers.__version__, 'ray', ray.__version__)"
+    python3 -c "import ray.serve, fastapi, uvicorn; print('serve: ok')" 2>&1 | tail -1
     if ls $S/sft.* >/dev/null 2>&1; then   # an SFT model carried (recv-sft): no base model, no SFT run needed
       sft_unpack
     else

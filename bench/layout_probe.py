@@ -96,7 +96,7 @@ def probe(rec, args, tmp: Path) -> dict:
         for kind in KINDS:
             try:
                 run = runs.get(kind)
-                row[kind] = time_ms(lambda: run(*inputs)) if run else None
+                row[kind] = time_ms(lambda: run(*inputs)) if run is not None else None
             except Exception as e:  # noqa: BLE001 - reported, the probe goes on
                 row[kind], row[f"{kind}_error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
     return row

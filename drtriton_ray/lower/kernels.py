@@ -131,18 +131,25 @@ def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.co
 
 @triton.jit
 def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr,
-                     BLOCK_C: tl.constexpr):
+                     BLOCK_C: tl.constexpr, AXIS: tl.constexpr):
     """Same-shape operators along the middle extent of (O, R, I): BLOCK_C columns as in reduce_kernel, each
-    whole in one tile. OP: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin."""
+    whole in one tile. OP: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin. AXIS, the tile's axis along the
+    extent: 0, a [BLOCK_R, BLOCK_C] tile whose columns sit side by side in memory (I > 1); 1, for the last dim
+    (I == 1), a [BLOCK_C, BLOCK_R] tile of contiguous rows, so short rows load along memory instead of as BLOCK_R
+    gathers R values apart."""
     c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     r = tl.arange(0, BLOCK_R)
-    mask = (r[:, None] < R) & (c < n_cols)[None, :]
-    offs = ((c // I) * R * I + c % I)[None, :] + r[:, None] * I
+    if AXIS == 0:
+        mask = (r[:, None] < R) & (c < n_cols)[None, :]
+        offs = ((c // I) * R * I + c % I)[None, :] + r[:, None] * I
+    else:
+        mask = (c < n_cols)[:, None] & (r < R)[None, :]
+        offs = c[:, None] * R + r[None, :]
     if OP == 0 or OP == 1:
         x = tl.load(x_ptr + offs, mask=mask, other=-float("inf")).to(tl.float32)
-        shifted = x - tl.max(x, axis=0)[None, :]
+        shifted = x - tl.expand_dims(tl.max(x, axis=AXIS), AXIS)
         e = tl.where(mask, tl.exp(shifted), 0.0)
-        total = tl.sum(e, axis=0)[None, :]
+        total = tl.expand_dims(tl.sum(e, axis=AXIS), AXIS)
         if OP == 0:
             y = e / total
         else:
@@ -150,11 +157,11 @@ def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl
     else:
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         if OP == 2:  # a float64 running sum, as PyTorch's CPU kernel keeps: long sums with cancellation
-            y = tl.cumsum(x.to(tl.float64), axis=0)
+            y = tl.cumsum(x.to(tl.float64), axis=AXIS)
         elif OP == 3:
-            y = tl.associative_scan(x, 0, max_combine)
+            y = tl.associative_scan(x, AXIS, max_combine)
         else:
-            y = tl.associative_scan(x, 0, min_combine)
+            y = tl.associative_scan(x, AXIS, min_combine)
     tl.store(out_ptr + offs, y.to(out_ptr.dtype.element_ty), mask=mask)
 
 

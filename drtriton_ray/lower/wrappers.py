@@ -150,6 +150,8 @@ def along_setup(shape, like, dim, config=None, loop=False):
         block_r = min(block_r, tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
     block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
+    if not loop:
+        meta["AXIS"] = 1 if inner == 1 else 0  # the last dim: a tile of contiguous rows (along_dim_kernel)
     return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
 
 

@@ -29,8 +29,8 @@ def test_along_non_last_dim(tiled, shape, dim):
 
 def test_column_tiles():
     """A column of 1024 over 4096 contiguous neighbours loops, 128 rows x 32 columns a step where compiled; a short
-    one (64) stays whole, 64 columns a tile; a last-dim column (inner 1) loops only past 4096 values. Its own tuning
-    key where it loops."""
+    one (64) stays whole, 64 columns a tile; a last-dim column (inner 1) loops only past 4096 values and is tiled as
+    contiguous rows. Its own tuning key where it loops."""
     assert wrappers.long_column(1024, 4096) and not wrappers.long_column(64, 4096)
     assert not wrappers.long_column(4096, 1) and wrappers.long_column(4097, 1)
     like = torch.empty(0)
@@ -38,7 +38,9 @@ def test_column_tiles():
     try:
         wrappers.compiled = lambda t: True
         assert wrappers.along_setup((16, 1024, 4096), like, 1, loop=True)[3] == {"BLOCK_R": 128, "BLOCK_C": 32}
-        assert wrappers.along_setup((16, 64, 4096), like, 1)[3] == {"BLOCK_R": 64, "BLOCK_C": 64}
+        assert wrappers.along_setup((16, 64, 4096), like, 1)[3] == {"BLOCK_R": 64, "BLOCK_C": 64, "AXIS": 0}
+        # a short last dim: rows of the tile are contiguous in memory (its axis 1 runs along the extent)
+        assert wrappers.along_setup((4096, 6), like, 1)[3]["AXIS"] == 1
     finally:
         wrappers.compiled = old
     assert tuning.kernel_dims("Softmax", {"dim": 1}, [[16, 1024, 4096]], [])[0] == "along_loop_kernel"
