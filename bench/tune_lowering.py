@@ -56,12 +56,13 @@ def launcher(p: Program, k: int, tmp: Path):
     if is_elementwise(node.op):
         return elementwise_launcher(p, k, tmp)
     shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+    out_shape = p.tensors[node.outputs[0]].shape
 
     @functools.lru_cache(maxsize=None)
     def code(config_json: str):
-        config = tuning.resolved(node.op, node.params, shapes, json.loads(config_json))
+        config = tuning.resolved(node.op, node.params, shapes, out_shape, json.loads(config_json))
         small, config = split_small(config)  # a conv's kernel: the emitter's wrapper choice (conv, conv_small)
-        text = launch_call(node, shapes[0], p.tensors[node.outputs[0]].shape, {"SMALL": small} if small else None)
+        text = launch_call(node, shapes[0], out_shape, {"SMALL": small} if small else None)
         return compile(text[:-1] + ", config=__config__)", "<launch>", "eval"), config
 
     def call(env, config):

@@ -321,7 +321,7 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     out_shape = tuple(p.tensors[anchor_out].shape)
     shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
     dims = kernel_dims(node.op, node.params, shapes, out_shape)
-    config = resolved(node.op, node.params, shapes, config_for(*dims, gpu) if dims else None)
+    config = resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu) if dims else None)
     base, fixed, setup = _setup(node, shape, x, w, out_shape, config)
     split = base == "norm_apply_kernel"
     lines.append(f"    out, grid, {'stats_args, ' if split else ''}args, meta = {setup}")
@@ -414,7 +414,7 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
             out_shape = p.tensors[node.outputs[0]].shape
             shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
             dims = kernel_dims(node.op, node.params, shapes, out_shape)
-            config = resolved(node.op, node.params, shapes, config_for(*dims, gpu) if dims else None)
+            config = resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu) if dims else None)
             in_shape = p.tensors[node.inputs[0]].shape
             line = f"tensor_{node.outputs[0]} = {launch_call(node, in_shape, out_shape, config)}"
             src = None

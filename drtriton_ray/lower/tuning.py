@@ -61,17 +61,18 @@ def conv_taps(params: dict, weight: list[int], transposed: bool) -> int:
     return _prod(-(-k // step) for k in weight[2:])
 
 
-def resolved(op: str, params: dict, in_shapes: list[list[int]], config: dict | None) -> dict | None:
+def resolved(op: str, params: dict, in_shapes: list[list[int]], out_shape, config: dict | None) -> dict | None:
     """A launch's config with what the emitter decides before the wrapper runs: a conv's kernel, "SMALL" (its
     wrapper conv_small, conv_small_kernel; else conv, conv_kernel). A config that says sets it; one without it was
-    tuned for conv_kernel (tiles named BLOCK_P); none: wrappers.small_reduction by input channels a group and taps."""
+    tuned for conv_kernel; none: wrappers.small_reduction (input channels a group, taps, output positions)."""
     if not op.startswith("Conv") or (config and "SMALL" in config):
         return config
     if config:
         return {**config, "SMALL": False}
     transposed = op.startswith("ConvTranspose")
     cin_g = in_shapes[0][1] // params["groups"]
-    return {"SMALL": wrappers.small_reduction(cin_g, conv_taps(params, in_shapes[1], transposed))}
+    positions = _prod(out_shape) // out_shape[1]
+    return {"SMALL": wrappers.small_reduction(cin_g, conv_taps(params, in_shapes[1], transposed), positions)}
 
 
 def bucket(dims) -> str:
@@ -137,9 +138,9 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
             return gemm
         small = candidates("conv_small_kernel", None) if dims[1] <= 256 else []  # channels x taps of a weight
         return [{"SMALL": False, **c} for c in gemm] + [{"SMALL": True, **c} for c in small]
-    if kernel == "conv_small_kernel":  # output channels x rows x positions along a row
-        tiles = ((64, 1, 128), (32, 1, 256), (128, 1, 64), (64, 2, 64), (32, 4, 64), (16, 1, 512))
-        return [{"BLOCK_CO": c, "BLOCK_R": r, "BLOCK_W": w, "num_warps": n} for c, r, w in tiles for n in (4, 8)]
+    if kernel == "conv_small_kernel":  # output channels x positions, warps: a thread's channels x positions
+        tiles = ((16, 512, 4), (8, 1024, 4), (16, 1024, 8), (16, 256, 2), (32, 512, 8), (4, 2048, 8), (32, 256, 4))
+        return [{"BLOCK_CO": c, "BLOCK_P": p, "num_warps": w} for c, p, w in tiles]
     if kernel == "pool_rows_kernel":
         tiles = ((1, 256), (2, 128), (8, 32), (4, 128), (32, 16))
         return warps + [{"BLOCK_R": r, "BLOCK_W": w, "num_warps": 4} for r, w in tiles]

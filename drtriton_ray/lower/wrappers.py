@@ -469,33 +469,32 @@ def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transpos
     return out
 
 
-def small_reduction(cin_g, taps):
-    """Whether a conv (cin_g input channels a group, `taps` kernel taps a phase) takes conv_small_kernel: a sum of
-    few terms, below tl.dot's K of 16 channels a step, with few enough taps to unroll."""
-    return cin_g < 16 and taps <= 64
+def small_reduction(cin_g, taps, positions):
+    """Whether a conv (cin_g input channels a group, `taps` kernel taps a phase, output positions a phase and output
+    channel) takes conv_small_kernel: a sum of few terms, whose tl.dot steps (16 channels x taps) would be padded
+    or gather few channels a tap; int32 positions."""
+    return cin_g < 16 and cin_g * taps <= 256 and positions < 2**31
 
 
-def conv_small_blocks(cout_g, rows, qw, compiled):
-    """(BLOCK_CO, BLOCK_R, BLOCK_W) for conv_small_kernel: output channels x rows x positions along the row. Compiled,
-    8192 accumulators (64 a thread under 4 warps), up to 64 channels and 1024 positions; a row is one block wide
-    where it fits (a block of one row skips the kernel rows that row does not reach). Interpreted, 2^16."""
-    block_co = min(triton.next_power_of_2(cout_g), 64 if compiled else 128)
+def conv_small_blocks(cout_g, positions, compiled):
+    """(BLOCK_CO, BLOCK_P) for conv_small_kernel: output channels x positions. Compiled, a thread holds every channel
+    of BLOCK_P / 128 positions (4 warps), BLOCK_CO + BLOCK_P / 128 loads for their product's FMAs: 16 x 512 (64
+    accumulators a thread), fewer channels for longer blocks. Interpreted, 2^16."""
+    block_co = min(triton.next_power_of_2(cout_g), 16 if compiled else 128)
     block_p = min((8192 if compiled else 1 << 16) // block_co, 1024 if compiled else 1 << 16)
-    block_w = min(triton.next_power_of_2(qw), block_p)
-    return block_co, max(1, min(block_p // block_w, triton.next_power_of_2(rows))), block_w
+    return block_co, max(32, min(block_p, triton.next_power_of_2(positions)))
 
 
 def conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
-    """(out, grid, arguments after x, launch constants) of conv_small_kernel (conv_args): grid (phases x row
-    blocks x blocks along the row, output channel blocks); the taps per phase are its constexprs J."""
+    """(out, grid, arguments after x, launch constants) of conv_small_kernel (conv_args): grid (phases x position
+    blocks, output channel blocks)."""
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     head, tail, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
-    cout_g, rows = out_shape[1] // groups, x.shape[0] * q[0] * q[1]
-    block_co, block_r, block_w = conv_small_blocks(cout_g, rows, q[2], compiled(x))
-    meta = tuned({"BLOCK_CO": block_co, "BLOCK_R": block_r, "BLOCK_W": block_w}, config, x)
-    blocks = triton.cdiv(rows, meta["BLOCK_R"]) * triton.cdiv(q[2], meta["BLOCK_W"])
-    grid = (phases * blocks, groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
-    return out, grid, (*head, *tail), {**meta, "JD": taps[0], "JH": taps[1], "JW": taps[2]}
+    cout_g, positions = out_shape[1] // groups, x.shape[0] * q[0] * q[1] * q[2]
+    block_co, block_p = conv_small_blocks(cout_g, positions, compiled(x))
+    meta = tuned({"BLOCK_CO": block_co, "BLOCK_P": block_p}, config, x)
+    grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
+    return out, grid, (*head, *taps, *tail), meta
 
 
 def conv_small(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
