@@ -6,7 +6,9 @@ in the table the emitter bakes in (lower/tuning.py). Other GPUs' entries in the 
     python bench/tune_lowering.py --out configs/lowering-tuning.json     # on a CUDA machine (~10 min)
 
 Each launch is timed through the library's own wrapper (an elementwise one through its generated wrapper) with
-`config=`, the same literal the emitter passes; fused variants share their anchor's tiles and configuration."""
+`config=`, the same literal the emitter passes; fused variants share their anchor's tiles and configuration. A conv's
+candidates carry "SMALL" (lower/tuning.py: resolved), which picks the wrapper (conv_small or conv) as the emitter
+does: the table can choose the kernel per shape bucket."""
 
 from __future__ import annotations
 
