@@ -6,7 +6,9 @@ in the table the emitter bakes in (lower/tuning.py). Other GPUs' entries in the 
     python bench/tune_lowering.py --out configs/lowering-tuning.json     # on a CUDA machine (~10 min)
 
 Each launch is timed through the library's own wrapper (an elementwise one through its generated wrapper) with
-`config=`, the same literal the emitter passes; fused variants share their anchor's tiles and configuration."""
+`config=`, the same literal the emitter passes; fused variants share their anchor's tiles and configuration. A conv's
+candidates carry "SMALL" (lower/tuning.py: resolved), which picks the wrapper (conv_small or conv) as the emitter
+does: the table can choose the kernel per shape bucket."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import triton.testing
 
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.elementwise import is_elementwise
-from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, library_source
+from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, library_source, split_small
 from drtriton_ray.ops import REGISTRY
 from drtriton_ray.synth import Program, Sampler, SynthConfig
 
@@ -55,9 +57,21 @@ def launcher(p: Program, k: int, tmp: Path):
     node = p.nodes[k]
     if is_elementwise(node.op):
         return elementwise_launcher(p, k, tmp)
-    text = launch_call(node, p.tensors[node.inputs[0]].shape, p.tensors[node.outputs[0]].shape, None)
-    code = compile(text[:-1] + ", config=__config__)", "<launch>", "eval")
-    return lambda env, config: eval(code, {**vars(wrappers), **env, "__config__": config})
+    shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+    out_shape = p.tensors[node.outputs[0]].shape
+
+    @functools.lru_cache(maxsize=None)
+    def code(config_json: str):
+        config = tuning.resolved(node.op, node.params, shapes, out_shape, json.loads(config_json))
+        small, config = split_small(config)  # a conv's kernel: the emitter's wrapper choice (conv, conv_small)
+        text = launch_call(node, shapes[0], out_shape, {"SMALL": small} if small else None)
+        return compile(text[:-1] + ", config=__config__)", "<launch>", "eval"), config
+
+    def call(env, config):
+        launch, rest = code(json.dumps(config, sort_keys=True))
+        return eval(launch, {**vars(wrappers), **env, "__config__": rest})
+
+    return call
 
 
 def environment(p: Program, k: int, device: str = "cuda") -> dict:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_elementwise
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
-from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims
+from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, resolved
 from drtriton_ray.synth.dag import Node, Program, Tensor
 from drtriton_ray.synth.render import forward_signature
 
@@ -39,8 +39,10 @@ class NotLowerable(Exception):
 
 
 def launch_call(node: Node, in_shape: list[int], out_shape: list[int], config: dict | None = None) -> str:
-    """The forward line's right-hand side for a non-elementwise node (a tuned launch config as a last argument)."""
-    call = _plain_call(node, in_shape, out_shape)
+    """The forward line's right-hand side for a non-elementwise node (a tuned launch config as a last argument; a
+    conv's "SMALL", see tuning.resolved, picks its wrapper and is not passed on)."""
+    small, config = split_small(config)
+    call = _plain_call(node, in_shape, out_shape, small)
     if not config or call.startswith(("transpose", "triangle", "cat", "stack")):
         return call
     return f"{call[:-1]}, {config!r})"
@@ -58,7 +60,14 @@ def is_split_norm(node: Node, shape) -> bool:
     return dims is not None and dims[0] == "split_norm"
 
 
-def _plain_call(node: Node, in_shape: list[int], out_shape: list[int]) -> str:
+def split_small(config: dict | None) -> tuple[bool, dict | None]:
+    """(whether a conv launches conv_small_kernel, the config for its wrapper): the emitter's choice, not a launch
+    constant."""
+    rest = {k: v for k, v in (config or {}).items() if k != "SMALL"}
+    return bool((config or {}).get("SMALL")), rest or None
+
+
+def _plain_call(node: Node, in_shape: list[int], out_shape: list[int], small: bool = False) -> str:
     x = [f"tensor_{i}" for i in node.inputs]
     w = [f"self.weight_{i}" for i in node.weights]
     p = node.params
@@ -96,7 +105,8 @@ def _plain_call(node: Node, in_shape: list[int], out_shape: list[int]) -> str:
         out_shape = tuple(out_shape)
         if node.op.startswith("Conv"):
             return (
-                f"conv({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}, "
+                f"{'conv_small' if small else 'conv'}({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, "
+                f"{p['padding']}, {p['dilation']}, "
                 f"{p['groups']}, {node.op.startswith('ConvTranspose')})"
             )
         return f"pool({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}, {node.op.startswith('Max')})"
@@ -279,6 +289,7 @@ def _describe(p: Program, nodes: list[int]) -> str:
 def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tuple, config: dict | None):
     """(library kernel, its fixed constexprs, the wrapper's setup call) of an anchor over a `shape` input named
     x[0], other tensor inputs x[1:], weights w."""
+    small, config = split_small(config)
     p, cfg = node.params, f", config={config!r}" if config else ""
     if node.op in REDUCE_OPS:
         op = REDUCE_OPS[node.op]
@@ -303,8 +314,9 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         return "matmul_kernel", {"HAS_BIAS": True}, f"linear_setup({x[0]}, {w[0]}, {w[1]}{cfg})"
     if node.op.startswith("Conv"):
         t = node.op.startswith("ConvTranspose")
-        call = f"conv_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
-        return "conv_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
+        name = "conv_small" if small else "conv"
+        call = f"{name}_setup({x[0]}, {w[0]}, {w[1]}, {out_shape}, {p['stride']}, {p['padding']}, {p['dilation']}"
+        return f"{name}_kernel", {"TRANSPOSED": t}, f"{call}, {p['groups']}, {t}{cfg})"
     if node.op in LAYOUT_OPS:
         return "transpose_tile_kernel", {}, f"permute_setup({x[0]}, {permutation(node, len(shape))}{cfg})"
     call = f"pool_setup({x[0]}, {out_shape}, {p['kernel']}, {p['stride']}, {p['padding']}{cfg})"
@@ -349,8 +361,10 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
         x = [param(f"tensor_{t}") for t in node.inputs]
     w = [param(f"self.weight_{t}") for t in node.weights]
     out_shape = tuple(p.tensors[anchor_out].shape)
-    dims = kernel_dims(node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape)
-    base, fixed, setup = _setup(node, shape, x, w, out_shape, config_for(*dims, gpu) if dims else None)
+    shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+    dims = kernel_dims(node.op, node.params, shapes, out_shape)
+    config = resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu) if dims else None)
+    base, fixed, setup = _setup(node, shape, x, w, out_shape, config)
     split = base == "norm_apply_kernel"
     lines.append(f"    out, grid, {'stats_args, ' if split else ''}args, meta = {setup}")
     final = anchor_out
@@ -487,10 +501,9 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
         else:
             node = p.nodes[f.anchor]
             out_shape = p.tensors[node.outputs[0]].shape
-            dims = kernel_dims(
-                node.op, node.params, [p.tensors[t].shape for t in node.inputs + node.weights], out_shape
-            )
-            config = config_for(*dims, gpu) if dims else None
+            shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+            dims = kernel_dims(node.op, node.params, shapes, out_shape)
+            config = resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu) if dims else None)
             in_shape = p.tensors[node.inputs[0]].shape
             line = f"tensor_{node.outputs[0]} = {launch_call(node, in_shape, out_shape, config)}"
             src = None

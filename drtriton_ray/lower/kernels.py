@@ -484,7 +484,7 @@ def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOC
 @triton.jit
 def conv_phase(pid, n_pblocks, qd, qh, qw, g, cg, co, CIN_G, COUT_G, taps, KD, KH, KW, SD, SH, SW, PD, PH, PW,
                RH, RW, TD, TH, TW, ID, IH, IW, TRANSPOSED: tl.constexpr):
-    """conv_kernel's setup per program: for the per-dim positions q, the outputs o they stand for and the gather's
+    """A conv kernel's setup per program: for the per-dim positions q, the outputs o they stand for and the gather's
     base b; the phase's residues r (0 for a direct conv, which never reads them) and first taps k0; the weight row
     of each output channel and the weight stride of an input channel."""
     # the input position per dim is b + a: b from the output position, a from the tap, so the gather's offsets
@@ -608,6 +608,74 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
     o_off = (n[None, :] * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
     tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
 
+
+@triton.jit
+def conv_small_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
+                      SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH,
+                      IW, TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
+    """Direct (transposed) convolution over (N, C, D, H, W) for a small reduction: few input channels x taps, such
+    as one channel under a 6x6 kernel (36 terms, which tl.dot steps of K = 16 pad to 48). Each (tap, input channel)
+    adds an outer product, a column of weights times a row of inputs, to the [BLOCK_CO, BLOCK_P] output tile:
+    float32 FMAs, as exact as the reference. A thread holds all BLOCK_CO channels of BLOCK_P / (32 x warps)
+    positions, so a narrow, long tile (16 x 512) loads fewest operands per FMA; weights load unmasked.
+
+    Positions are flat over (qd, qh, image, qw), qw fastest: a block's positions mostly share their row (qd, qh),
+    and a kernel row of taps (kd, kh) that reaches no input row of the block is skipped (a one-row input under a
+    6x6 kernel with padding 3 is read by one kernel row of six). int32 positions (the wrapper's choice: fewer than
+    2^31). A transposed conv is a gather too, by phases (conv_phase): output o takes input
+    (o + pad - tap * dil) / stride where the division is exact; a phase's taps are every T-th from k0 (J of them)."""
+    pid = tl.program_id(0)
+    n_pblocks = (N * QD * QH * QW + BLOCK_P - 1) // BLOCK_P
+    q = (pid % n_pblocks) * BLOCK_P + tl.arange(0, BLOCK_P)
+    qw = q % QW
+    n = (q // QW) % N
+    qh = (q // (QW * N)) % QH
+    qd = q // (QW * N * QH)
+    n_cblocks = (COUT_G + BLOCK_CO - 1) // BLOCK_CO
+    g = tl.program_id(1) // n_cblocks
+    cg = (tl.program_id(1) % n_cblocks) * BLOCK_CO + tl.arange(0, BLOCK_CO)  # channel in group
+    co = g * COUT_G + cg
+    co_ok = cg < COUT_G
+    cw = tl.where(co_ok, cg, COUT_G - 1)  # weights load unmasked: channels past the group's last read its last
+    od, oh, ow, bd, bh, bw, rd, rh, rw, kd0, kh0, kw0, w_row, w_cs = conv_phase(
+        pid, n_pblocks, qd, qh, qw, g, cw, g * COUT_G + cw, CIN_G, COUT_G, KD * KH * KW, KD, KH, KW, SD, SH, SW,
+        PD, PH, PW, RH, RW, TD, TH, TW, ID, IH, IW, TRANSPOSED)
+    p_ok = (qd < QD) & (od < OD) & (oh < OH) & (ow < OW)
+    x_img = (n.to(tl.int64) * C + g * CIN_G) * D * H * W  # the group's first input channel; int64: x may pass 2^31
+    acc = tl.zeros([BLOCK_CO, BLOCK_P], dtype=tl.float32)
+    acc += tl.load(b_ptr + co, mask=co_ok, other=0.0).to(tl.float32)[:, None]
+    for jd in range(JD):
+        for jh in range(JH):
+            kd = kd0 + jd * TD
+            kh = kh0 + jh * TH
+            if TRANSPOSED:  # exact divisions for the taps that exist
+                i_d = bd + (rd + PD - kd * DD) // SD
+                i_h = bh + (rh + PH - kh * DH) // SH
+                row_ok = tl.where((kd < KD) & (kh < KH), p_ok, False)  # not &: int32 in the interpreter
+            else:
+                i_d = bd + kd * DD
+                i_h = bh + kh * DH
+                row_ok = p_ok
+            row_ok = row_ok & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)
+            if tl.max(row_ok.to(tl.int32), axis=0) > 0:  # some position of the block reads this kernel row
+                x_row = x_ptr + x_img + (i_d * H + i_h) * W
+                w_tap = w_ptr + w_row + (kd * KH + kh) * KW
+                for ci in range(CIN_G):
+                    for jw in range(JW):
+                        kw = kw0 + jw * TW
+                        if TRANSPOSED:  # a tap past the kernel: inputs masked, the weight read from the last tap
+                            i_w = bw + (rw + PW - kw * DW) // SW
+                            ok = tl.where(kw < KW, row_ok, False)
+                            kw = tl.where(kw < KW, kw, KW - 1)
+                        else:
+                            i_w = bw + kw * DW
+                            ok = row_ok
+                        ok = ok & (i_w >= 0) & (i_w < W)
+                        x = tl.load(x_row + ci * D * H * W + i_w, mask=ok, other=0.0).to(tl.float32)
+                        w = tl.load(w_tap + ci * w_cs + kw).to(tl.float32)
+                        acc += w[:, None] * x[None, :]  # no sum over an axis: that compiled wrong (H100, Triton 3.6)
+    o_off = (n[None, :].to(tl.int64) * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
+    tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
 
 @triton.jit
 def pool_rows_kernel(x_ptr, out_ptr, n_rows, D, H, W, OD, OH, OW, KD, KH, SD, SH, SW, PD, PH, PW,

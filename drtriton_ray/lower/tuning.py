@@ -53,6 +53,28 @@ def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: li
     return None
 
 
+def conv_taps(params: dict, weight: list[int], transposed: bool) -> int:
+    """A conv's kernel taps per phase (all of them for a direct conv; a transposed one's phase is reached by every
+    stride / gcd(stride, dilation)-th tap per dim), as conv_args counts them."""
+    stride, dilation = params["stride"], params["dilation"]
+    step = next(t for t in range(1, stride + 1) if t * dilation % stride == 0) if transposed else 1
+    return _prod(-(-k // step) for k in weight[2:])
+
+
+def resolved(op: str, params: dict, in_shapes: list[list[int]], out_shape, config: dict | None) -> dict | None:
+    """A launch's config with what the emitter decides before the wrapper runs: a conv's kernel, "SMALL" (its
+    wrapper conv_small, conv_small_kernel; else conv, conv_kernel). A config that says sets it; one without it was
+    tuned for conv_kernel; none: wrappers.small_reduction (input channels a group, taps, output positions)."""
+    if not op.startswith("Conv") or (config and "SMALL" in config):
+        return config
+    if config:
+        return {**config, "SMALL": False}
+    transposed = op.startswith("ConvTranspose")
+    cin_g = in_shapes[0][1] // params["groups"]
+    positions = _prod(out_shape) // out_shape[1]
+    return {"SMALL": wrappers.small_reduction(cin_g, conv_taps(params, in_shapes[1], transposed), positions)}
+
+
 def bucket(dims) -> str:
     """Sizes rounded up to powers of two: shapes alike enough to share a configuration."""
     return "x".join(str(1 << max(0, int(d) - 1).bit_length()) for d in dims)
@@ -108,10 +130,17 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
         return warps + [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (4096, 8), (8192, 8))]
     if kernel == "batch_norm_kernel":
         return warps + [{"BLOCK": b, "BLOCK_C": c, "num_warps": 4} for b, c in ((1024, 1), (256, 4), (4096, 1))]
-    if kernel == "conv_kernel":
-        return [
+    if kernel == "conv_kernel":  # tl.dot's tiles; with the shape known, each kernel's ("SMALL", see resolved)
+        gemm = [
             {"BLOCK_P": p, "BLOCK_CO": c, "num_warps": w} for p in (32, 64, 128) for c in (16, 32, 64) for w in (4, 8)
         ]
+        if dims is None:
+            return gemm
+        small = candidates("conv_small_kernel", None) if dims[1] <= 256 else []  # channels x taps of a weight
+        return [{"SMALL": False, **c} for c in gemm] + [{"SMALL": True, **c} for c in small]
+    if kernel == "conv_small_kernel":  # output channels x positions, warps: a thread's channels x positions
+        tiles = ((16, 512, 4), (8, 1024, 4), (16, 1024, 8), (16, 256, 2), (32, 512, 8), (4, 2048, 8), (32, 256, 4))
+        return [{"BLOCK_CO": c, "BLOCK_P": p, "num_warps": w} for c, p, w in tiles]
     if kernel == "pool_rows_kernel":
         tiles = ((1, 256), (2, 128), (8, 32), (4, 128), (32, 16))
         return warps + [{"BLOCK_R": r, "BLOCK_W": w, "num_warps": 4} for r, w in tiles]

@@ -5,8 +5,9 @@ import torch
 import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
-                                        matmul_kernel, norm_apply_kernel, norm_stats_kernel, pool_rows_kernel,
-                                        reduce_kernel, row_norm_kernel, strided_copy_kernel, transpose_tile_kernel,
+                                        conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_stats_kernel,
+                                        pool_rows_kernel, reduce_kernel, row_norm_kernel, strided_copy_kernel,
+                                        transpose_tile_kernel,
                                         triangle_kernel)
 
 
@@ -464,18 +465,16 @@ def conv_blocks(cout_g, cin_g, taps, positions, compiled):
     return block_co, block_ci, block_j, max(16, min(block_p, triton.next_power_of_2(positions)))
 
 
-def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
-    """(out, grid, arguments after x, launch constants) of conv_kernel for Conv{1,2,3}d and their transposes
-    (output_padding only shows in out_shape)."""
+def conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed):
+    """(arguments after x up to the taps, after the taps, the taps per phase J, positions per phase q, phases) of
+    conv_kernel and conv_small_kernel for Conv{1,2,3}d and their transposes (output_padding only shows in the
+    output's shape)."""
     n = x.dim() - 2
-    out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
-    outs = spatial3(out_shape[2:], n, 1)
+    outs = spatial3(out.shape[2:], n, 1)
     k = spatial3(weight.shape[2:], n, 1)
     s = spatial3((stride,) * n, n, 1)
     dil = spatial3((dilation,) * n, n, 1)
-    cin_g = x.shape[1] // groups
-    cout_g = out_shape[1] // groups
     if transposed:
         # outputs in one phase (residue mod stride; those below the output size) share their taps; taps `step`
         # apart reach the same phase, step = stride / gcd(stride, dilation); the kernel finds the first one with
@@ -487,21 +486,63 @@ def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
     else:
         steps, inverses, q, residues = (1, 1, 1), (0, 0, 0), outs, (1, 1, 1)
     taps = tuple(triton.cdiv(ki, st) for ki, st in zip(k, steps))
+    head = (weight, bias, out, x.shape[0], x.shape[1], d, h, w, out.shape[1], *outs, x.shape[1] // groups,
+            out.shape[1] // groups, *k, *s, *spatial3((padding,) * n, n, 0), *dil, *q, *residues)
+    return head, (*steps, *inverses), taps, q, residues[0] * residues[1] * residues[2]
+
+
+def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
+    """(out, grid, arguments after x, launch constants) of conv_kernel (conv_args)."""
+    out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
+    head, tail, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
+    cin_g, cout_g = x.shape[1] // groups, out_shape[1] // groups
     positions = x.shape[0] * q[0] * q[1] * q[2]
     block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2], positions,
                                                       compiled(x))
     meta = tuned({"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_J": block_j, "BLOCK_P": block_p}, config, x)
-    phases = residues[0] * residues[1] * residues[2]
     grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
-    args = (weight, bias, out, x.shape[0], x.shape[1], d, h, w, out_shape[1], *outs, cin_g, cout_g, *k, *s,
-            *spatial3((padding,) * n, n, 0), *dil, *q, *residues, *taps, *steps, *inverses)
-    return out, grid, args, meta
+    return out, grid, (*head, *taps, *tail), meta
 
 
 def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
     out, grid, args, meta = conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed,
                                        config)
     conv_kernel[grid](x, *args, TRANSPOSED=transposed, **meta)
+    return out
+
+
+def small_reduction(cin_g, taps, positions):
+    """Whether a conv (cin_g input channels a group, `taps` kernel taps a phase, output positions a phase and output
+    channel) takes conv_small_kernel: a sum of few terms, whose tl.dot steps (16 channels x taps) would be padded
+    or gather few channels a tap; int32 positions."""
+    return cin_g < 16 and cin_g * taps <= 256 and positions < 2**31
+
+
+def conv_small_blocks(cout_g, positions, compiled):
+    """(BLOCK_CO, BLOCK_P) for conv_small_kernel: output channels x positions. Compiled, a thread holds every channel
+    of BLOCK_P / 128 positions (4 warps), BLOCK_CO + BLOCK_P / 128 loads for their product's FMAs: 16 x 512 (64
+    accumulators a thread), fewer channels for longer blocks. Interpreted, 2^16."""
+    block_co = min(triton.next_power_of_2(cout_g), 16 if compiled else 128)
+    block_p = min((8192 if compiled else 1 << 16) // block_co, 1024 if compiled else 1 << 16)
+    return block_co, max(32, min(block_p, triton.next_power_of_2(positions)))
+
+
+def conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
+    """(out, grid, arguments after x, launch constants) of conv_small_kernel (conv_args): grid (phases x position
+    blocks, output channel blocks)."""
+    out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
+    head, tail, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
+    cout_g, positions = out_shape[1] // groups, x.shape[0] * q[0] * q[1] * q[2]
+    block_co, block_p = conv_small_blocks(cout_g, positions, compiled(x))
+    meta = tuned({"BLOCK_CO": block_co, "BLOCK_P": block_p}, config, x)
+    grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
+    return out, grid, (*head, *taps, *tail), meta
+
+
+def conv_small(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
+    out, grid, args, meta = conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, groups,
+                                             transposed, config)
+    conv_small_kernel[grid](x, *args, TRANSPOSED=transposed, **meta)
     return out
 
 

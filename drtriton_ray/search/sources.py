@@ -402,6 +402,7 @@ CONFIGURED_CALLS = {
     **dict.fromkeys(("split_norm", "split_norm_setup"), "split_norm"),
     **dict.fromkeys(("matmul", "linear", "matmul_setup", "linear_setup"), "matmul_kernel"),
     **dict.fromkeys(("conv", "conv_setup"), "conv_kernel"),
+    **dict.fromkeys(("conv_small", "conv_small_setup"), "conv_small_kernel"),
     **dict.fromkeys(("pool", "pool_setup"), "pool_rows_kernel"),
 }
 
