@@ -520,10 +520,11 @@ def small_reduction(cin_g, taps, positions):
 
 def conv_small_blocks(cout_g, positions, compiled):
     """(BLOCK_CO, BLOCK_P) for conv_small_kernel: output channels x positions. Compiled, a thread holds every channel
-    of BLOCK_P / 128 positions (4 warps), BLOCK_CO + BLOCK_P / 128 loads for their product's FMAs: 16 x 512 (64
-    accumulators a thread), fewer channels for longer blocks. Interpreted, 2^16."""
+    of BLOCK_P / 64 positions (2 warps, conv_small_setup), BLOCK_CO + BLOCK_P / 64 loads for their product's FMAs:
+    16 x 256 (64 accumulators a thread), fewer channels for longer blocks; on an H200 the fastest of five tiles on
+    the probe's one- to eight-channel convs (bench/conv_probe.py). Interpreted, 2^16."""
     block_co = min(triton.next_power_of_2(cout_g), 16 if compiled else 128)
-    block_p = min((8192 if compiled else 1 << 16) // block_co, 1024 if compiled else 1 << 16)
+    block_p = min((4096 if compiled else 1 << 16) // block_co, 1024 if compiled else 1 << 16)
     return block_co, max(32, min(block_p, triton.next_power_of_2(positions)))
 
 
@@ -534,7 +535,8 @@ def conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, grou
     head, tail, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
     cout_g, positions = out_shape[1] // groups, x.shape[0] * q[0] * q[1] * q[2]
     block_co, block_p = conv_small_blocks(cout_g, positions, compiled(x))
-    meta = tuned({"BLOCK_CO": block_co, "BLOCK_P": block_p}, config, x)
+    warps = {"num_warps": 2} if compiled(x) else {}
+    meta = tuned({"BLOCK_CO": block_co, "BLOCK_P": block_p, **warps}, config, x)
     grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
     return out, grid, (*head, *taps, *tail), meta
 
