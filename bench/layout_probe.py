@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import gc
-import importlib.util
 import json
 import os
 import sys
@@ -34,20 +33,12 @@ from rich.table import Table  # noqa: E402
 from drtriton_ray.lower.emit import fragments, lower_program  # noqa: E402
 from drtriton_ray.synth import Program, Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.synth.validate import full_float32, load_problem  # noqa: E402
+from lowering_profile import load_candidate  # noqa: E402 - bench/, the script's own folder
 
 # level-2 indices (seed 7, paper profile): 13 LogSoftmax+Transpose, 41 Transpose+ELU, 2 Transpose+AvgPool1d,
 # 42 Transpose+Max, 10 LayerNorm+Max, 23 LogSoftmax+Softmax, 31 Maximum+Hardswish, 14 Mul+Tanh
 PROGRAMS = "13,41,2,42,10,23,31,14"
 KINDS = ("fused", "unfused", "eager", "compile")
-
-
-def load_module(source: str, path: Path):
-    """The generated module imported from a file, as the verifier does (Triton reads kernel source)."""
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
 
 
 def timer(smoke: bool):
@@ -79,7 +70,7 @@ def probe(rec, args, tmp: Path) -> dict:
         runs["compile"] = torch.compile(model)
     for kind, fuse in (("fused", True), ("unfused", False)):
         source = lower_program(prog, rec.source, fuse=fuse)
-        mod = load_module(source, tmp / f"{kind}_{rec.id.replace('-', '_')}.py")
+        mod = load_candidate(source, tmp / f"{kind}_{rec.id.replace('-', '_')}.py")
         torch.manual_seed(rec.seed)
         runs[kind] = mod.ModelNew().to(device)
     row = {"index": rec.index, "name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(fragments(prog))}

@@ -36,6 +36,7 @@ KINDS = ("fused", "unfused", "eager", "compile")
 
 
 def load_candidate(source: str, path: Path):
+    """The generated module imported from a file, as the verifier does (Triton reads kernel source)."""
     path.write_text(source)
     spec = importlib.util.spec_from_file_location(path.stem, path)
     mod = importlib.util.module_from_spec(spec)

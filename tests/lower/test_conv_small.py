@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import torch
-import torch.nn.functional as F
 import test_lowering
 from test_lowering import _handmade, check_lowering
 
@@ -39,18 +38,8 @@ CASES = [
 
 
 def _conv(case):
-    n, transposed, groups, cin, cout, size, k, stride, padding, dilation, batch = case
-    x = torch.randn(batch, cin, *size)
-    b = torch.randn(cout)
-    if transposed:
-        w = torch.randn(cin, cout // groups, *[k] * n)
-        want = getattr(F, f"conv_transpose{n}d")(
-            x, w, b, stride=stride, padding=padding, groups=groups, dilation=dilation, output_padding=stride - 1
-        )
-    else:
-        w = torch.randn(cout, cin // groups, *[k] * n)
-        want = getattr(F, f"conv{n}d")(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
-    return x, w, b, want
+    *conv, batch = case
+    return test_lowering.torch_conv(tuple(conv), batch)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[f"case{i}" for i in range(len(CASES))])

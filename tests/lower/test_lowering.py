@@ -166,23 +166,33 @@ def tiled(request, monkeypatch):
             torch.set_default_device(None)
 
 
+def torch_conv(case, batch=2):
+    """(input, weight, bias, PyTorch's output) of a conv case (n, transposed, groups, cin, cout, size, k, stride,
+    padding, dilation): random values, `size` one side or every spatial size."""
+    import torch.nn.functional as F
+
+    n, transposed, groups, cin, cout, size, k, stride, padding, dilation = case
+    x = torch.randn(batch, cin, *([size] * n if isinstance(size, int) else size))
+    b = torch.randn(cout)
+    if transposed:
+        w = torch.randn(cin, cout // groups, *[k] * n)
+        want = getattr(F, f"conv_transpose{n}d")(
+            x, w, b, stride=stride, padding=padding, groups=groups, dilation=dilation, output_padding=stride - 1
+        )
+    else:
+        w = torch.randn(cout, cin // groups, *[k] * n)
+        want = getattr(F, f"conv{n}d")(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return x, w, b, want
+
+
 def test_conv_kernel_matches_torch(tiled):
     """Direct and transposed convs (strides, dilation, groups, output_padding), under every tiling."""
-    import torch.nn.functional as F
 
     wrappers = tiled
     torch.manual_seed(0)
-    for n, transposed, groups, cin, cout, size, k, stride, padding, dilation in CONVS:
-        x = torch.randn(2, cin, *[size] * n)
-        b = torch.randn(cout)
-        if transposed:
-            w = torch.randn(cin, cout // groups, *[k] * n)
-            want = getattr(F, f"conv_transpose{n}d")(
-                x, w, b, stride=stride, padding=padding, groups=groups, dilation=dilation, output_padding=stride - 1
-            )
-        else:
-            w = torch.randn(cout, cin // groups, *[k] * n)
-            want = getattr(F, f"conv{n}d")(x, w, b, stride=stride, padding=padding, dilation=dilation, groups=groups)
+    for case in CONVS:
+        n, transposed, groups, cin, cout, size, k, stride, padding, dilation = case
+        x, w, b, want = torch_conv(case)
         got = wrappers.conv(x, w, b, tuple(want.shape), stride, padding, dilation, groups, transposed)
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
 

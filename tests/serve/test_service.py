@@ -64,6 +64,14 @@ def get_init_inputs():
 """
 
 
+def slow_init(source: str) -> str:
+    """The program, taking 4 s to build its inputs to the model (a model loading its weights)."""
+    head = "def get_init_inputs():\n"
+    slow = source.replace(head, head + "    import time\n\n    time.sleep(4)\n")
+    assert slow != source
+    return slow
+
+
 @pytest.fixture(scope="module")
 def pool(tmp_path_factory):
     """A local verifier, independent of the service's, to check the answers again."""
@@ -239,16 +247,18 @@ def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service)
 
     client, settings = service
     (replica,) = verifier_replicas()
-    job_id = submit(client, read("swiglu"), "kill", k=3)
+    # The program takes 4 s to build its model, so the capture call is still on the replica when the kill lands
+    # (a kill between two calls loses nothing either, but then no call needs sending again).
+    job_id = submit(client, slow_init(read("swiglu")), "kill", k=3)
     status = wait(client, job_id, until=("running",) + TERMINAL)
-    while status["progress"]["stage"] not in ("capture", "verify") and status["state"] == "running":
+    while status["progress"]["stage"] != "capture" and status["state"] == "running":
         status = client.get(f"/v1/conversions/{job_id}").json()
         time.sleep(0.05)
     assert status["state"] == "running", "the job ended before the replica could be killed"
     ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
     status = wait(client, job_id, timeout=180)
     assert status["state"] == "succeeded", status["error"]
-    assert not status["result"]["kept_original"]
+    assert not status["result"]["kept_original"], status["result"]
     job = json.loads((Path(settings["state_dir"]) / "jobs" / f"{job_id}.json").read_text())
     assert job["verifier_resent"] >= 1 and job["attempts"] == 1  # the call was sent again, the search went on
     deadline = time.monotonic() + 60
