@@ -237,10 +237,6 @@ def candidate_parts(code: str, prefix: str, weight_ids: list[int]) -> CandidateP
 
 
 # -- the user's side -----------------------------------------------------------------------------------------
-def _mentions(node: ast.AST, name: str) -> bool:
-    return any(isinstance(n, ast.Name) and n.id == name for n in ast.walk(node))
-
-
 def _is_main_guard(node: ast.stmt) -> bool:
     return isinstance(node, ast.If) and "__name__" in ast.unparse(node.test)
 
@@ -254,15 +250,36 @@ def find_model(tree: ast.Module) -> ast.ClassDef:
 
 def preamble(source: str, tree: ast.Module) -> list[str]:
     """The user's module-level code, verbatim, but for what only the original may hold: Model, get_inputs,
-    get_init_inputs, a __main__ guard, and anything naming Model (the verifier bans the name in a candidate)."""
+    get_init_inputs, a __main__ guard, and anything naming them (the verifier bans the name Model in a candidate;
+    `_init = get_init_inputs` would name a function the solution lacks), or naming what such a statement defines."""
+    dropped, gone = set(USER_ENTRY_POINTS), set()
+    while True:  # until no statement names what is dropped (a function may name a later statement's name)
+        more = {
+            i
+            for i, node in enumerate(tree.body)
+            if i not in gone and (_is_main_guard(node) or _defines(node) & dropped or _mentions_any(node, dropped))
+        }
+        if not more:
+            break
+        gone |= more
+        for i in more:
+            dropped |= _defines(tree.body[i])
     lines = source.splitlines()
     out = []
-    for node in tree.body:
-        if getattr(node, "name", None) in USER_ENTRY_POINTS or _is_main_guard(node) or _mentions(node, "Model"):
-            continue
-        start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
-        out += lines[start - 1 : node.end_lineno]
+    for i, node in enumerate(tree.body):
+        if i not in gone:
+            start = min([node.lineno] + [d.lineno for d in getattr(node, "decorator_list", [])])
+            out += lines[start - 1 : node.end_lineno]
     return out
+
+
+def _defines(node: ast.stmt) -> set[str]:
+    """The module-level names a statement binds."""
+    return top_level_names(ast.Module(body=[node], type_ignores=[]))
+
+
+def _mentions_any(node: ast.AST, names: set[str]) -> bool:
+    return any(isinstance(n, ast.Name) and n.id in names for n in ast.walk(node))
 
 
 def state_expr(path: str) -> str:

@@ -207,3 +207,42 @@ def test_an_eval_graph_renders_an_eval_branch():
     h_eval, evaluated = new(x)
     torch.testing.assert_close(h_eval, h)
     torch.testing.assert_close(evaluated, train * 1.5)
+
+
+def test_the_preamble_leaves_out_what_names_the_entry_points():
+    """Module-level code that names Model, get_inputs or get_init_inputs, or a name such code defines, stays with
+    the original (the solution has none of them); the rest is kept verbatim."""
+    from drtriton_ray.search.assembly import preamble
+
+    source = """import torch
+SIZE = 64
+
+
+def helper(x):
+    return x * SIZE
+
+
+def warm():
+    return _init()
+
+
+class Model(torch.nn.Module):
+    def forward(self, x):
+        return helper(x)
+
+
+def get_inputs():
+    return [torch.randn(SIZE)]
+
+
+def get_init_inputs():
+    return []
+
+
+_init = get_init_inputs
+ALIAS = Model
+"""
+    kept = "\n".join(preamble(source, ast.parse(source)))
+    assert "SIZE = 64" in kept and "def helper" in kept and "import torch" in kept
+    for gone in ("_init", "def warm", "ALIAS", "class Model", "def get_inputs", "def get_init_inputs"):
+        assert gone not in kept, gone
