@@ -5,6 +5,7 @@ reach the GPUs that the workload asks for at its largest."""
 
 from __future__ import annotations
 
+import math
 import shlex
 from pathlib import Path
 
@@ -79,8 +80,9 @@ def serve_problems(spec: dict) -> list[Problem]:
             except ValidationError as e:
                 problems += pydantic_problems(e, (*at, "args"))
                 continue
-            if s.device == "cuda":  # one GPU per Verifier replica, and per Policy replica where a model is set
-                gpus += s.verifier.max_replicas + (s.policy.max_replicas if s.model else 0)
+            if s.device == "cuda":  # a GPU (or its share) per Verifier replica, and per Policy replica with a model
+                policy = s.policy.max_replicas * s.policy_gpus if s.model else 0
+                gpus += math.ceil(s.verifier.max_replicas * s.verifier_gpus + policy)
     asker = "Serve at max_replicas (one GPU per cuda Verifier or Policy replica)"
     return problems or capacity_problem(spec["rayClusterConfig"], ("spec", "rayClusterConfig"), gpus, asker)
 

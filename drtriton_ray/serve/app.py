@@ -4,7 +4,8 @@ The import path for Serve config files and KubeRay is `drtriton_ray.serve.app:bu
 `ServeSettings` fields (drtriton_ray/serve/config.py).
 
 Verifier replicas ask for one GPU each on `cuda` (pending GPU replicas are what make a cluster's autoscaler add
-GPU nodes) and `verifier_workers` CPUs: the pool's processes compile and check on them. Each deployment's
+GPU nodes) and `verifier_workers` CPUs: the pool's processes compile and check on them; `verifier_gpus` and
+`policy_gpus` below 1 let a Verifier and a Policy replica share one GPU. Each deployment's
 `resources` (custom resources a cluster's node types carry) pick the nodes its replicas run on."""
 
 from __future__ import annotations
@@ -45,7 +46,7 @@ def build_app(args: Optional[dict] = None) -> Application:
     verifier_resources = actor_options(
         settings.verifier,
         num_cpus=settings.verifier_workers,
-        **({"num_gpus": 1} if settings.device == "cuda" else {}),
+        **({"num_gpus": settings.verifier_gpus} if settings.device == "cuda" else {}),
     )
     verifier = Verifier.options(
         autoscaling_config=autoscaling(settings.verifier),
@@ -58,7 +59,7 @@ def build_app(args: Optional[dict] = None) -> Application:
     policy = None
     if settings.model:  # one engine per replica, shared by every search (drtriton_ray/serve/policy.py)
         policy_resources = actor_options(
-            settings.policy, num_cpus=1, **({"num_gpus": 1} if settings.device == "cuda" else {})
+            settings.policy, num_cpus=1, **({"num_gpus": settings.policy_gpus} if settings.device == "cuda" else {})
         )
         policy = Policy.options(
             autoscaling_config=autoscaling(settings.policy),

@@ -54,6 +54,10 @@ class ServeSettings(BaseModel):
     verifier_retries: int = Field(5, ge=0)  # a call whose replica died is sent again this many times
     verifier: Replicas = Replicas(min_replicas=1, max_replicas=1)
     verifier_max_ongoing: int = Field(1, ge=1)  # concurrent calls per replica: 1, concurrent timing corrupts times
+    # GPUs per Verifier and per Policy replica on cuda: shares below 1 put both on one GPU (a one-GPU machine with a
+    # model: 0.5 each; the policy's decoding then slows the verifier's timed runs, docs/results/rl-systems.md)
+    verifier_gpus: float = Field(1.0, gt=0, le=1)
+    policy_gpus: float = Field(1.0, gt=0, le=1)
     # search
     search: Replicas = Replicas(min_replicas=1, max_replicas=2, target_ongoing_requests=2)
     searches_per_replica: int = Field(2, ge=1)

@@ -68,3 +68,14 @@ def test_the_serve_command_is_registered_and_checks_its_config(tmp_path):
     assert result.exit_code == 2 and "device must be cpu or cuda" in result.output
     result = runner.invoke(app, ["serve", "--config", str(tmp_path / "missing.yaml")])
     assert result.exit_code == 2 and "missing.yaml" in result.output
+
+
+def test_gpu_shares_let_a_verifier_and_a_policy_share_one_gpu():
+    def gpus(app) -> tuple:
+        search = app._bound_deployment.init_args[0]._bound_deployment
+        verifier, _, policy = search.init_args
+        return tuple(d._bound_deployment.ray_actor_options["num_gpus"] for d in (verifier, policy))
+
+    assert gpus(build_app({"device": "cuda", "model": "/models/policy"})) == (1.0, 1.0)
+    shared = {"device": "cuda", "model": "/models/policy", "verifier_gpus": 0.5, "policy_gpus": 0.5}
+    assert gpus(build_app(shared)) == (0.5, 0.5)
