@@ -119,7 +119,9 @@ def table(stats: Stats, wall: float) -> str:
     return "\n".join(rows)
 
 
-def start_service(args) -> str:
+def start_service(args, **extra) -> str:
+    """Ray (--num-cpus) and Serve on a free port with --config's settings, --verifiers fixed replicas, fresh folders
+    under --root and `extra` settings on top; the service's URL once it answers."""
     import ray
     import yaml
 
@@ -132,6 +134,7 @@ def start_service(args) -> str:
         settings["verifier"] = {**settings.get("verifier", {}), "min_replicas": args.verifiers,
                                 "max_replicas": args.verifiers}  # fmt: skip
     settings |= {k: str(root / k.removesuffix("_dir")) for k in ("state_dir", "cache_dir", "dataset_dir")}
+    settings |= extra
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
