@@ -7,12 +7,15 @@ against eager and its own compile/eager ratio against torch.compile; a failure l
 
 KernelBench is fetched at run time into an ignored folder (never committed). `--count N` takes a seeded subset of
 N problems per level (`--seed`), the same ones on every run; 0 takes all. One verifier pool serves every problem;
-the cache is off unless `--cache DIR` (a repeat would measure the cache, not the search)."""
+the cache is off unless `--cache DIR` (a repeat would measure the cache, not the search). `--out` is rewritten after
+every problem, so a run cut short still leaves its rows."""
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
+import os
 import random
 import statistics
 import sys
@@ -110,6 +113,14 @@ def table(level: int, s: dict) -> Table:
     return t
 
 
+def save(path: str | None, data: dict) -> None:
+    """The JSON so far, after every problem (atomically): a run cut short still leaves its rows."""
+    if path:
+        tmp = Path(f"{path}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", type=Path, default=Path(".kernelbench/KernelBench"))
@@ -142,6 +153,8 @@ def main() -> int:
                     file=sys.stderr,
                     flush=True,
                 )
+                results[level] = {"rows": rows, "summary": summary(rows)}
+                save(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results})
             results[level] = {"rows": rows, "summary": summary(rows)}
             tables.append(table(level, results[level]["summary"]))
     return finish(tables, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results}, args.out)
