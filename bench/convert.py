@@ -51,6 +51,8 @@ def convert_one(path: Path, args, pool) -> dict:
             k=args.k,
             sources=args.sources.split(","),
             model=args.model,
+            samples=args.samples,
+            max_tokens=args.max_tokens,
             seed=args.seed,
             cache=args.cache,
             verifier=pool,
@@ -133,6 +135,8 @@ def main() -> int:
     ap.add_argument("--k", type=int, default=5)
     ap.add_argument("--sources", default="lowering")
     ap.add_argument("--model", default=None)
+    ap.add_argument("--samples", type=int, default=4, help="model answers per fragment (the model source)")
+    ap.add_argument("--max-tokens", type=int, default=1024, help="the model's answer length at most")
     ap.add_argument("--cache", default=None)
     ap.add_argument("--timeout-s", type=float, default=300.0, help="verifier wall clock per task")
     ap.add_argument("--out", default=None)

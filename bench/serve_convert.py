@@ -94,6 +94,9 @@ def poll(client: httpx.Client, job_id: str, clock: Clock, timeout_s: float) -> d
         time.sleep(1.0)
 
 
+CANDIDATE_KEYS = ("asked", "proposed", "verified", "correct")  # per source, from the report
+
+
 def row_of(name: str, status: dict, report: dict | None, solution: str | None) -> dict:
     """bench/convert.py's row keys (its summary reads them) from the job's status and report."""
     result, progress = status.get("result") or {}, status.get("progress") or {}
@@ -113,7 +116,7 @@ def row_of(name: str, status: dict, report: dict | None, solution: str | None) -
             "speedup_vs_compile": result.get("speedup_vs_compile"),
             "policy": result.get("policy"),
             "from_cache": result.get("from_cache"),
-            "candidates": {src: {k: c.get(k, 0) for k in ("verified", "correct")} for src, c in cands.items()},
+            "candidates": {src: {k: c.get(k, 0) for k in CANDIDATE_KEYS} for src, c in cands.items()},
             "search_s": report.get("wall_s"),
             "solution_lines": len(solution.splitlines()) if solution else 0,
         }
@@ -143,7 +146,7 @@ def convert_one(url: str, path: Path, args, clock: Clock) -> dict:
 
 
 def speedup(x) -> str:
-    return f"{x:.2f}x" if x else "-"
+    return f"{x:.2f}x" if x and x == x else "-"  # None, or a geomean of nothing (nan)
 
 
 def counts(c: dict) -> str:
@@ -174,8 +177,8 @@ def results_table(rows: list[dict], s: dict, title: str) -> Table:
         f"{sum(r['state'] == 'succeeded' for r in rows)} succeeded",
         str(s["captured"] - s["answered_triton"]),
         str(s["answered_triton"]),
-        f"{s['geomean_vs_eager']:.2f}x",
-        f"{s['geomean_vs_compile']:.2f}x",
+        speedup(s["geomean_vs_eager"]),
+        speedup(s["geomean_vs_compile"]),
         "",
         f"{s['median_search_s']:.0f}",
     )
@@ -233,6 +236,7 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--timeout-s", type=float, default=1800.0, help="a job running longer is cancelled")
     ap.add_argument("--config", default=str(ROOT / "configs" / "serve-cpu.yaml"), help="a started service's settings")
     ap.add_argument("--model", help="a started service's policy model folder (the model and refine sources)")
+    ap.add_argument("--max-tokens", type=int, help="a started service's answer length at most (its max_tokens)")
     ap.add_argument("--gpu-shares", help="V,P: a started service's GPU share per Verifier and Policy replica")
     ap.add_argument("--verifiers", type=int, help="a started service's Verifier replicas (default: the config's)")
     ap.add_argument("--num-cpus", type=int, default=4)
@@ -251,6 +255,8 @@ def main(argv=None) -> int:
         extra = {"per_client": max(2, args.concurrency)}
         if args.model:
             extra["model"] = str(Path(args.model).resolve())
+        if args.max_tokens:
+            extra["max_tokens"] = args.max_tokens
         if args.gpu_shares:
             extra["verifier_gpus"], extra["policy_gpus"] = (float(x) for x in args.gpu_shares.split(","))
         url = start_service(args, **extra)
