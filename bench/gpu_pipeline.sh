@@ -32,6 +32,20 @@
 #   bash bench/gpu_pipeline.sh placement colocated 3      # two GPUs, after setup: RL steps for 3 minutes with engine,
 #   bash bench/gpu_pipeline.sh placement disaggregated 3  # verifier and trainer on GPU 0, or the trainer on GPU 1
 #   bash bench/gpu_pipeline.sh serve-load 2 90            # the service under load for 90 s with 1 or 2 Verifier replicas
+#   bash bench/gpu_pipeline.sh serve-kb 10 45 # after data and sft: the service (configs/serve-gpu.yaml) with the SFT
+#                                             # model as a source beside the lowering converts 10 KernelBench level-2
+#                                             # problems (carry .kernelbench) over HTTP, 45 s budget each, 2 at a time
+#                                             # (bench/serve_convert.py); one GPU: the Verifier and the Policy share it;
+#                                             # no submission after SK_DEADLINE (420) s, the rest cancelled 100 s later;
+#                                             # SK_SOURCES (lowering,model), SK_CONCURRENCY (2), SK_OPTS: more options
+#   bash bench/gpu_pipeline.sh serve-kb-start 10 45   # the same without a deadline, in the background; then
+#   bash bench/gpu_pipeline.sh serve-kb-wait 570      # ... wait up to 570 s: the table once done, the rows so far
+#   bash bench/gpu_pipeline.sh convert-start 30 45    # after data and sft: bench/convert.py (no service) over 30 level-2
+#                                             # problems, sources lowering,model (the SFT model), 45 s each, in the
+#                                             # background (~20-40 s a problem outlasts a call); CV_OPTS: more options
+#                                             # (--samples, --max-tokens); CV_GPU=1 and SK_GPU=0 on two GPUs: both
+#                                             # background runs at once, one GPU each
+#   bash bench/gpu_pipeline.sh convert-wait 570       # ... wait up to 570 s; the rows so far come back each call
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
 #                                             # (bench/gpu_pack.sh lowering) with this call
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
@@ -87,6 +101,35 @@ gpu_watch() {   # rl-start's job: every process's GPU memory every 5 s until the
 gpu_apps() {   # what holds the GPU before a stage starts, into $OUT/NAME.gpu.txt: a process left from an earlier stage
                # (an eval-replay after `replay`) can leave the verifier workers no memory for their CUDA context
   nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv,noheader | tee "$OUT/$1.gpu.txt" || true
+}
+bg_start() {   # NAME COMMAND: COMMAND in the background (its time is not bound by one call's 600 s) -> $T/NAME.log,
+               # $T/NAME.done once it has ended
+  rm -f $T/$1.done
+  setsid nohup bash -c "{ $2; } > $T/$1.log 2>&1; touch $T/$1.done" > /dev/null 2>&1 &
+  echo $! > $T/$1.pid
+  sleep 5 && tail -3 $T/$1.log
+}
+bg_wait() {    # NAME SECONDS: until NAME's background command has ended (status 0) or SECONDS pass (status 1)
+  local waited=0
+  while [ ! -f $T/$1.done ] && [ $waited -lt "$2" ]; do
+    if ! kill -0 "$(cat $T/$1.pid)" 2>/dev/null && [ ! -f $T/$1.done ]; then
+      echo "error: the background job $1 (pid $(cat $T/$1.pid)) is gone without finishing; its log:" >&2
+      tail -20 $T/$1.log >&2
+      exit 1
+    fi
+    sleep 10 && waited=$((waited + 10))
+  done
+  [ -f $T/$1.done ]
+}
+serve_kb() {   # bench/serve_convert.py's command over N level-2 problems at BUDGET s each (the SFT model a source);
+               # SK_GPU (ids): the GPUs it may use; with one, the Verifier and the Policy replica share it
+  local n shares="" prefix=""
+  if [ -n "${SK_GPU:-}" ]; then prefix="CUDA_VISIBLE_DEVICES=$SK_GPU " && n=$(echo "$SK_GPU" | tr ',' '\n' | wc -l)
+  else n=$(nvidia-smi -L | wc -l); fi
+  if [ "$n" -lt 2 ]; then shares="--gpu-shares 0.5,0.5"; fi
+  echo "${prefix}python3 bench/serve_convert.py --kernelbench .kernelbench/KernelBench --level 2 --count $1 \
+--config configs/serve-gpu.yaml --model $T/models/sft --verifiers 1 $shares --num-cpus 16 --root $T/serve-kb \
+--sources ${SK_SOURCES:-lowering,model} --k 4 --budget-s $2 --concurrency ${SK_CONCURRENCY:-2} ${SK_OPTS:-}"
 }
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
@@ -220,12 +263,43 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
       --duration "${3:-90}" --hit-share 0.3 --budget-s 120 --timeout 300 --out "$OUT/serve_load_v${2:-1}.json" \
       2>&1 | grep -v -e Warning -e warn | tail -14 | tee "$OUT/serve_load_v${2:-1}.txt"
     python3 -c "import ray; ray.shutdown()" && (ray stop --force > /dev/null 2>&1 || true) ;;
+  serve-kb)    # issue 27 in one call: stops submitting at SK_DEADLINE s, cancels what runs 100 s later, reports
+    rm -rf $T/serve-kb && gpu_apps serve-kb
+    cmd="$(serve_kb "${2:-10}" "${3:-45}") --deadline-s ${SK_DEADLINE:-420} --grace-s 100 --out $OUT/serve_kb.json"
+    echo "$cmd" | tee "$OUT/serve_kb.txt"
+    timeout 580 bash -c "$cmd" 2>&1 | grep -v -e Warning -e warn | tail -45 | tee -a "$OUT/serve_kb.txt" || true
+    ray stop --force > /dev/null 2>&1 || true ;;
+  serve-kb-start)
+    rm -rf $T/serve-kb $T/serve_kb.json && gpu_apps serve-kb
+    cmd="$(serve_kb "${2:-10}" "${3:-45}") --out $T/serve_kb.json"
+    echo "$cmd" > $T/serve_kb.cmd && cat $T/serve_kb.cmd
+    bg_start serve_kb "$cmd; ray stop --force > /dev/null 2>&1" ;;
+  serve-kb-wait)
+    ended=0 && bg_wait serve_kb "${2:-570}" && ended=1
+    cp $T/serve_kb.cmd "$OUT/serve_kb.cmd"
+    if [ -f $T/serve_kb.json ]; then cp $T/serve_kb.json "$OUT/serve_kb.json"; fi
+    if [ $ended = 1 ]; then grep -v -e Warning -e warn $T/serve_kb.log | tail -45 | tee "$OUT/serve_kb.txt"
+    else (grep -e "service up" -e "\.py: " $T/serve_kb.log || true) | tail -12 && echo "still running"; fi ;;
+  convert-start)  # issue 26: bench/convert.py with the SFT model as a source (no service), in the background
+    cmd="${CV_GPU:+CUDA_VISIBLE_DEVICES=$CV_GPU }python3 bench/convert.py --kernelbench .kernelbench/KernelBench --levels 2 --count ${2:-30} --device cuda \
+--sources lowering,model --model $T/models/sft --k 4 --budget-s ${3:-45} --timeout-s 120 ${CV_OPTS:-} \
+--out $T/convert_kb.json"
+    rm -f $T/convert_kb.json && gpu_apps convert
+    echo "$cmd" > $T/convert_kb.cmd && cat $T/convert_kb.cmd
+    bg_start convert_kb "$cmd" ;;
+  convert-wait)   # the rows so far every call (convert_kb.json); the table and the log's tail once done
+    ended=0 && bg_wait convert_kb "${2:-570}" && ended=1
+    cp $T/convert_kb.cmd "$OUT/convert_kb.cmd"
+    if [ -f $T/convert_kb.json ]; then cp $T/convert_kb.json "$OUT/convert_kb.json"; fi
+    (grep -E '^L2 ' $T/convert_kb.log || true) | tail -8
+    if [ $ended = 1 ]; then grep -v -e Warning -e warn $T/convert_kb.log | tail -16 | tee "$OUT/convert_kb.txt"
+    else echo "still running: $(grep -cE '^L2 ' $T/convert_kb.log || true) problems done"; fi ;;
   lowering)
     levels=${2:-1}
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 "${L2:-200}" \
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST] | placement colocated|disaggregated [MINUTES] | serve-load REPLICAS [SECONDS]" >&2
+    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST] | placement colocated|disaggregated [MINUTES] | serve-load REPLICAS [SECONDS] | serve-kb [N] [BUDGET_S] | serve-kb-start [N] [BUDGET_S] | serve-kb-wait [SECONDS] | convert-start [N] [BUDGET_S] | convert-wait [SECONDS]" >&2
     exit 2 ;;
 esac
