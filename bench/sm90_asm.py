@@ -150,6 +150,8 @@ def cases():
     ]
     for name, *c in convs:
         out.append((f"{name} gemm", conv_case(*c)))
+        out.append((f"{name} gemm int64", conv_case(*c, config={"WIDE": True})))
+        out.append((f"{name} gemm flat", conv_case(*c, config={"FLAT": True})))
         out.append(
             (f"{name} gemm K<=64", conv_case(*c, config={"BLOCK_CI": 16, "BLOCK_J": 4, "BLOCK_CO": 64, "BLOCK_P": 64}))
         )

@@ -513,6 +513,14 @@ def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
     block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2], positions,
                                                       compiled(x))
     meta = tuned({"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_J": block_j, "BLOCK_P": block_p}, config, x)
+    # compiled, one pipelined loop over (tap block, channel block) steps (conv_kernel's FLAT; a config's "FLAT" says,
+    # interpreted too); interpreted, taps outside channels (the tap math once per tap block)
+    meta["FLAT"] = (config or {}).get("FLAT", compiled(x))
+    # int32 index math compiled where each tensor holds under 2^29 values: a read or written lane's offsets stay
+    # below its tensor's size (a masked lane's may wrap, never used, its masks from small indices); interpreted,
+    # int64 (its int32 overflow checks cost more); a config may only widen
+    wide = not compiled(x) or max(x.numel(), out.numel(), weight.numel()) >= 2**29
+    meta["WIDE"] = meta.get("WIDE", False) or wide
     grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
     return out, grid, (*head, *taps, *tail), meta
 
