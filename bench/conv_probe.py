@@ -1,8 +1,10 @@
 """The lowering's convolution kernels against cuDNN, conv by conv: the tl.dot implicit GEMM (conv_kernel: its
-default tiles and the whole reduction in one dot) and the rank-1 kernel for small reductions (conv_small_kernel:
-its default tiles and a few others), each checked against a float64 reference. The shapes are the level-2
-paper-profile convs (seed 7) that were slowest against eager PyTorch, with their paddings, and level-1-style convs
-with many input channels (where the emitter keeps conv_kernel: they show what the rank-1 kernel would cost there).
+default tiles and the whole reduction in one dot; where the emitter launches it, its code paths: the flat loop over
+tap x channel steps, the default, against the nested loops with int32 and with int64 index math, and two tiles) and
+the rank-1 kernel for small reductions (conv_small_kernel: its default tiles and a few others), each checked
+against a float64 reference. The shapes are the level-2 paper-profile convs (seed 7) that were slowest against
+eager PyTorch, with their paddings, and level-1-style convs with many input channels (where the emitter keeps
+conv_kernel: they show what the rank-1 kernel would cost there).
 
     PYTHONPATH=. python3 bench/conv_probe.py --out conv_probe.json    # on a CUDA machine (under 3 minutes)
     PYTHONPATH=. python3 bench/conv_probe.py --smoke                  # CPU, tiny shapes, the Triton interpreter
@@ -22,16 +24,16 @@ import sys
 import time
 
 # (name, transposed, x shape, weight shape, stride, padding, dilation, groups, output_padding)
-SHAPES = [
+SHAPES = [  # the many-channel convs first: conv_kernel's paths, before the deadline
+    ("many-ch Conv2d 64->128 3x3", False, (16, 64, 56, 56), (128, 64, 3, 3), 1, 1, 1, 1, 0),
+    ("many-ch Conv1d 128->256 k5", False, (32, 128, 1024), (256, 128, 5), 1, 2, 1, 1, 0),
+    ("many-ch Conv3d 32->64 3^3", False, (4, 32, 16, 32, 32), (64, 32, 3, 3, 3), 1, 1, 1, 1, 0),
+    ("many-ch ConvT2d 64->32 s2", True, (16, 64, 32, 32), (64, 32, 4, 4), 2, 1, 1, 1, 0),
     ("l2-11 Softplus+Conv2d", False, (32, 1, 1, 455), (8177, 1, 6, 6), 1, 3, 1, 1, 0),
     ("l2-34 Tril+Conv2d", False, (1, 1, 626, 35), (8002, 1, 7, 7), 1, 3, 1, 1, 0),
     ("l2-43 Conv2d+Tril", False, (8192, 1, 2, 42), (223, 1, 6, 6), 1, 3, 1, 1, 0),
     ("l2-9 Conv1d+Maximum", False, (8192, 8188, 3), (32, 8188, 4), 1, 2, 2, 1, 0),
     ("l2-19 ConvTranspose1d+ReLU", True, (7, 669, 8192), (669, 32, 7), 1, 3, 1, 1, 0),
-    ("many-ch Conv2d 64->128 3x3", False, (16, 64, 56, 56), (128, 64, 3, 3), 1, 1, 1, 1, 0),
-    ("many-ch Conv1d 128->256 k5", False, (32, 128, 1024), (256, 128, 5), 1, 2, 1, 1, 0),
-    ("many-ch Conv3d 32->64 3^3", False, (4, 32, 16, 32, 32), (64, 32, 3, 3, 3), 1, 1, 1, 1, 0),
-    ("many-ch ConvT2d 64->32 s2", True, (16, 64, 32, 32), (64, 32, 4, 4), 2, 1, 1, 1, 0),
     ("few-ch Conv2d 3->64 3x3", False, (32, 3, 128, 128), (64, 3, 3, 3), 1, 1, 1, 1, 0),
     ("few-ch Conv3d 8->32 3^3", False, (8, 8, 16, 32, 32), (32, 8, 3, 3, 3), 1, 1, 1, 1, 0),
     ("few-ch ConvT1d 4->64 s2", True, (64, 4, 2048), (4, 64, 5), 2, 2, 1, 1, 1),
@@ -41,6 +43,17 @@ SMOKE = [  # tiny: the interpreter runs every variant in seconds
     ("smoke Conv1d groups", False, (2, 4, 30), (6, 2, 3), 2, 1, 2, 2, 0),
     ("smoke ConvT2d 2ch", True, (2, 2, 5, 6), (2, 3, 3, 3), 2, 1, 1, 1, 1),
     ("smoke Conv2d 8ch", False, (2, 8, 9, 9), (5, 8, 3, 3), 1, 1, 1, 1, 0),
+    ("smoke Conv2d 16ch", False, (2, 16, 7, 7), (20, 16, 3, 3), 1, 1, 1, 1, 0),  # conv_kernel: its paths
+    ("smoke ConvT2d 16ch s2", True, (2, 16, 5, 5), (16, 4, 3, 3), 2, 1, 1, 1, 1),
+]
+# conv_kernel's code paths (FLAT: one pipelined loop over tap x channel steps, the default compiled; WIDE: int64
+# index math) and FLAT tiles: each one compile a shape, so only for the shapes that launch conv_kernel
+GEMM_PATHS = [
+    ("gemm flat", {"FLAT": True}),  # the default compiled (a second timing); interpreted, forces the flat loop
+    ("gemm nested int64", {"FLAT": False, "WIDE": True}),  # the code path before FLAT and int32
+    ("gemm nested", {"FLAT": False}),
+    ("gemm w8", {"num_warps": 8}),
+    ("gemm 64x128 w8", {"BLOCK_P": 128, "num_warps": 8}),
 ]
 DEADLINE_S = 165  # a variant not started by then is skipped (the probe stays under 3 minutes)
 
@@ -56,10 +69,11 @@ def reference(torch, x, w, b, shape):
     return getattr(f, f"conv{n}d")(x, w, b, stride, padding, dilation, groups)
 
 
-def variants(wrappers, x, w, b, shape, out_shape):
+def variants(wrappers, x, w, b, shape, out_shape, chosen_variant=None):
     """(name, wrapper, config) per variant of one shape: conv_kernel's default tiles and K steps of up to 64 (one
     dot over a one-channel 7x7 conv's padded 49 taps), conv_small_kernel's default tiles and, for a reduction of
-    up to 256 terms, four others (output channels x positions, warps)."""
+    up to 256 terms, four others (output channels x positions, warps); where the emitter launches conv_kernel,
+    its other paths and tiles (GEMM_PATHS)."""
     import triton
 
     _, transposed, xs, ws, stride, padding, dilation, groups, _ = shape
@@ -73,6 +87,8 @@ def variants(wrappers, x, w, b, shape, out_shape):
         ("gemm K<=64", wrappers.conv, {"BLOCK_CI": block_ci, "BLOCK_J": block_j, "BLOCK_CO": 64, "BLOCK_P": 64}),
         ("small", wrappers.conv_small, None),
     ]
+    if chosen_variant == "gemm":  # conv_kernel's paths: FLAT (the default compiled) against the nested loops
+        out += [(name, wrappers.conv, config) for name, config in GEMM_PATHS]
     if cin_g * taps > 256:
         return out
     for block_co, block_p, warps in ((8, 1024, 4), (16, 1024, 8), (16, 256, 2), (32, 512, 8)):
@@ -129,7 +145,7 @@ def probe_shape(torch, wrappers, tuning, shape, device, ms, deadline) -> list[di
         {"shape": name, "variant": "cudnn", "ms": cudnn, "ratio": 1.0, **errors(reference(torch, x, w, b, shape), want)}
     ]
     pick = chosen(tuning, shape, out_shape)
-    for variant, fn, config in variants(wrappers, x, w, b, shape, out_shape):
+    for variant, fn, config in variants(wrappers, x, w, b, shape, out_shape, pick):
         row = {"shape": name, "variant": variant, "chosen": variant == pick, "config": config}
         if time.monotonic() > deadline:
             rows.append({**row, "skipped": "deadline"})

@@ -2,9 +2,11 @@
 elementwise kernels) and a few neighbours: level-2 draws of seed 7, paper profile, each timed on a GPU as the
 lowering's generated module (fused: the current code path; unfused: one kernel per operator but elementwise
 groups), eager PyTorch and torch.compile, float32 without TF32, with the fused module's largest absolute error
-against eager. One table: ms and eager / fused, compile / fused ratios (above 1: the lowering is faster).
+against eager. One table: ms and eager / fused, compile / fused ratios (above 1: the lowering is faster). A
+second one: the fused module of each program again under VARIANTS, configs forced on one kernel kind (the code
+paths before a change, other tiles), where the program launches that kernel (13's and 23's along kernels).
 
-    PYTHONPATH=. python3 bench/layout_probe.py --out layout_probe.json        # on a CUDA machine, ~2 minutes
+    PYTHONPATH=. python3 bench/layout_probe.py --out layout_probe.json        # on a CUDA machine, under 3 minutes
     PYTHONPATH=. python3 bench/layout_probe.py --programs 13,41 --no-compile  # a subset, without torch.compile
     PYTHONPATH=. python3 bench/layout_probe.py --smoke                        # CPU, interpreter, small profile
 
@@ -30,6 +32,7 @@ import torch  # noqa: E402
 from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
+from drtriton_ray.lower import tuning  # noqa: E402
 from drtriton_ray.lower.emit import fragments, lower_program  # noqa: E402
 from drtriton_ray.synth import Program, Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.synth.validate import full_float32, load_problem  # noqa: E402
@@ -39,6 +42,18 @@ from lowering_profile import load_candidate  # noqa: E402 - bench/, the script's
 # 42 Transpose+Max, 10 LayerNorm+Max, 23 LogSoftmax+Softmax, 31 Maximum+Hardswish, 14 Mul+Tanh
 PROGRAMS = "13,41,2,42,10,23,31,14"
 KINDS = ("fused", "unfused", "eager", "compile")
+# the fused module again with configs forced on one kernel (lower/tuning.py FORCED), where the program has it:
+# along_dim_kernel's rows before constant-length rows (int64, runtime length), int32 only, other tiles of the
+# constant rows (BLOCK_C rows of next_power_of_2(length) values); along_loop_kernel's tile and warps
+VARIANTS = {
+    "rows off": {"along_dim_kernel": {"ROWS": False, "WIDE": True}},
+    "rows off int32": {"along_dim_kernel": {"ROWS": False}},
+    "rows BLOCK_C 512": {"along_dim_kernel": {"BLOCK_C": 512}},
+    "rows BLOCK_C 128": {"along_dim_kernel": {"BLOCK_C": 128}},
+    "rows BLOCK_C 1024 w8": {"along_dim_kernel": {"BLOCK_C": 1024, "num_warps": 8}},
+    "loop 64x64": {"along_loop_kernel": {"BLOCK_R": 64, "BLOCK_C": 64}},
+    "loop w8": {"along_loop_kernel": {"num_warps": 8}},
+}
 
 
 def timer(smoke: bool):
@@ -68,9 +83,11 @@ def probe(rec, args, tmp: Path) -> dict:
     runs = {"eager": model}
     if not args.no_compile and not args.smoke:
         runs["compile"] = torch.compile(model)
-    for kind, fuse in (("fused", True), ("unfused", False)):
-        source = lower_program(prog, rec.source, fuse=fuse)
-        mod = load_candidate(source, tmp / f"{kind}_{rec.id.replace('-', '_')}.py")
+    sources = {kind: lower_program(prog, rec.source, fuse=fuse) for kind, fuse in (("fused", True), ("unfused", False))}
+    if not args.no_variants:
+        sources.update(variant_sources(prog, rec.source, sources["fused"]))
+    for j, (kind, source) in enumerate(sources.items()):
+        mod = load_candidate(source, tmp / f"v{j}_{rec.id.replace('-', '_')}.py")
         torch.manual_seed(rec.seed)
         runs[kind] = mod.ModelNew().to(device)
     row = {"index": rec.index, "name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(fragments(prog))}
@@ -79,18 +96,47 @@ def probe(rec, args, tmp: Path) -> dict:
     time_ms = timer(args.smoke)
     with torch.no_grad(), full_float32():
         want = model(*inputs)
-        for kind in ("fused", "unfused"):
+        variants = [k for k in sources if k not in KINDS]
+        for kind in ("fused", "unfused", *variants):
             got = runs[kind](*inputs)
             same = got.shape == want.shape and got.dtype == want.dtype
             row[f"{kind}_err"] = (got.double() - want.double()).abs().max().item() if same else float("inf")
-        del want, got
-        for kind in KINDS:
+            del got
+        del want
+        row["variants"] = variants
+        for kind in (*KINDS, *variants):
             try:
                 run = runs.get(kind)
                 row[kind] = time_ms(lambda: run(*inputs)) if run is not None else None
             except Exception as e:  # noqa: BLE001 - reported, the probe goes on
                 row[kind], row[f"{kind}_error"] = None, f"{type(e).__name__}: {str(e)[:200]}"
     return row
+
+
+def variant_sources(prog, source: str, fused: str) -> dict[str, str]:
+    """{variant: the fused module lowered with its forced configs} for the variants that change this program's."""
+    out = {}
+    for name, forced in VARIANTS.items():
+        tuning.FORCED.clear()
+        tuning.FORCED.update(forced)
+        try:
+            text = lower_program(prog, source)
+        finally:
+            tuning.FORCED.clear()
+        if text != fused:
+            out[name] = text
+    return out
+
+
+def variant_table(rows: list[dict]) -> Table:
+    t = Table(title="variants: the fused module with configs forced (ms; fused / variant above 1: the variant wins)")
+    for col in ("program", "variant", "ms", "fused/variant", "max err"):
+        t.add_column(col, justify="left" if col in ("program", "variant") else "right")
+    for r in rows:
+        for v in r.get("variants", []):
+            ms = f"{r[v]:.3f}" if r.get(v) else r.get(f"{v}_error", "-")
+            t.add_row(r["name"], v, ms, ratio(r["fused"], r.get(v)), f"{r[f'{v}_err']:.1e}")
+    return t
 
 
 def ratio(a, b) -> str:
@@ -116,6 +162,7 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take most of a run)")
     ap.add_argument("--smoke", action="store_true", help="CPU and the Triton interpreter, small profile")
+    ap.add_argument("--no-variants", action="store_true", help="skip the forced-config variants (VARIANTS)")
     ap.add_argument("--tolerance", type=float, default=1e-3, help="largest absolute error counted correct")
     ap.add_argument("--budget-s", type=float, default=170, help="no further program once this much has passed")
     ap.add_argument("--out", default=None)
@@ -138,7 +185,10 @@ def main() -> None:
             torch.cuda.empty_cache()
     gpu = "cpu (interpreter)" if args.smoke else torch.cuda.get_device_name(0)
     Console(width=200).print(table(rows, f"layout probe ({profile}, seed {args.seed}, {gpu})"))
-    wrong = [r["name"] for r in rows if not r["fused_err"] <= args.tolerance]
+    if any(r.get("variants") for r in rows):
+        Console(width=200).print(variant_table(rows))
+    kinds = lambda r: ("fused", *r.get("variants", []))  # noqa: E731
+    wrong = [f"{r['name']} {k}" for r in rows for k in kinds(r) if not r[f"{k}_err"] <= args.tolerance]
     print(f"{len(rows)} programs in {time.monotonic() - start:.0f} s; wrong: {', '.join(wrong) or 'none'}")
     if args.out:
         import triton

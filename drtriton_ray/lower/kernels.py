@@ -131,17 +131,26 @@ def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.co
 
 @triton.jit
 def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr,
-                     BLOCK_C: tl.constexpr, AXIS: tl.constexpr):
+                     BLOCK_C: tl.constexpr, AXIS: tl.constexpr, ROW: tl.constexpr = 0, WIDE: tl.constexpr = True):
     """Same-shape operators along the middle extent of (O, R, I): BLOCK_C columns as in reduce_kernel, each
     whole in one tile. OP: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin. AXIS, the tile's axis along the
     extent: 0, a [BLOCK_R, BLOCK_C] tile whose columns sit side by side in memory (I > 1); 1, for the last dim
     (I == 1), a [BLOCK_C, BLOCK_R] tile of contiguous rows, so short rows load along memory instead of as BLOCK_R
-    gathers R values apart."""
-    c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
+    gathers R values apart. ROW (AXIS 1): the row length R as a constant, 0 where it is not one; known, it gives the
+    compiler the rows' alignment (vector loads: 16 bytes for rows of 4, 8 for rows of 6) and the tile's layout (a
+    thread holds 2 to 4 values of a row, so fewer shuffles per reduction). WIDE: int64 index math (n_cols * R may
+    pass 2^31); else int32, fewer registers and cheaper address math."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    c = pid * BLOCK_C + tl.arange(0, BLOCK_C)
     r = tl.arange(0, BLOCK_R)
     if AXIS == 0:
         mask = (r[:, None] < R) & (c < n_cols)[None, :]
         offs = ((c // I) * R * I + c % I)[None, :] + r[:, None] * I
+    elif ROW > 0:
+        mask = (c < n_cols)[:, None] & (r < ROW)[None, :]
+        offs = c[:, None] * ROW + r[None, :]
     else:
         mask = (c < n_cols)[:, None] & (r < R)[None, :]
         offs = c[:, None] * R + r[None, :]
@@ -526,10 +535,11 @@ def conv_phase(pid, n_pblocks, qd, qh, qw, g, cg, co, CIN_G, COUT_G, taps, KD, K
 
 
 @triton.jit
-def conv_taps(j, kd0, kh0, kw0, rd, rh, rw, KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, JD, JH, JW,
-              TD, TH, TW, TRANSPOSED: tl.constexpr):
-    """conv_kernel's taps j (indices among those that reach the phase): the tap k and input offset a per dim, and
-    which taps exist."""
+def conv_taps(j, kd0, kh0, kw0, rd, rh, rw, bd, bh, bw, p_ok, D, H, W, KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW,
+              JD, JH, JW, TD, TH, TW, TRANSPOSED: tl.constexpr):
+    """conv_kernel's taps j (indices among those that reach the phase): the gather's mask over taps x positions
+    (the input position per dim is b + a: b from the output position, a from the tap, so its bounds are compares
+    of a [BLOCK_P] and a [BLOCK_K] vector), each tap's input and weight offset, and which taps exist."""
     kd = kd0 + j // (JW * JH) * TD
     kh = kh0 + (j // JW) % JH * TH
     kw = kw0 + j % JW * TW
@@ -542,32 +552,52 @@ def conv_taps(j, kd0, kh0, kw0, rd, rh, rw, KD, KH, KW, SD, SH, SW, PD, PH, PW, 
         ah = kh * DH
         aw = kw * DW
     tap_ok = (j < JD * JH * JW) & (kd < KD) & (kh < KH) & (kw < KW)
-    return kd, kh, kw, ad, ah, aw, tap_ok
+    ok = (tap_ok[:, None] & p_ok[None, :] & (bd[None, :] >= -ad[:, None]) & (bd[None, :] < (D - ad)[:, None])
+          & (bh[None, :] >= -ah[:, None]) & (bh[None, :] < (H - ah)[:, None])
+          & (bw[None, :] >= -aw[:, None]) & (bw[None, :] < (W - aw)[:, None]))
+    return ok, (ad * H + ah) * W + aw, (kd * KH + kh) * KW + kw, tap_ok
+
+
+@triton.jit
+def conv_dot(acc, x_tap, w_tap, ok, tap_ok, co_ok, w_row, w_cs, kk, c0, CIN_G, DHW, BLOCK_J: tl.constexpr):
+    """One reduction step of conv_kernel: input channels c0.. of a tap block, gathered, times their weights."""
+    ci = c0 + kk // BLOCK_J
+    ci_ok = ci < CIN_G
+    x = tl.load(x_tap + (ci * DHW)[:, None], mask=ok & ci_ok[:, None], other=0.0)
+    w = tl.load(w_tap[None, :] + w_row[:, None] + (ci * w_cs)[None, :],
+                mask=co_ok[:, None] & (tap_ok & ci_ok)[None, :], other=0.0)
+    # always a dot, ieee float32: the broadcast-product alternative compiled wrong (see conv_blocks)
+    return acc + tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
 
 
 @triton.jit
 def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
                 SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH, IW,
                 TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
-                BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr):
+                BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr, FLAT: tl.constexpr = False, WIDE: tl.constexpr = True):
     """Direct (transposed) convolution over (N, C, D, H, W); 1-d and 2-d convs come as D = H = 1 with unit
     kernel, stride and dilation there. A program computes a [BLOCK_CO, BLOCK_P] tile (a block of one group's
     output channels x a block of output positions, images included: a large batch of small images makes few
-    programs) as an implicit GEMM over the group's input
-    channels x kernel taps, BLOCK_K = BLOCK_CI x BLOCK_J of them per step: [BLOCK_CO, BLOCK_K] weights times a
-    gathered [BLOCK_K, BLOCK_P] input tile. Taps are the outer loop: their index math runs once per tap block.
+    programs) as an implicit GEMM over the group's input channels x kernel taps, BLOCK_K = BLOCK_CI x BLOCK_J of
+    them per step: [BLOCK_CO, BLOCK_K] weights times a gathered [BLOCK_K, BLOCK_P] input tile. Taps are the outer
+    loop: their index math runs once per tap block. FLAT: one loop over (tap block, channel block) steps instead,
+    so the compiler's software pipeline (cp.async, num_stages) prefetches across taps, not only across the few
+    channel steps of one tap (two for 64 channels), at a tap's index math per step. WIDE: int64 index math (the
+    tensors may pass 2^31 values); else int32.
 
     A transposed conv is computed as a gather too: output o takes input (o + pad - tap * dil) / stride when the
     division is exact. Exactness depends on o only modulo the stride, so each program owns the outputs of one
     residue r (phase) per dim, o = r + q * stride (R residues: those below the output size), and enumerates only
     the taps that reach them: the first one, then every T-th (J of them). A direct conv has q = o and all taps
-    (R = T = 1, J = K).
-
-    Written for the interpreter too: int64 index math (it checks every int32 add and multiply for overflow, at
-    several numpy operations each) and no calls of jit functions such as tl.cdiv or tl.min (it re-patches
-    triton.language on each) other than its two helpers, which keep functions short (the compiler inlines them):
-    conv_phase once per program, conv_taps once per tap block, neither per channel step."""
-    pid = tl.program_id(0).to(tl.int64)
+    (R = T = 1, J = K). Written for the interpreter too: no calls of jit functions such as tl.cdiv or tl.min (it
+    re-patches triton.language on each) other than its helpers, which keep functions short (inlined)."""
+    pid = tl.program_id(0)
+    pid1 = tl.program_id(1)
+    kk = tl.arange(0, BLOCK_CI * BLOCK_J)
+    if WIDE:  # the interpreter checks every int32 add and multiply for overflow, at several numpy operations each
+        pid = pid.to(tl.int64)
+        pid1 = pid1.to(tl.int64)
+        kk = kk.to(tl.int64)
     n_pblocks = (N * QD * QH * QW + BLOCK_P - 1) // BLOCK_P
     q = (pid % n_pblocks) * BLOCK_P + tl.arange(0, BLOCK_P)
     qw = q % QW
@@ -575,8 +605,8 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
     qd = (q // (QW * QH)) % QD
     n = q // (QW * QH * QD)
     n_cblocks = (COUT_G + BLOCK_CO - 1) // BLOCK_CO
-    g = tl.program_id(1).to(tl.int64) // n_cblocks
-    cg = (tl.program_id(1) % n_cblocks) * BLOCK_CO + tl.arange(0, BLOCK_CO).to(tl.int64)  # channel in group
+    g = pid1 // n_cblocks
+    cg = (pid1 % n_cblocks) * BLOCK_CO + tl.arange(0, BLOCK_CO)  # channel in group
     co = g * COUT_G + cg
     co_ok = cg < COUT_G
     taps = KD * KH * KW
@@ -585,26 +615,22 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
         RH, RW, TD, TH, TW, ID, IH, IW, TRANSPOSED)
     p_ok = (n < N) & (od < OD) & (oh < OH) & (ow < OW)
     p_off = ((n * C + g * CIN_G) * D + bd) * H * W + bh * W + bw
-    kk = tl.arange(0, BLOCK_CI * BLOCK_J).to(tl.int64)
     acc = tl.zeros([BLOCK_CO, BLOCK_P], dtype=tl.float32)
     acc += tl.load(b_ptr + co, mask=co_ok, other=0.0).to(tl.float32)[:, None]
-    for j0 in range(0, JD * JH * JW, BLOCK_J):
-        j = j0 + kk % BLOCK_J
-        kd, kh, kw, ad, ah, aw, tap_ok = conv_taps(j, kd0, kh0, kw0, rd, rh, rw, KD, KH, KW, SD, SH, SW, PD, PH, PW,
-                                                   DD, DH, DW, JD, JH, JW, TD, TH, TW, TRANSPOSED)
-        ok = (tap_ok[:, None] & p_ok[None, :] & (bd[None, :] >= -ad[:, None]) & (bd[None, :] < (D - ad)[:, None])
-              & (bh[None, :] >= -ah[:, None]) & (bh[None, :] < (H - ah)[:, None])
-              & (bw[None, :] >= -aw[:, None]) & (bw[None, :] < (W - aw)[:, None]))
-        x_tap = x_ptr + ((ad * H + ah) * W + aw)[:, None] + p_off[None, :]
-        w_tap = w_ptr + (kd * KH + kh) * KW + kw
-        for c0 in range(0, CIN_G, BLOCK_CI):
-            ci = c0 + kk // BLOCK_J
-            ci_ok = ci < CIN_G
-            x = tl.load(x_tap + (ci * D * H * W)[:, None], mask=ok & ci_ok[:, None], other=0.0)
-            w = tl.load(w_tap[None, :] + w_row[:, None] + (ci * w_cs)[None, :],
-                        mask=co_ok[:, None] & (tap_ok & ci_ok)[None, :], other=0.0)
-            # always a dot, ieee float32: the broadcast-product alternative compiled wrong (see conv_blocks)
-            acc += tl.dot(w.to(tl.float32), x.to(tl.float32), input_precision="ieee")
+    n_c = (CIN_G + BLOCK_CI - 1) // BLOCK_CI
+    for s in range(0, (JD * JH * JW + BLOCK_J - 1) // BLOCK_J * (n_c if FLAT else 1)):
+        j0 = s // n_c * BLOCK_J if FLAT else s * BLOCK_J
+        ok, x_off, w_off, tap_ok = conv_taps(j0 + kk % BLOCK_J, kd0, kh0, kw0, rd, rh, rw, bd, bh, bw, p_ok, D, H, W,
+                                             KD, KH, KW, SD, SH, SW, PD, PH, PW, DD, DH, DW, JD, JH, JW, TD, TH, TW,
+                                             TRANSPOSED)
+        x_tap = x_ptr + x_off[:, None] + p_off[None, :]
+        if FLAT:
+            acc = conv_dot(acc, x_tap, w_ptr + w_off, ok, tap_ok, co_ok, w_row, w_cs, kk, s % n_c * BLOCK_CI, CIN_G,
+                           D * H * W, BLOCK_J)
+        else:
+            for c0 in range(0, CIN_G, BLOCK_CI):
+                acc = conv_dot(acc, x_tap, w_ptr + w_off, ok, tap_ok, co_ok, w_row, w_cs, kk, c0, CIN_G, D * H * W,
+                               BLOCK_J)
     o_off = (n[None, :] * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
     tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
 

@@ -96,10 +96,13 @@ def load_table(path: str = str(TABLE)) -> dict:
     return json.loads(p.read_text())["gpus"] if p.exists() else {}
 
 
+# configs forced per kernel over the table's (and where there is no GPU): a probe's variants (bench/layout_probe.py)
+FORCED: dict[str, dict] = {}
+
+
 def config_for(kernel: str, dims, gpu: str | None, path: str = str(TABLE)) -> dict | None:
-    if not gpu:
-        return None
-    return load_table(path).get(gpu, {}).get(kernel, {}).get(bucket(dims))
+    table = load_table(path).get(gpu, {}).get(kernel, {}).get(bucket(dims)) if gpu else None
+    return {**(table or {}), **FORCED[kernel]} if kernel in FORCED else table
 
 
 def candidates(kernel: str, dims: tuple) -> list[dict]:

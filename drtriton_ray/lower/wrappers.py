@@ -140,19 +140,32 @@ def long_column(extent, inner=1):
     return extent > 4096 or triton.next_power_of_2(extent) * side_by_side > 4096
 
 
+def short_rows(extent, inner):
+    """Whether along_dim_kernel takes a last-dim extent as constant rows (its ROW): rows of up to 16 values, where a
+    row's few values cost more in index math, masks and shuffles than in memory traffic."""
+    return inner == 1 and extent <= 16
+
+
 def along_setup(shape, like, dim, config=None, loop=False):
     """(out, grid, arguments after the input, launch constants) of along_dim_kernel (a whole column a tile) or, with
-    loop, along_loop_kernel."""
+    loop, along_loop_kernel. A config's "ROWS" (compiled or not) says whether a last dim's rows are constant-length
+    ones (ROW, short_rows by default); its "WIDE", int64 index math (by default where the input passes 2^31)."""
     outer, extent, inner = split_at(shape, dim)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     block_r = triton.next_power_of_2(extent)
+    rows = not loop and inner == 1 and (config or {}).get("ROWS", short_rows(extent, inner))
+    config = {k: v for k, v in (config or {}).items() if k != "ROWS"} or None
     if loop:
         # compiled, 32 columns side by side at least (long_column); interpreted, as many rows as the tile holds
         block_r = min(block_r, tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
-    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
+    # constant rows, compiled: 16 values a thread (4 warps), fewer registers than the 32 of a 4096 tile
+    tile = 2048 if rows and compiled(like) else tile_elements(like)
+    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     if not loop:
         meta["AXIS"] = 1 if inner == 1 else 0  # the last dim: a tile of contiguous rows (along_dim_kernel)
+        meta["ROW"] = extent if rows else 0
+        meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
     return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
 
 
@@ -500,6 +513,14 @@ def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
     block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2], positions,
                                                       compiled(x))
     meta = tuned({"BLOCK_CO": block_co, "BLOCK_CI": block_ci, "BLOCK_J": block_j, "BLOCK_P": block_p}, config, x)
+    # compiled, one pipelined loop over (tap block, channel block) steps (conv_kernel's FLAT; a config's "FLAT" says,
+    # interpreted too); interpreted, taps outside channels (the tap math once per tap block)
+    meta["FLAT"] = (config or {}).get("FLAT", compiled(x))
+    # int32 index math compiled where each tensor holds under 2^29 values: a read or written lane's offsets stay
+    # below its tensor's size (a masked lane's may wrap, never used, its masks from small indices); interpreted,
+    # int64 (its int32 overflow checks cost more); a config may only widen
+    wide = not compiled(x) or max(x.numel(), out.numel(), weight.numel()) >= 2**29
+    meta["WIDE"] = meta.get("WIDE", False) or wide
     grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
     return out, grid, (*head, *taps, *tail), meta
 

@@ -1,0 +1,184 @@
+"""Offline compile of a lowering kernel for an H100/H200 (sm_90, no GPU needed): the kernel a wrapper's setup would
+launch for a real shape, specialized as a launch specializes it (ints equal to 1 become constants, ints divisible
+by 16 and every pointer carry Triton's divisibility-16 hint, ints past int32 are int64), and counts read from its
+PTX and SASS: registers, spilled bytes (local loads and stores), 64-bit divisions, vector loads and stores, SASS
+instructions per tile element. What it shows is static: no timing.
+
+    PYTHONPATH=. python3 bench/sm90_asm.py                  # the along and conv kernels of the probes' shapes
+    PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
+
+Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import tempfile
+from pathlib import Path
+
+os.environ.pop("TRITON_INTERPRET", None)
+
+import torch  # noqa: E402
+import triton  # noqa: E402
+from triton.backends.compiler import GPUTarget  # noqa: E402
+from triton.compiler import ASTSource  # noqa: E402
+
+from drtriton_ray.lower import kernels, wrappers  # noqa: E402
+
+
+def specialize(fn, args: list, consts: dict):
+    """(signature, constexprs, attrs) of fn launched with positional args (tensors, ints, floats) and consts."""
+    signature, constexprs, attrs = {}, {}, {}
+    values = dict(zip(fn.arg_names, args)) | consts
+    for i, name in enumerate(fn.arg_names):
+        v = values[name]
+        if name in consts or v is None:
+            signature[name], constexprs[(i,)] = "constexpr", v
+        elif isinstance(v, torch.Tensor):
+            signature[name] = "*fp32" if v.dtype == torch.float32 else "*fp64"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif isinstance(v, bool) or (isinstance(v, int) and v == 1):
+            signature[name], constexprs[(i,)] = "constexpr", v
+        elif isinstance(v, int):
+            signature[name] = "i32" if -(2**31) <= v < 2**31 else "i64"
+            if v % 16 == 0:
+                attrs[(i,)] = [["tt.divisibility", 16]]
+        else:
+            signature[name] = "fp32"
+    return signature, constexprs, attrs
+
+
+def cuobjdump(cubin: bytes, flag: str) -> str:
+    tool = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
+    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
+        f.write(cubin)
+        f.flush()
+        return subprocess.run([str(tool), flag, f.name], capture_output=True, text=True).stdout
+
+
+def sass_text(cubin: bytes) -> str:
+    return cuobjdump(cubin, "-sass")
+
+
+def stats(kernel, elements: int) -> dict:
+    """Counts from a compiled kernel; `elements`: the tile's elements (per program), for instructions per element."""
+    ptx, sass = kernel.asm["ptx"], sass_text(kernel.asm["cubin"])
+    body = [ln for ln in sass.split("\n") if re.match(r"\s+/\*[0-9a-f]{4,}\*/", ln)]
+    count = lambda pat, text: len(re.findall(pat, text))  # noqa: E731
+    usage = cuobjdump(kernel.asm["cubin"], "-res-usage")
+    regs, local = re.search(r"REG:(\d+)", usage), re.search(r"LOCAL:(\d+)", usage)
+    threads = 32 * kernel.metadata.num_warps
+    return {
+        "warps": kernel.metadata.num_warps,
+        "regs": int(regs.group(1)) if regs else None,
+        "local bytes": int(local.group(1)) if local else None,
+        "LDL": count(r"\bLDL", sass),
+        "STL": count(r"\bSTL", sass),
+        "ptx div/rem.s64": count(r"(?:div|rem)\.[su]64", ptx),
+        "ptx div/rem.32": count(r"(?:div|rem)\.[su]32", ptx),
+        "ld.global": count(r"ld\.global", ptx),
+        "cp.async": count(r"cp\.async\.(?:ca|cg)", ptx),
+        "ld.global.v2/v4": count(r"ld\.global(?:\.\w+)*\.v[24]", ptx),
+        "st.global": count(r"st\.global", ptx),
+        "st.global.v2/v4": count(r"st\.global(?:\.\w+)*\.v[24]", ptx),
+        "shfl": count(r"shfl\.sync", ptx),
+        "ex2/lg2": count(r"ex2\.approx|lg2\.approx", ptx),
+        "sass": len(body),
+        "sass loops": count(r"\bBRA\b", sass),
+        "sass/elem": round(len(body) * threads / max(elements, 1), 1),  # per element of a thread (unrolled code)
+    }
+
+
+def compile_launch(fn, args: list, meta: dict, consts: dict):
+    meta = dict(meta)
+    options = {k: meta.pop(k) for k in ("num_warps", "num_stages") if k in meta}
+    signature, constexprs, attrs = specialize(fn, args, {**meta, **consts})
+    src = ASTSource(fn, signature, constexprs, attrs)
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options=options)
+
+
+def with_compiled(setup, *a, **kw):
+    """setup(*a, **kw) as on a GPU (the wrappers' compiled tiles)."""
+    old = wrappers.compiled
+    wrappers.compiled = lambda t: True
+    try:
+        return setup(*a, **kw)
+    finally:
+        wrappers.compiled = old
+
+
+def along_case(shape, dim, op, config=None):
+    x = torch.empty(shape, device="meta")
+    loop = wrappers.long_column(*wrappers.split_at(shape, dim)[1:])
+    out, grid, args, meta = with_compiled(wrappers.along_setup, shape, x, dim, config, loop)
+    fn = kernels.along_loop_kernel if loop else kernels.along_dim_kernel
+    elements = meta.get("BLOCK_R", 1) * meta.get("BLOCK_C", 1)
+    return fn, [x, *args], meta, {"OP": op}, elements, grid
+
+
+def conv_case(xs, ws, stride, padding, dilation, groups, transposed, out_shape, config=None, small=False):
+    x, w = torch.empty(xs, device="meta"), torch.empty(ws, device="meta")
+    b = torch.empty(ws[1] if transposed else ws[0], device="meta")
+    setup = wrappers.conv_small_setup if small else wrappers.conv_setup
+    out, grid, args, meta = with_compiled(
+        setup, x, w, b, out_shape, stride, padding, dilation, groups, transposed, config
+    )
+    fn = kernels.conv_small_kernel if small else kernels.conv_kernel
+    elements = meta["BLOCK_CO"] * meta["BLOCK_P"]
+    return fn, [x, *args], meta, {"TRANSPOSED": transposed}, elements, grid
+
+
+def cases():
+    """(name, case) of the probes' shapes: program 13's and 23's along kernels, the probe's many-channel convs."""
+    out = [
+        ("along l2-13 LogSoftmax (7305,1,8192,1,6)", along_case((7305, 1, 8192, 1, 6), -1, 1)),
+        ("along l2-23 LogSoftmax (6554,2,1,8192,4)", along_case((6554, 2, 1, 8192, 4), -1, 1)),
+        ("along l2-23 Softmax dim 0", along_case((6554, 2, 1, 8192, 4), 0, 0)),
+    ]
+    for cfg in ({"ROWS": False, "WIDE": True}, {"ROWS": False}, {"BLOCK_C": 512}):  # the old path, int32, a tile
+        out += [
+            (f"along l2-13 {cfg}", along_case((7305, 1, 8192, 1, 6), -1, 1, cfg)),
+            (f"along l2-23 {cfg}", along_case((6554, 2, 1, 8192, 4), -1, 1, cfg)),
+        ]
+    convs = [
+        ("conv2d 64->128 3x3", (16, 64, 56, 56), (128, 64, 3, 3), 1, 1, 1, 1, False, (16, 128, 56, 56)),
+        ("conv1d 128->256 k5", (32, 128, 1024), (256, 128, 5), 1, 2, 1, 1, False, (32, 256, 1024)),
+        ("conv3d 32->64 3^3", (4, 32, 16, 32, 32), (64, 32, 3, 3, 3), 1, 1, 1, 1, False, (4, 64, 16, 32, 32)),
+        ("convT2d 64->32 s2", (16, 64, 32, 32), (64, 32, 4, 4), 2, 1, 1, 1, True, (16, 32, 64, 64)),
+    ]
+    for name, *c in convs:
+        out.append((f"{name} gemm", conv_case(*c)))
+        out.append((f"{name} gemm int64", conv_case(*c, config={"WIDE": True})))
+        out.append((f"{name} gemm flat", conv_case(*c, config={"FLAT": True})))
+        out.append(
+            (f"{name} gemm K<=64", conv_case(*c, config={"BLOCK_CI": 16, "BLOCK_J": 4, "BLOCK_CO": 64, "BLOCK_P": 64}))
+        )
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--dump", help="a folder for each kernel's PTX and SASS")
+    ap.add_argument("--only", default="", help="only the cases whose name contains this")
+    args = ap.parse_args()
+    for name, (fn, launch, meta, consts, elements, grid) in cases():
+        if args.only not in name:
+            continue
+        try:
+            k = compile_launch(fn, launch, meta, consts)
+        except Exception as e:  # noqa: BLE001 - reported, the others go on
+            print(f"{name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
+            continue
+        print(f"{name} meta={meta} grid={grid}\n    {stats(k, elements)}", flush=True)
+        if args.dump:
+            d = Path(args.dump)
+            d.mkdir(parents=True, exist_ok=True)
+            slug = re.sub(r"\W+", "_", name)
+            (d / f"{slug}.ptx").write_text(k.asm["ptx"])
+            (d / f"{slug}.sass").write_text(sass_text(k.asm["cubin"]))
+
+
+if __name__ == "__main__":
+    main()
