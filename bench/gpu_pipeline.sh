@@ -129,7 +129,8 @@ serve_kb() {   # bench/serve_convert.py's command over N level-2 problems at BUD
   if [ "$n" -lt 2 ]; then shares="--gpu-shares 0.5,0.5"; fi
   echo "${prefix}python3 bench/serve_convert.py --kernelbench .kernelbench/KernelBench --level 2 --count $1 \
 --config configs/serve-gpu.yaml --model $T/models/sft --verifiers 1 $shares --num-cpus 16 --root $T/serve-kb \
---sources ${SK_SOURCES:-lowering,model} --k 4 --budget-s $2 --concurrency ${SK_CONCURRENCY:-2} ${SK_OPTS:-}"
+--sources ${SK_SOURCES:-lowering,model} --k 4 --budget-s $2 --concurrency ${SK_CONCURRENCY:-2} --max-tokens 1792 \
+${SK_OPTS:-}"
 }
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
@@ -282,7 +283,7 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     else (grep -e "service up" -e "\.py: " $T/serve_kb.log || true) | tail -12 && echo "still running"; fi ;;
   convert-start)  # issue 26: bench/convert.py with the SFT model as a source (no service), in the background
     cmd="${CV_GPU:+CUDA_VISIBLE_DEVICES=$CV_GPU }python3 bench/convert.py --kernelbench .kernelbench/KernelBench --levels 2 --count ${2:-30} --device cuda \
---sources lowering,model --model $T/models/sft --k 4 --budget-s ${3:-45} --timeout-s 120 ${CV_OPTS:-} \
+--sources lowering,model --model $T/models/sft --k 4 --budget-s ${3:-45} --timeout-s 120 --max-tokens 1792 ${CV_OPTS:-} \
 --out $T/convert_kb.json"
     rm -f $T/convert_kb.json && gpu_apps convert
     echo "$cmd" > $T/convert_kb.cmd && cat $T/convert_kb.cmd

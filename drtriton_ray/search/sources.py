@@ -155,6 +155,11 @@ class Policy:
                 return VLLMEngine(str(self.model_dir), max_model_len=self.context, kv_cache_bytes=None, seed=self.seed)
             from drtriton_ray.rollout.hf_engine import HFEngine
 
+            if str(self.device).startswith("cuda"):
+                # as eval-model --static-cache and the RL job decode: bf16, decoding steps as CUDA graphs (eager fp32
+                # decoding of a 135M model is bound by launches, ~115 ms a token: 1-2 minutes an answer)
+                length = min(self.context, 1024 + self.max_tokens)  # the fragments' prompts are well under 1024
+                return HFEngine(str(self.model_dir), "bf16", self.device, static_cache=True, max_model_len=length)
             return HFEngine(str(self.model_dir), "fp32", self.device)
         except OSError as e:  # a folder with config and tokenizer but no weights
             raise ModelError(f"cannot load the model in {self.model_dir}: {' '.join(str(e).split())}") from None
