@@ -2,9 +2,6 @@
 math (WIDE off): against PyTorch in the interpreter under the interpreter's and a GPU's tiles, the configs that
 force the old path (ROWS off, WIDE on), a fused epilogue, and what Triton's compiler for an H100 makes of it."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -103,13 +100,8 @@ def test_short_rows_compile_for_hopper():
     """Triton's compiler for an H100 (sm_90, no GPU needed; bench/sm90_asm.py) on program 13's and 23's rows: the
     constant rows load as vectors (8 bytes for rows of 6, 16 for rows of 4: the old path's were 4-byte loads), rows
     of 4 reduce within a thread (no shuffles), and neither path spills."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", HOPPER, str(ROOT / "bench")]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    if r.returncode and ("ptxas" in r.stderr or "GPUTarget" in r.stderr or "backend" in r.stderr):
-        pytest.skip("no Triton CUDA backend here: " + r.stderr[-300:])
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = {(int(v[0]), int(v[1])): [int(x) for x in v[2:]] for v in (ln.split() for ln in r.stdout.split("\n") if ln)}
+    stdout = test_lowering.compile_for_hopper(HOPPER, str(ROOT / "bench"))
+    rows = {(int(v[0]), int(v[1])): [int(x) for x in v[2:]] for v in (ln.split() for ln in stdout.split("\n") if ln)}
     for length in (6, 4):
         regs, loads, vector, shuffles, spills = rows[(length, 1)]
         old_regs, _, old_vector, old_shuffles, _ = rows[(length, 0)]

@@ -2,9 +2,6 @@
 math (WIDE off): against PyTorch in the interpreter under the interpreter's and a GPU's tiles, with channels over
 several reduction steps a tap; the wrappers' choice; what Triton's compiler for an H100 makes of it."""
 
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -68,12 +65,7 @@ def test_conv_flat_compiles_for_hopper():
     """Triton's compiler for an H100 (sm_90, no GPU needed; bench/sm90_asm.py) on a 64 -> 128 channel 3x3 conv:
     the flat loop's kernel keeps its pipelined gathers (cp.async), has no int64 division and no spill, and fewer
     registers than the nested loops with int64 math (255 and spills with Triton 3.9)."""
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"} | {"PYTHONPATH": str(ROOT)}
-    cmd = [sys.executable, "-c", HOPPER, str(ROOT / "bench")]
-    r = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=600)
-    if r.returncode and ("ptxas" in r.stderr or "GPUTarget" in r.stderr or "backend" in r.stderr):
-        pytest.skip("no Triton CUDA backend here: " + r.stderr[-300:])
-    assert r.returncode == 0, r.stderr[-3000:]
-    rows = {v[0]: [int(x) for x in v[1:]] for v in (ln.split() for ln in r.stdout.split("\n") if ln)}
+    stdout = test_lowering.compile_for_hopper(HOPPER, str(ROOT / "bench"))
+    rows = {v[0]: [int(x) for x in v[1:]] for v in (ln.split() for ln in stdout.split("\n") if ln)}
     regs, ldl, stl, divs, copies = rows["flat"]
     assert ldl == stl == divs == 0 and copies > 0 and regs < rows["old"][0], rows
