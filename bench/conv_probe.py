@@ -116,20 +116,6 @@ def errors(got, want64) -> dict:
     }
 
 
-def timer(smoke: bool):
-    import triton.testing
-
-    if not smoke:
-        return lambda fn: triton.testing.do_bench(fn, warmup=10, rep=40, return_mode="median")
-
-    def cpu_ms(fn):
-        start = time.perf_counter()
-        fn()
-        return (time.perf_counter() - start) * 1e3
-
-    return cpu_ms
-
-
 def probe_shape(torch, wrappers, tuning, shape, device, ms, deadline) -> list[dict]:
     """One row per variant of a shape (cuDNN's first): ms, ratio to cuDNN, errors against float64."""
     name, transposed, xs, ws, *_ = shape
@@ -199,6 +185,8 @@ def main() -> None:
     else:
         os.environ.pop("TRITON_INTERPRET", None)
     import torch
+
+    from layout_probe import timer  # bench/, the script's own folder
 
     from drtriton_ray.lower import tuning, wrappers
 
