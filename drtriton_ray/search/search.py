@@ -223,7 +223,9 @@ class Search:
         return todo
 
     def run(self, candidates: list[Candidate]) -> None:
-        """Verify what has not been judged before, in batches, while the budget lasts."""
+        """Verify what has not been judged before, in batches, while the budget lasts. The first batch goes to the
+        verifier even when the proposing itself used up the seconds (a model's decoding can): answers already paid
+        for are judged rather than thrown away; the candidate count stays a hard limit."""
         fresh, seen = [], set()
         for c in candidates:
             if c.id not in seen and c.id not in self.tried.get(c.fragment, {}):
@@ -231,7 +233,7 @@ class Search:
                 fresh.append(c)
         for i in range(0, len(fresh), self.config.batch):
             budget = self.budget()
-            if budget.spent:
+            if budget.candidates <= 0 or (budget.spent and i > 0):
                 return
             chunk = fresh[i : i + min(self.config.batch, budget.candidates)]
             self.progress(Progress("verify", self.verified, self.config.max_candidates, f"{len(chunk)} candidates"))

@@ -189,6 +189,18 @@ class Policy:
     async def _build(self):
         return self._make_engine()
 
+    def warm(self) -> None:
+        """Load the model and, with the static cache, compile its decoding step now (a minute or more on a GPU),
+        so that no search's budget pays for it: a long-lived caller (the service's Policy replica) does this once."""
+        from drtriton_ray.rollout.engine import SamplingConfig
+
+        self.loop.run_until_complete(asyncio.sleep(0))
+        if self.engine is None:
+            self.engine = self.loop.run_until_complete(self._build())
+        warmup = getattr(self.engine, "warmup", None)
+        if warmup is not None:
+            self.loop.run_until_complete(warmup(SamplingConfig(n=1, temperature=0.0, max_tokens=2)))
+
     def close(self) -> None:
         if self.engine is not None:
             self.loop.run_until_complete(self.engine.shutdown())

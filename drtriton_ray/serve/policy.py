@@ -33,6 +33,8 @@ class Policy:
         if engine is None:  # as drtriton convert picks it: vLLM on a GPU where installed, else transformers
             engine = "vllm" if device.startswith("cuda") and importlib.util.find_spec("vllm") else "hf"
         self.engine = Engine(Path(model), device, engine, max_tokens, seed)
+        if device.startswith("cuda"):
+            self.engine.warm()  # before the replica takes requests: the first search's budget would pay otherwise
         # The engine drives its own event loop: one call at a time, off the replica's loop.
         self.lock = threading.Lock()
 

@@ -117,6 +117,8 @@ def test_refine_asks_the_model_a_second_turn(tiny_dir):
     f = fragments()[0]
     policy = Policy(tiny_dir, max_tokens=8)
     try:
+        policy.warm()  # what the service's Policy replica does first: the engine is loaded before any search
+        assert policy.engine is not None and policy.generate_s == 0
         src = RefineSource(policy, seed=0)
         failed = Attempt(Candidate(f.hash, "model", "class ModelNew: pass"), summary("runtime_error"))
         cands = src.propose([f], Budget(4, 60), [failed])
@@ -125,3 +127,22 @@ def test_refine_asks_the_model_a_second_turn(tiny_dir):
         assert src.propose([f], Budget(4, 60), [failed]) == [] and src.stats.asked == 1  # one second turn each
     finally:
         policy.close()
+
+
+def test_proposals_made_after_the_seconds_ran_out_get_one_batch_judged(pool):
+    """A model's decoding can use up the seconds: its answers, already paid for, still get one verifier batch (and
+    no more); a spent candidate count stops everything."""
+    from drtriton_ray.search.search import Search, SearchConfig
+
+    frags = [f for f in fragments() if "mul.Tensor" not in f.ops]
+    candidates = LoweringSource().propose(frags, Budget(100, 60))
+    assert len(candidates) > 2
+    late = Search(SearchConfig(budget_s=0.0, batch=2), pool)
+    late.fragments = {f.hash: f for f in frags}
+    late.run(candidates)
+    assert late.budget().spent and late.verified == 2 and len(late.attempts) == 2
+    assert all(a.outcome.status for a in late.attempts)
+    none_left = Search(SearchConfig(budget_s=60.0, max_candidates=0, batch=2), pool)
+    none_left.fragments = {f.hash: f for f in frags}
+    none_left.run(candidates)
+    assert none_left.verified == 0
