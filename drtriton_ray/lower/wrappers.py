@@ -372,16 +372,22 @@ def extent(t):
     return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
 
 
-def copy_into(src, dst):
+def copy_setup(src, dst):
+    """(grid, arguments after src, launch constants) of strided_copy_kernel copying src into dst (same shape)."""
     n = src.numel()
-    if n == 0:
-        return
     sizes, (ss, ds) = as_columns(n, *coalesced_dims(src.shape, [src.stride(), dst.stride()]))
     # a transpose reads or writes across its rows: square-ish 32-wide tiles keep both sides' cache lines in use
     block_c = min(triton.next_power_of_2(sizes[3]), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
     block_r, grid = row_tiles(n, sizes[3], block_c)
-    strided_copy_kernel[grid](src, dst, n, *sizes, *ss, *ds, BLOCK_R=block_r, BLOCK_C=block_c,
-                              WIDE=max(n, extent(src), extent(dst)) >= 2**31)
+    meta = {"BLOCK_R": block_r, "BLOCK_C": block_c, "WIDE": max(n, extent(src), extent(dst)) >= 2**31}
+    return grid, (dst, n, *sizes, *ss, *ds), meta
+
+
+def copy_into(src, dst):
+    if src.numel() == 0:
+        return
+    grid, args, meta = copy_setup(src, dst)
+    strided_copy_kernel[grid](src, *args, **meta)
 
 
 def permute_setup(x, dims, config=None):
@@ -445,11 +451,17 @@ def stack(a, b, dim):
     return out
 
 
-def triangle(x, diagonal, upper):
+def triangle_setup(x, diagonal, upper):
+    """(out, grid, arguments after x, launch constants) of triangle_kernel (triu, or tril where not upper)."""
     out = torch.empty_like(x)
     n = x.numel()
-    triangle_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-2], x.shape[-1], diagonal, UPPER=upper, BLOCK=1024,
-                                             WIDE=n >= 2**31)
+    meta = {"UPPER": upper, "BLOCK": 1024, "WIDE": n >= 2**31}
+    return out, (triton.cdiv(n, 1024),), (out, n, x.shape[-2], x.shape[-1], diagonal), meta
+
+
+def triangle(x, diagonal, upper):
+    out, grid, args, meta = triangle_setup(x, diagonal, upper)
+    triangle_kernel[grid](x, *args, **meta)
     return out
 
 
