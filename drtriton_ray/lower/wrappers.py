@@ -15,12 +15,18 @@ def pad5(shape):
     return (1,) * (5 - len(shape)) + tuple(shape)
 
 
+def extent(t):
+    """One past the largest element offset t's view reaches in its storage."""
+    return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
+
+
 def coalesced_dims(shape, strides):
     """The dims (d1, d2, d3, d4) over which a kernel unravels its flat index (a fused elementwise kernel, a strided
     copy), and each strided tensor's five strides. Adjacent dims merge where every tensor steps through them as
     through one dim (size-1 dims go), as PyTorch's TensorIterator does: each division and modulo left costs more than
     the memory traffic of an element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others
-    come last, ones between; Triton specializes arguments equal to 1, so the kernel's divisions by them vanish."""
+    come last, ones between. The kernels take them as constants (tl.constexpr): divisions by ones vanish, the others
+    become multiplies and shifts."""
     dims = []
     for i, size in enumerate(shape):
         if size == 1:
@@ -75,7 +81,9 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs, columns=True)
-    meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
+    # int64 index math where an index or an input's offset passes int32: the kernel's strides are constants, and a
+    # constant past int32 times an int32 index does not compile
+    meta = {"BLOCK": 1024, **(config or {}), "WIDE": max(n, *(extent(t) for t in inputs)) >= 2**31}
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
     # a broadcast input: tiles of rows x columns, BLOCK in all, the columns along d4 (or d3 x d4); over two dims,
@@ -365,11 +373,6 @@ def linear(x, weight, bias, config=None):
     out, grid, args, meta = linear_setup(x, weight, bias, config)
     matmul_kernel[grid](x, *args, HAS_BIAS=bias is not None, **meta)
     return out
-
-
-def extent(t):
-    """One past the largest element offset t's view reaches in its storage."""
-    return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
 
 
 def copy_setup(src, dst):
