@@ -434,11 +434,16 @@ def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
 
 
 @triton.jit
-def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4, ss0, ss1, ss2, ss3, ss4, ds0, ds1, ds2, ds3, ds4,
+def strided_copy_kernel(src_ptr, dst_ptr, n, d1: tl.constexpr, d2: tl.constexpr, d3: tl.constexpr, d4: tl.constexpr,
+                        ss0: tl.constexpr, ss1: tl.constexpr, ss2: tl.constexpr, ss3: tl.constexpr, ss4: tl.constexpr,
+                        ds0: tl.constexpr, ds1: tl.constexpr, ds2: tl.constexpr, ds3: tl.constexpr, ds4: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
     """dst[idx] = src[idx] over a 5-dim index space (d0, d1, ..., d4), both sides by strides: transposes, and the
-    slices of cat and stack. Tiles of rows x columns (row_block): the divisions happen once a row. WIDE: offsets
-    reach 2^31 (int64 index math)."""
+    slices of cat and stack. Tiles of rows x columns (row_block): the divisions happen once a row. The dims and
+    strides are constants (a program's shapes are fixed; another layout compiles another copy): the row divisions
+    become multiplies and shifts, a 0 stride (expand) drops out, and known row lengths let a slice's rows store as
+    vectors where they are aligned. WIDE: offsets reach 2^31 (int64 index math; also needed where a constant stride
+    passes int32)."""
     rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)
     i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)
     src = (i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3)[:, None] + cols[None, :] * ss4
@@ -476,9 +481,11 @@ def transpose_tile_kernel(x_ptr, out_ptr, A, C, B1, B2, sa, sc, sb0, sb1, sb2, d
 
 
 @triton.jit
-def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOCK: tl.constexpr,
-                    WIDE: tl.constexpr):
-    """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math)."""
+def triangle_kernel(x_ptr, out_ptr, n, H: tl.constexpr, W: tl.constexpr, diagonal: tl.constexpr, UPPER: tl.constexpr,
+                    BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math). H, W and the
+    diagonal are constants (a program's shapes are fixed): the per-element column and row are a multiply and shift,
+    not a division by a runtime W."""
     offs, mask = flat_block(n, BLOCK, WIDE)
     col = offs % W
     row = (offs // W) % H
