@@ -175,16 +175,31 @@ def triangle_case(shape, diagonal, upper):
     return kernels.triangle_kernel, [x, *args], meta, {}, meta["BLOCK"], grid
 
 
-def pool_case(shape, out_shape, kernel, stride, padding, is_max):
+def pool_forced(inside: bool):
+    """pool_rows_kernel with its branch forced: every block's windows inside the rows (unmasked taps) or not (masked
+    ones), to count one path's instructions (the kernel holds both)."""
+    import inspect
+
+    src = inspect.getsource(kernels.pool_rows_kernel.fn)
+    line = next(ln for ln in src.splitlines() if ln.strip().startswith("inside = "))
+    src = src.replace(line, line[: line.index("inside")] + f"inside = {inside}")
+    return generated(
+        src.replace("def pool_rows_kernel(", f"def pool_{int(inside)}_kernel("), f"pool_{int(inside)}_kernel"
+    )
+
+
+def pool_case(shape, out_shape, kernel, stride, padding, is_max, inside=None):
+    """pool_rows_kernel as pool_setup launches it; inside True or False: that path alone (pool_forced)."""
     x = torch.empty(shape, device="meta")
     out, grid, args, meta = with_compiled(wrappers.pool_setup, x, out_shape, kernel, stride, padding)
-    return kernels.pool_rows_kernel, [x, *args], meta, {"IS_MAX": is_max}, meta["BLOCK_R"] * meta["BLOCK_W"], grid
+    fn = kernels.pool_rows_kernel if inside is None else pool_forced(inside)
+    return fn, [x, *args], meta, {"IS_MAX": is_max}, meta["BLOCK_R"] * meta["BLOCK_W"], grid
 
 
 def layout_cases():
     """(name, case) of broadcast elementwise kernels (short inner dims), strided copies, triu and pooling."""
     cat = lambda t: t.narrow(-1, 0, 7)  # noqa: E731 - the first input's slice of a cat along the last dim
-    return [
+    out = [
         ("ew (8192,8192,7) - (8192,1,7)", elementwise_case((8192, 8192, 7), [(8192, 8192, 7), (8192, 1, 7)])),
         ("ew (4096,8192,6) - (8192,1)", elementwise_case((4096, 8192, 6), [(4096, 8192, 6), (8192, 1)])),
         (
@@ -206,6 +221,14 @@ def layout_cases():
         ("avgpool1d k15 s1 p7 (16,7712,8192)", pool_case((16, 7712, 8192), (16, 7712, 8192), 15, 1, 7, False)),
         ("maxpool2d k3 s2 p1 (16,64,112,112)", pool_case((16, 64, 112, 112), (16, 64, 56, 56), 3, 2, 1, True)),
     ]
+    for inside in (True, False):
+        pools = [
+            ("avgpool1d k15 s1 p7 (16,7712,8192)", (16, 7712, 8192), (16, 7712, 8192), 15, 1, 7, False),
+            ("maxpool2d k3 s2 p1 (16,64,112,112)", (16, 64, 112, 112), (16, 64, 56, 56), 3, 2, 1, True),
+        ]
+        path = "inside (unmasked taps)" if inside else "edge (masked taps)"
+        out += [(f"{name} {path}", pool_case(*case, inside=inside)) for name, *case in pools]
+    return out
 
 
 def cases():

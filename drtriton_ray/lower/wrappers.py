@@ -587,7 +587,8 @@ def conv_small(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
 def pool_setup(x, out_shape, kernel, stride, padding, config=None):
     """(out, grid, arguments after x, launch constants) of pool_rows_kernel: grid (row blocks, blocks along W) over
     the output's rows (n*c, od, oh), BLOCK_W outputs along W (up to 128 compiled) and as many rows as fill the tile
-    (short rows share a program)."""
+    (short rows share a program). The sizes, window, stride and padding are the kernel's constants, passed by keyword
+    (in the launch constants) as a fused kernel's signature lists them after its positional arguments."""
     n = x.dim() - 2
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
@@ -599,9 +600,14 @@ def pool_setup(x, out_shape, kernel, stride, padding, config=None):
     block_r = max(1, min(tile // block_w, triton.next_power_of_2(rows)))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_W": block_w}, config, x)
     kd, kh, kw = spatial3((kernel,) * n, n, 1)
-    args = (out, rows, d, h, w, od, oh, ow, kd, kh, *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0))
+    sd, sh, sw = spatial3((stride,) * n, n, 1)
+    pd, ph, pw = spatial3((padding,) * n, n, 0)
+    sizes = {"D": d, "H": h, "W": w, "OD": od, "OH": oh, "OW": ow, "KD": kd, "KH": kh, "KW": kw}
+    sizes |= {"SD": sd, "SH": sh, "SW": sw, "PD": pd, "PH": ph, "PW": pw}
+    # int32 index math below 2^31 values (a masked lane's offsets may wrap, never used)
+    sizes["WIDE"] = max(x.numel(), out.numel()) >= 2**31
     grid = (triton.cdiv(rows, meta["BLOCK_R"]), triton.cdiv(ow, meta["BLOCK_W"]))
-    return out, grid, args, {**meta, "KW": kw}
+    return out, grid, (out, rows), {**meta, **sizes}
 
 
 def pool(x, out_shape, kernel, stride, padding, is_max, config=None):
