@@ -4,7 +4,9 @@ by 16 and every pointer carry Triton's divisibility-16 hint, ints past int32 are
 PTX and SASS: registers, spilled bytes (local loads and stores), 64-bit divisions, vector loads and stores, SASS
 instructions per tile element. What it shows is static: no timing.
 
-    PYTHONPATH=. python3 bench/sm90_asm.py                  # the along and conv kernels of the probes' shapes
+    PYTHONPATH=. python3 bench/sm90_asm.py                  # the along and conv kernels of the probes' shapes, then
+                                                            # broadcast elementwise, copies, triu, pooling
+    PYTHONPATH=. python3 bench/sm90_asm.py --only pool      # the cases whose name contains "pool"
     PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
 
 Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
