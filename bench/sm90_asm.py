@@ -4,7 +4,9 @@ by 16 and every pointer carry Triton's divisibility-16 hint, ints past int32 are
 PTX and SASS: registers, spilled bytes (local loads and stores), 64-bit divisions, vector loads and stores, SASS
 instructions per tile element. What it shows is static: no timing.
 
-    PYTHONPATH=. python3 bench/sm90_asm.py                  # the along and conv kernels of the probes' shapes
+    PYTHONPATH=. python3 bench/sm90_asm.py                  # the along and conv kernels of the probes' shapes, then
+                                                            # broadcast elementwise, copies, triu, pooling
+    PYTHONPATH=. python3 bench/sm90_asm.py --only pool      # the cases whose name contains "pool"
     PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
 
 Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
@@ -29,12 +31,14 @@ from drtriton_ray.lower import kernels, wrappers  # noqa: E402
 
 
 def specialize(fn, args: list, consts: dict):
-    """(signature, constexprs, attrs) of fn launched with positional args (tensors, ints, floats) and consts."""
+    """(signature, constexprs, attrs) of fn launched with positional args (tensors, ints, floats) and consts; a
+    parameter declared tl.constexpr is one whichever way it is passed."""
     signature, constexprs, attrs = {}, {}, {}
     values = dict(zip(fn.arg_names, args)) | consts
+    declared = {p.name for p in fn.params if p.is_constexpr}  # tl.constexpr parameters, passed positionally too
     for i, name in enumerate(fn.arg_names):
         v = values[name]
-        if name in consts or v is None:
+        if name in consts or name in declared or v is None:
             signature[name], constexprs[(i,)] = "constexpr", v
         elif isinstance(v, torch.Tensor):
             signature[name] = "*fp32" if v.dtype == torch.float32 else "*fp64"
@@ -130,6 +134,105 @@ def conv_case(xs, ws, stride, padding, dilation, groups, transposed, out_shape, 
     return fn, [x, *args], meta, {"TRANSPOSED": transposed}, elements, grid
 
 
+def generated(source: str, name: str):
+    """Kernel `name` of a generated source (a fused elementwise kernel) with the library helpers it calls, imported
+    from a file as a candidate is (Triton reads a kernel's source)."""
+    import importlib.util
+
+    from drtriton_ray.lower.emit import HEADER, library_source
+
+    path = Path(tempfile.mkdtemp()) / f"{name}.py"
+    path.write_text(HEADER + "\n" + library_source([source]) + "\n\n" + source)
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def elementwise_case(shape, leaf_shapes, body="t9 = v0 - v1"):
+    """The fused elementwise kernel the emitter generates for `body` over leaves of leaf_shapes (an output of
+    `shape`), launched as its wrapper launches it."""
+    from drtriton_ray.lower.elementwise import fused_kernel_source
+    from drtriton_ray.lower.emit import short_runs
+
+    dense = [tuple(s) == tuple(shape) for s in leaf_shapes]
+    columns = short_runs(shape, leaf_shapes, dense)
+    fn = generated(fused_kernel_source("ew_kernel", dense, [body], "t9", columns), "ew_kernel")
+    leaves = [torch.empty(s, device="meta") for s in leaf_shapes]
+    out, grid, args, meta = wrappers.elementwise_args(shape, torch.float32, dense, *leaves, columns=columns)
+    elements = meta.get("BLOCK", 1) * meta.get("BLOCK_R", 1) * meta.get("BLOCK_C", 1)
+    return fn, list(args), meta, {}, elements, grid
+
+
+def copy_case(src_shape, view, dst_shape, dst_view):
+    """strided_copy_kernel copying view(src) into dst_view(dst), as copy_into launches it."""
+    src, dst = view(torch.empty(src_shape, device="meta")), dst_view(torch.empty(dst_shape, device="meta"))
+    grid, args, meta = wrappers.copy_setup(src, dst)
+    return kernels.strided_copy_kernel, [src, *args], meta, {}, meta["BLOCK_R"] * meta["BLOCK_C"], grid
+
+
+def triangle_case(shape, diagonal, upper):
+    x = torch.empty(shape, device="meta")
+    out, grid, args, meta = wrappers.triangle_setup(x, diagonal, upper)
+    return kernels.triangle_kernel, [x, *args], meta, {}, meta["BLOCK"], grid
+
+
+def pool_forced(inside: bool):
+    """pool_rows_kernel with its branch forced: every block's windows inside the rows (unmasked taps) or not (masked
+    ones), to count one path's instructions (the kernel holds both)."""
+    import inspect
+
+    src = inspect.getsource(kernels.pool_rows_kernel.fn)
+    line = next(ln for ln in src.splitlines() if ln.strip().startswith("inside = "))
+    src = src.replace(line, line[: line.index("inside")] + f"inside = {inside}")
+    return generated(
+        src.replace("def pool_rows_kernel(", f"def pool_{int(inside)}_kernel("), f"pool_{int(inside)}_kernel"
+    )
+
+
+def pool_case(shape, out_shape, kernel, stride, padding, is_max, inside=None):
+    """pool_rows_kernel as pool_setup launches it; inside True or False: that path alone (pool_forced)."""
+    x = torch.empty(shape, device="meta")
+    out, grid, args, meta = with_compiled(wrappers.pool_setup, x, out_shape, kernel, stride, padding)
+    fn = kernels.pool_rows_kernel if inside is None else pool_forced(inside)
+    return fn, [x, *args], meta, {"IS_MAX": is_max}, meta["BLOCK_R"] * meta["BLOCK_W"], grid
+
+
+def layout_cases():
+    """(name, case) of broadcast elementwise kernels (short inner dims), strided copies, triu and pooling."""
+    cat = lambda t: t.narrow(-1, 0, 7)  # noqa: E731 - the first input's slice of a cat along the last dim
+    out = [
+        ("ew (8192,8192,7) - (8192,1,7)", elementwise_case((8192, 8192, 7), [(8192, 8192, 7), (8192, 1, 7)])),
+        ("ew (4096,8192,6) - (8192,1)", elementwise_case((4096, 8192, 6), [(4096, 8192, 6), (8192, 1)])),
+        (
+            "ew (64,64,1,7,1) from (64,1,1,7,1) - (64,1,7,1)",
+            elementwise_case((64, 64, 1, 7, 1), [(64, 1, 1, 7, 1), (64, 1, 7, 1)]),
+        ),
+        (
+            "ew (7,1,1,81,75) from (7,1,1,1,75) - (81,1)",
+            elementwise_case((7, 1, 1, 81, 75), [(7, 1, 1, 1, 75), (81, 1)]),
+        ),
+        ("ew (16,64,128,128) - (64,1,1)", elementwise_case((16, 64, 128, 128), [(16, 64, 128, 128), (64, 1, 1)])),
+        ("copy cat (16384,7) into (16384,14)", copy_case((16384, 7), lambda t: t, (16384, 14), cat)),
+        ("copy transpose (4096,4096)", copy_case((4096, 4096), lambda t: t.t(), (4096, 4096), lambda t: t)),
+        (
+            "copy expand (64,1,7) to (64,512,7)",
+            copy_case((64, 1, 7), lambda t: t.expand(64, 512, 7), (64, 512, 7), lambda t: t),
+        ),
+        ("triu (64,1024,1000) diagonal 1", triangle_case((64, 1024, 1000), 1, True)),
+        ("avgpool1d k15 s1 p7 (16,7712,8192)", pool_case((16, 7712, 8192), (16, 7712, 8192), 15, 1, 7, False)),
+        ("maxpool2d k3 s2 p1 (16,64,112,112)", pool_case((16, 64, 112, 112), (16, 64, 56, 56), 3, 2, 1, True)),
+    ]
+    for inside in (True, False):
+        pools = [
+            ("avgpool1d k15 s1 p7 (16,7712,8192)", (16, 7712, 8192), (16, 7712, 8192), 15, 1, 7, False),
+            ("maxpool2d k3 s2 p1 (16,64,112,112)", (16, 64, 112, 112), (16, 64, 56, 56), 3, 2, 1, True),
+        ]
+        path = "inside (unmasked taps)" if inside else "edge (masked taps)"
+        out += [(f"{name} {path}", pool_case(*case, inside=inside)) for name, *case in pools]
+    return out
+
+
 def cases():
     """(name, case) of the probes' shapes: program 13's and 23's along kernels, the probe's many-channel convs."""
     out = [
@@ -163,7 +266,7 @@ def main():
     ap.add_argument("--dump", help="a folder for each kernel's PTX and SASS")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     args = ap.parse_args()
-    for name, (fn, launch, meta, consts, elements, grid) in cases():
+    for name, (fn, launch, meta, consts, elements, grid) in cases() + layout_cases():
         if args.only not in name:
             continue
         try:

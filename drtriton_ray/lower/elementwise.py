@@ -119,7 +119,11 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
     column, not per element, where they can cost more than the memory traffic of a memory-bound kernel. The columns
     are d4, or with `columns` 2 the two innermost dims (d3, d4): where d4 is short (a (8192, 8192, 7) output), rows
     of d4 values leave most of a tile's lanes idle and its stores short. WIDE (outputs of 2^31 elements or more)
-    computes indices in int64, int32 otherwise."""
+    computes indices in int64, int32 otherwise.
+
+    The dims and strides are tl.constexpr, passed positionally as before: a generated module runs one program of
+    fixed shapes, so they cost one compile per shape, and divisions by them become multiplies and shifts, a 0 stride
+    drops its term, and known strides and row lengths let the compiler prove loads and stores aligned."""
     ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
     broadcast = [k for k, d in enumerate(dense) if not d]
     if not broadcast:
@@ -128,10 +132,15 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
             "    offs, mask = flat_block(n, BLOCK, WIDE)",
         ]
     else:
-        strides = "".join(f"s{k}_{j}, " for k in broadcast for j in range(5))
+        strides = [", ".join(f"s{k}_{j}: tl.constexpr" for j in range(5)) + "," for k in broadcast]
         head = [
-            f"def {name}(out_ptr, {ptrs}, n, d1, d2, d3, d4, {strides}"
-            "BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):",
+            f"def {name}(",
+            f"    out_ptr, {ptrs}, n,",
+            "    d1: tl.constexpr, d2: tl.constexpr, d3: tl.constexpr, d4: tl.constexpr,",
+            *(f"    {line}" for line in strides),
+            "    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr,",
+            "):",
+            "    # dims and strides are constants (the program's shapes are fixed): no division by a runtime value",
         ]
         if columns == 2:
             head += [

@@ -434,11 +434,16 @@ def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
 
 
 @triton.jit
-def strided_copy_kernel(src_ptr, dst_ptr, n, d1, d2, d3, d4, ss0, ss1, ss2, ss3, ss4, ds0, ds1, ds2, ds3, ds4,
+def strided_copy_kernel(src_ptr, dst_ptr, n, d1: tl.constexpr, d2: tl.constexpr, d3: tl.constexpr, d4: tl.constexpr,
+                        ss0: tl.constexpr, ss1: tl.constexpr, ss2: tl.constexpr, ss3: tl.constexpr, ss4: tl.constexpr,
+                        ds0: tl.constexpr, ds1: tl.constexpr, ds2: tl.constexpr, ds3: tl.constexpr, ds4: tl.constexpr,
                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
     """dst[idx] = src[idx] over a 5-dim index space (d0, d1, ..., d4), both sides by strides: transposes, and the
-    slices of cat and stack. Tiles of rows x columns (row_block): the divisions happen once a row. WIDE: offsets
-    reach 2^31 (int64 index math)."""
+    slices of cat and stack. Tiles of rows x columns (row_block): the divisions happen once a row. The dims and
+    strides are constants (a program's shapes are fixed; another layout compiles another copy): the row divisions
+    become multiplies and shifts, a 0 stride (expand) drops out, and known row lengths let a slice's rows store as
+    vectors where they are aligned. WIDE: offsets reach 2^31 (int64 index math; also needed where a constant stride
+    passes int32)."""
     rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)
     i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)
     src = (i0 * ss0 + i1 * ss1 + i2 * ss2 + i3 * ss3)[:, None] + cols[None, :] * ss4
@@ -476,9 +481,11 @@ def transpose_tile_kernel(x_ptr, out_ptr, A, C, B1, B2, sa, sc, sb0, sb1, sb2, d
 
 
 @triton.jit
-def triangle_kernel(x_ptr, out_ptr, n, H, W, diagonal, UPPER: tl.constexpr, BLOCK: tl.constexpr,
-                    WIDE: tl.constexpr):
-    """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math)."""
+def triangle_kernel(x_ptr, out_ptr, n, H: tl.constexpr, W: tl.constexpr, diagonal: tl.constexpr, UPPER: tl.constexpr,
+                    BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """triu/tril over the last two dims of a contiguous tensor (WIDE: n >= 2^31, int64 index math). H, W and the
+    diagonal are constants (a program's shapes are fixed): the per-element column and row are a multiply and shift,
+    not a division by a runtime W."""
     offs, mask = flat_block(n, BLOCK, WIDE)
     col = offs % W
     row = (offs // W) % H
@@ -703,39 +710,81 @@ def conv_small_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, O
     o_off = (n[None, :].to(tl.int64) * CO + co[:, None]) * (OD * OH * OW) + ((od * OH + oh) * OW + ow)[None, :]
     tl.store(out_ptr + o_off, acc.to(out_ptr.dtype.element_ty), mask=co_ok[:, None] & p_ok[None, :])
 
+
 @triton.jit
-def pool_rows_kernel(x_ptr, out_ptr, n_rows, D, H, W, OD, OH, OW, KD, KH, SD, SH, SW, PD, PH, PW,
-                     KW: tl.constexpr, IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr):
+def pool_taps(acc, x_ptr, row, ow_s, ok, W: tl.constexpr, KW: tl.constexpr, PW: tl.constexpr, IS_MAX: tl.constexpr,
+              MASKED: tl.constexpr):
+    """acc combined with the KW taps of one window row for pool_rows_kernel's [rows, outputs] tile: the input rows
+    start at `row`, tap kw reads positions ow_s + kw - PW (ow_s: the outputs times the stride; the tap's shift a
+    constant, so where it is a multiple of 4 the compiler knows the loads 16-byte aligned: vectors). MASKED: a tap's
+    positions may leave the row (padding), so each load checks them against W (and `ok`: the rows' and outputs' mask)
+    and reads the padding's value outside it; else every position lies inside an input row: plain loads, no mask
+    math, predicate or zeroed register per tap and element."""
+    for kw in tl.static_range(KW):
+        i_w = ow_s + (kw - PW)
+        ptrs = x_ptr + row[:, None] + i_w[None, :]
+        if MASKED:
+            m = ok & ((i_w >= 0) & (i_w < W))[None, :]
+            if IS_MAX:
+                acc = tl.maximum(acc, tl.load(ptrs, mask=m, other=-float("inf")).to(tl.float32))
+            else:
+                acc += tl.load(ptrs, mask=m, other=0.0).to(tl.float32)
+        elif IS_MAX:
+            acc = tl.maximum(acc, tl.load(ptrs).to(tl.float32))
+        else:
+            acc += tl.load(ptrs).to(tl.float32)
+    return acc
+
+
+@triton.jit
+def pool_rows_kernel(x_ptr, out_ptr, n_rows, D: tl.constexpr, H: tl.constexpr, W: tl.constexpr, OD: tl.constexpr,
+                     OH: tl.constexpr, OW: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+                     SD: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr,
+                     PW: tl.constexpr, IS_MAX: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_W: tl.constexpr,
+                     WIDE: tl.constexpr = True):
     """Max or average pooling over (N*C, D, H, W). The output is rows (n*c, od, oh) of OW values; a program owns
     BLOCK_R rows x BLOCK_W outputs along W, finds each row's input rows once (a few divisions per row, none per
     output) and, per window row (kd, kh), loads one value per output and tap kw, along W: contiguous for stride 1.
     The KW taps are unrolled. Padding counts in the average, as PyTorch's default count_include_pad=True does (the
-    window never leaves the padded input)."""
-    r = tl.program_id(0).to(tl.int64) * BLOCK_R + tl.arange(0, BLOCK_R)
-    ow = tl.program_id(1) * BLOCK_W + tl.arange(0, BLOCK_W)
-    oh = r % OH
-    od = (r // OH) % OD
-    nc = r // (OH * OD)
+    window never leaves the padded input). Sizes, window, stride and padding are constants (a program's shapes are
+    fixed; the wrapper passes them by keyword): the row divisions are multiplies and shifts, and each tap's offset
+    along W is a constant, so the aligned taps of a stride-1 window load as vectors. WIDE: int64 index math (the
+    input or output has 2^31 values or more); else int32, fewer registers and instructions per address."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    r = pid * BLOCK_R + tl.arange(0, BLOCK_R)
+    ow0 = tl.program_id(1) * BLOCK_W
+    ow = ow0 + tl.arange(0, BLOCK_W)
+    rc = tl.minimum(r, n_rows - 1)  # rows past the last stand in for it: their loads stay in x
+    oh = rc % OH
+    od = (rc // OH) % OD
+    nc = rc // (OH * OD)
     mask = (r < n_rows)[:, None] & (ow < OW)[None, :]
+    # most blocks' windows lie inside the input rows (all but the edge blocks of a long row): their taps load
+    # unmasked, a row's validity applied once per window row instead of a mask per tap and element
+    inside = (ow0 * SW - PW >= 0) & ((ow0 + BLOCK_W - 1) * SW - PW + KW - 1 < W)
     if IS_MAX:
-        acc = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32) - float("inf")
+        empty = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32) - float("inf")
     else:
-        acc = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32)
+        empty = tl.zeros([BLOCK_R, BLOCK_W], dtype=tl.float32)
+    acc = empty
     for kd in range(KD):
         for kh in range(KH):
             i_d = od * SD - PD + kd
             i_h = oh * SH - PH + kh
             row_ok = (r < n_rows) & (i_d >= 0) & (i_d < D) & (i_h >= 0) & (i_h < H)
-            row = ((nc * D + i_d) * H + i_h) * W  # the input row's first value
-            for kw in tl.static_range(KW):
-                i_w = ow * SW - PW + kw
-                ok = row_ok[:, None] & ((i_w >= 0) & (i_w < W) & (ow < OW))[None, :]
+            if inside:  # a padding row reads the nearest input row (unmasked), its values dropped after the taps
+                row = ((nc * D + tl.minimum(tl.maximum(i_d, 0), D - 1)) * H + tl.minimum(tl.maximum(i_h, 0), H - 1)) * W
+                part = pool_taps(empty, x_ptr, row, ow * SW, row_ok, W, KW, PW, IS_MAX, False)
                 if IS_MAX:
-                    x = tl.load(x_ptr + row[:, None] + i_w[None, :], mask=ok, other=-float("inf")).to(tl.float32)
-                    acc = tl.maximum(acc, x)
+                    acc = tl.maximum(acc, tl.where(row_ok[:, None], part, -float("inf")))
                 else:
-                    x = tl.load(x_ptr + row[:, None] + i_w[None, :], mask=ok, other=0.0).to(tl.float32)
-                    acc += x
+                    acc += tl.where(row_ok[:, None], part, 0.0)
+            else:
+                row = ((nc * D + i_d) * H + i_h) * W  # the input row's first value
+                acc = pool_taps(acc, x_ptr, row, ow * SW, row_ok[:, None] & (ow < OW)[None, :], W, KW, PW, IS_MAX,
+                                True)
     if not IS_MAX:
         acc = acc / (KD * KH * KW)
     tl.store(out_ptr + r[:, None] * OW + ow[None, :], acc.to(out_ptr.dtype.element_ty), mask=mask)

@@ -15,12 +15,18 @@ def pad5(shape):
     return (1,) * (5 - len(shape)) + tuple(shape)
 
 
+def extent(t):
+    """One past the largest element offset t's view reaches in its storage."""
+    return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
+
+
 def coalesced_dims(shape, strides):
     """The dims (d1, d2, d3, d4) over which a kernel unravels its flat index (a fused elementwise kernel, a strided
     copy), and each strided tensor's five strides. Adjacent dims merge where every tensor steps through them as
     through one dim (size-1 dims go), as PyTorch's TensorIterator does: each division and modulo left costs more than
     the memory traffic of an element. The outermost merged dim is d0 (its index is a quotient, no modulo), the others
-    come last, ones between; Triton specializes arguments equal to 1, so the kernel's divisions by them vanish."""
+    come last, ones between. The kernels take them as constants (tl.constexpr): divisions by ones vanish, the others
+    become multiplies and shifts."""
     dims = []
     for i, size in enumerate(shape):
         if size == 1:
@@ -75,7 +81,9 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs, columns=True)
-    meta = {"BLOCK": 1024, **(config or {}), "WIDE": n >= 2**31}
+    # int64 index math where an index or an input's offset passes int32: the kernel's strides are constants, and a
+    # constant past int32 times an int32 index does not compile
+    meta = {"BLOCK": 1024, **(config or {}), "WIDE": max(n, *(extent(t) for t in inputs)) >= 2**31}
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
     # a broadcast input: tiles of rows x columns, BLOCK in all, the columns along d4 (or d3 x d4); over two dims,
@@ -367,21 +375,22 @@ def linear(x, weight, bias, config=None):
     return out
 
 
-def extent(t):
-    """One past the largest element offset t's view reaches in its storage."""
-    return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
-
-
-def copy_into(src, dst):
+def copy_setup(src, dst):
+    """(grid, arguments after src, launch constants) of strided_copy_kernel copying src into dst (same shape)."""
     n = src.numel()
-    if n == 0:
-        return
     sizes, (ss, ds) = as_columns(n, *coalesced_dims(src.shape, [src.stride(), dst.stride()]))
     # a transpose reads or writes across its rows: square-ish 32-wide tiles keep both sides' cache lines in use
     block_c = min(triton.next_power_of_2(sizes[3]), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
     block_r, grid = row_tiles(n, sizes[3], block_c)
-    strided_copy_kernel[grid](src, dst, n, *sizes, *ss, *ds, BLOCK_R=block_r, BLOCK_C=block_c,
-                              WIDE=max(n, extent(src), extent(dst)) >= 2**31)
+    meta = {"BLOCK_R": block_r, "BLOCK_C": block_c, "WIDE": max(n, extent(src), extent(dst)) >= 2**31}
+    return grid, (dst, n, *sizes, *ss, *ds), meta
+
+
+def copy_into(src, dst):
+    if src.numel() == 0:
+        return
+    grid, args, meta = copy_setup(src, dst)
+    strided_copy_kernel[grid](src, *args, **meta)
 
 
 def permute_setup(x, dims, config=None):
@@ -445,11 +454,17 @@ def stack(a, b, dim):
     return out
 
 
-def triangle(x, diagonal, upper):
+def triangle_setup(x, diagonal, upper):
+    """(out, grid, arguments after x, launch constants) of triangle_kernel (triu, or tril where not upper)."""
     out = torch.empty_like(x)
     n = x.numel()
-    triangle_kernel[(triton.cdiv(n, 1024),)](x, out, n, x.shape[-2], x.shape[-1], diagonal, UPPER=upper, BLOCK=1024,
-                                             WIDE=n >= 2**31)
+    meta = {"UPPER": upper, "BLOCK": 1024, "WIDE": n >= 2**31}
+    return out, (triton.cdiv(n, 1024),), (out, n, x.shape[-2], x.shape[-1], diagonal), meta
+
+
+def triangle(x, diagonal, upper):
+    out, grid, args, meta = triangle_setup(x, diagonal, upper)
+    triangle_kernel[grid](x, *args, **meta)
     return out
 
 
@@ -572,7 +587,8 @@ def conv_small(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
 def pool_setup(x, out_shape, kernel, stride, padding, config=None):
     """(out, grid, arguments after x, launch constants) of pool_rows_kernel: grid (row blocks, blocks along W) over
     the output's rows (n*c, od, oh), BLOCK_W outputs along W (up to 128 compiled) and as many rows as fill the tile
-    (short rows share a program)."""
+    (short rows share a program). The sizes, window, stride and padding are the kernel's constants, passed by keyword
+    (in the launch constants) as a fused kernel's signature lists them after its positional arguments."""
     n = x.dim() - 2
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
     d, h, w = spatial3(x.shape[2:], n, 1)
@@ -584,9 +600,14 @@ def pool_setup(x, out_shape, kernel, stride, padding, config=None):
     block_r = max(1, min(tile // block_w, triton.next_power_of_2(rows)))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_W": block_w}, config, x)
     kd, kh, kw = spatial3((kernel,) * n, n, 1)
-    args = (out, rows, d, h, w, od, oh, ow, kd, kh, *spatial3((stride,) * n, n, 1), *spatial3((padding,) * n, n, 0))
+    sd, sh, sw = spatial3((stride,) * n, n, 1)
+    pd, ph, pw = spatial3((padding,) * n, n, 0)
+    sizes = {"D": d, "H": h, "W": w, "OD": od, "OH": oh, "OW": ow, "KD": kd, "KH": kh, "KW": kw}
+    sizes |= {"SD": sd, "SH": sh, "SW": sw, "PD": pd, "PH": ph, "PW": pw}
+    # int32 index math below 2^31 values (a masked lane's offsets may wrap, never used)
+    sizes["WIDE"] = max(x.numel(), out.numel()) >= 2**31
     grid = (triton.cdiv(rows, meta["BLOCK_R"]), triton.cdiv(ow, meta["BLOCK_W"]))
-    return out, grid, args, {**meta, "KW": kw}
+    return out, grid, (out, rows), {**meta, **sizes}
 
 
 def pool(x, out_shape, kernel, stride, padding, is_max, config=None):

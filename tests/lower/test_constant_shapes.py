@@ -1,0 +1,129 @@
+"""Constant shapes: the fused elementwise, strided-copy and triu kernels take their sizes and strides as
+tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword). Against PyTorch in
+the Triton interpreter: short inner dims and broadcasts, both index widths, non-contiguous views, pooling's
+unmasked inside blocks next to its masked edge blocks; and the generated source declares the sizes constexpr."""
+
+import inspect
+
+import pytest
+import test_lowering
+import torch
+import torch.nn.functional as F
+import triton.language as tl
+from test_lowering import _handmade, _import, _with_library, check_lowering
+
+from drtriton_ray.lower import kernels
+from drtriton_ray.lower.elementwise import fused_kernel_source
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.synth import Program
+
+tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
+
+# (a, b) of a broadcast a - b: short inner dims (rows of 7, of 1), both inputs broadcast, a (7, 75) x (81, 1) grid
+BROADCASTS = [
+    ((64, 1, 1, 7, 1), (64, 1, 7, 1)),
+    ((7, 1, 1, 1, 75), (81, 1)),
+    ((16, 9, 6), (9, 1)),
+    ((3, 1, 5, 1, 2), (4, 2)),
+]
+
+
+def constexpr_params(fn) -> set[str]:
+    """The parameters a kernel (jitted or the interpreter's) declares tl.constexpr."""
+    sig = inspect.signature(fn.fn)
+    return {name for name, p in sig.parameters.items() if p.annotation is tl.constexpr}
+
+
+@pytest.mark.parametrize("a, b", BROADCASTS)
+def test_broadcast_program_short_inner_dims(a, b, tmp_path):
+    """A lowered a - b program: its kernel declares the coalesced dims and every stride constexpr; PyTorch's values."""
+    shape = tuple(torch.broadcast_shapes(a, b))
+    rec = _handmade([("Sub", [0, 1], 2, {}, [])], {0: a, 1: b, 2: shape}, [2])
+    src = lower_program(Program.from_json(rec.dag), rec.source)
+    declared = "d1: tl.constexpr, d2: tl.constexpr, d3: tl.constexpr, d4: tl.constexpr"
+    assert declared in src and "s1_4: tl.constexpr" in src, src
+    check_lowering(rec, tmp_path)
+
+
+@pytest.mark.parametrize("a, b", BROADCASTS)
+def test_broadcast_kernel_tiles_and_widths(a, b, tmp_path):
+    """The fused kernel launched positionally as its wrapper does, columns over one or two dims, tiles wider than a
+    row and of one column, int32 and int64 indices, b a non-contiguous view: a - b + c (c dense)."""
+    from drtriton_ray.lower.wrappers import elementwise_args
+
+    shape = tuple(torch.broadcast_shapes(a, b))
+    torch.manual_seed(0)
+    x, y, c = torch.randn(a), torch.randn(tuple(reversed(b))).permute(*reversed(range(len(b)))), torch.randn(shape)
+    for columns in (1, 2):
+        src = _with_library(fused_kernel_source("k_sub", [False, False, True], ["t3 = v0 - v1 + v2"], "t3", columns))
+        mod = _import(src, tmp_path / f"ew_const_{columns}.py")
+        assert {"d1", "d4", "s0_0", "s1_4"} <= constexpr_params(mod.k_sub)
+        for block in (1024, 4 if c.numel() < 2000 else 128):  # the interpreter pays per program
+            out, grid, args, meta = elementwise_args(
+                shape, torch.float32, [False, False, True], x, y, c, config={"BLOCK": block}, columns=columns
+            )
+            for wide in (False, True):
+                out.zero_()
+                mod.k_sub[grid](*args, **{**meta, "WIDE": wide})
+                assert torch.allclose(out, x - y + c), (columns, block, wide)
+
+
+@pytest.mark.parametrize("shape", [(3, 37, 29), (2, 7, 1), (64, 7), (1, 1)])
+def test_triangle_constant_sizes(shape):
+    """triu/tril with H, W and the diagonal constant: PyTorch's values above, below and past the matrix."""
+    from drtriton_ray.lower.wrappers import triangle
+
+    assert {"H", "W", "diagonal"} <= constexpr_params(kernels.triangle_kernel)
+    x = torch.randn(shape)
+    for diagonal in (-3, 0, 2, 40):
+        assert torch.equal(triangle(x, diagonal, True), torch.triu(x, diagonal)), diagonal
+        assert torch.equal(triangle(x, diagonal, False), torch.tril(x, diagonal)), diagonal
+
+
+def test_strided_copy_constant_strides():
+    """The strided copy with its dims and both sides' strides constant: cat and stack slices with rows of 7 and 5,
+    an expand (0 strides), a transpose, a select; every one under both index widths."""
+    from drtriton_ray.lower.wrappers import cat, copy_setup, expand_copy, stack
+
+    assert {"d1", "d4", "ss0", "ss4", "ds0", "ds4"} <= constexpr_params(kernels.strided_copy_kernel)
+    torch.manual_seed(0)
+    a, b = torch.randn(16, 7), torch.randn(16, 5)
+    assert torch.equal(cat(a, b, -1), torch.cat([a, b], -1))
+    assert torch.equal(stack(a, a * 2, 1), torch.stack([a, a * 2], 1))
+    x = torch.randn(64, 1, 7)
+    assert torch.equal(expand_copy(x, (64, 512, 7)), x.expand(64, 512, 7))
+    views = [torch.randn(37, 53).t(), torch.randn(5, 1, 7).expand(5, 9, 7), torch.randn(4, 6, 7).select(1, 2)]
+    for view in views:
+        dst = torch.empty(view.shape)
+        grid, args, meta = copy_setup(view, dst)
+        for wide in (False, True):
+            dst.zero_()
+            kernels.strided_copy_kernel[grid](view, *args, **{**meta, "WIDE": wide})
+            assert torch.equal(dst, view), (view.shape, wide)
+
+
+# (shape, kernel, stride, padding): rows longer than a GPU tile's 128 outputs, so blocks inside the rows (unmasked
+# taps) sit next to edge blocks (masked); 2-d and 3-d with padding rows (clamped, dropped), rows past the last
+POOLS = [
+    ((2, 3, 700), 15, 1, 7),
+    ((1, 3, 300), 4, 1, 0),
+    ((2, 2, 5, 300), 3, 1, 1),
+    ((1, 2, 3, 4, 290), 3, 1, 1),
+    ((1, 3, 7, 520), 3, 2, 1),
+]
+
+
+@pytest.mark.parametrize("shape, k, s, p", POOLS)
+def test_pool_inside_and_edge_blocks(tiled, shape, k, s, p):
+    """Max and average pooling against PyTorch, both index widths (WIDE forced: the launch's constants)."""
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    n = len(shape) - 2
+    for kind in ("max", "avg"):
+        want = getattr(F, f"{kind}_pool{n}d")(x, k, s, p)
+        out, grid, args, meta = tiled.pool_setup(x, tuple(want.shape), k, s, p)
+        assert meta["KW"] == k and meta["PW"] == p and not meta["WIDE"]
+        for wide in (False, True):
+            out.zero_()
+            kernels.pool_rows_kernel[grid](x, *args, IS_MAX=kind == "max", **{**meta, "WIDE": wide})
+            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
