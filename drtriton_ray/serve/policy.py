@@ -8,6 +8,7 @@ on any Search replica send it prompts. It sees prompts and answers only: never t
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import threading
 import time
@@ -33,8 +34,10 @@ class Policy:
         if engine is None:  # as drtriton convert picks it: vLLM on a GPU where installed, else transformers
             engine = "vllm" if device.startswith("cuda") and importlib.util.find_spec("vllm") else "hf"
         self.engine = Engine(Path(model), device, engine, max_tokens, seed)
-        if device.startswith("cuda"):
-            self.engine.warm()  # before the replica takes requests: the first search's budget would pay otherwise
+        # Loaded (and on a GPU compiled) before the replica takes requests, not in the first search's budget; off
+        # this thread, whose event loop Serve may be running, as generate_sync runs off it.
+        with concurrent.futures.ThreadPoolExecutor(1) as pool:
+            pool.submit(self.engine.warm).result()
         # The engine drives its own event loop: one call at a time, off the replica's loop.
         self.lock = threading.Lock()
 
