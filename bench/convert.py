@@ -28,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import finish  # noqa: E402  (bench/, the script's own folder)
 
 from drtriton_ray.capture.graph import CaptureError  # noqa: E402
-from drtriton_ray.convert import ConversionError, convert  # noqa: E402
+from drtriton_ray.convert import ConversionError, convert, load_policy  # noqa: E402
 from drtriton_ray.verify import Limits, WorkerPool  # noqa: E402
 
 
@@ -39,7 +39,7 @@ def problems(root: Path, level: int, count: int, seed: int) -> list[Path]:
     return files
 
 
-def convert_one(path: Path, args, pool) -> dict:
+def convert_one(path: Path, args, pool, policy=None) -> dict:
     """One problem's row: capture, Triton fragments, the answer's verdict and speedups, seconds."""
     row = {"problem": path.name, "captured": False, "triton_fragments": 0, "kept_original": True}
     t0 = time.monotonic()
@@ -56,6 +56,7 @@ def convert_one(path: Path, args, pool) -> dict:
             seed=args.seed,
             cache=args.cache,
             verifier=pool,
+            policy=policy,
         )
     except (CaptureError, ConversionError) as e:
         row.update(error=str(e)[:300], wall_s=time.monotonic() - t0)
@@ -145,11 +146,19 @@ def main() -> int:
         sys.exit(f"error: no KernelBench problems at {args.kernelbench} (fetch the repository there first)")
     size = args.workers or (4 if args.device.startswith("cuda") else 2)
     results, tables = {}, []
+    # the model loaded and compiled once for all problems (not in every problem's budget), as the service's replica
+    model_sources = {"model", "refine"} & set(args.sources.split(","))
+    if model_sources and not args.model:
+        sys.exit(f"error: the sources {', '.join(sorted(model_sources))} need --model")
+    try:
+        policy = load_policy(args.model, args.device, None, args.max_tokens, args.seed) if model_sources else None
+    except ConversionError as e:
+        sys.exit(f"error: {e}")
     with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="bench") as pool:
         for level in (int(x) for x in args.levels.split(",")):
             rows = []
             for path in problems(args.kernelbench, level, args.count, args.seed):
-                rows.append(convert_one(path, args, pool))
+                rows.append(convert_one(path, args, pool, policy))
                 r = rows[-1]
                 print(
                     f"L{level} {path.name}: {r.get('error') or r.get('reason')} "
@@ -161,6 +170,8 @@ def main() -> int:
                 save(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results})
             results[level] = {"rows": rows, "summary": summary(rows)}
             tables.append(table(level, results[level]["summary"]))
+    if policy is not None:
+        policy.close()
     return finish(tables, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results}, args.out)
 
 

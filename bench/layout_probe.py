@@ -39,7 +39,9 @@ from drtriton_ray.synth.validate import full_float32, load_problem  # noqa: E402
 from lowering_profile import load_candidate  # noqa: E402 - bench/, the script's own folder
 
 # level-2 indices (seed 7, paper profile): 13 LogSoftmax+Transpose, 41 Transpose+ELU, 2 Transpose+AvgPool1d,
-# 42 Transpose+Max, 10 LayerNorm+Max, 23 LogSoftmax+Softmax, 31 Maximum+Hardswish, 14 Mul+Tanh
+# 42 Transpose+Max, 10 LayerNorm+Max, 23 LogSoftmax+Softmax, 31 Maximum+Hardswish, 14 Mul+Tanh; the norms
+# (--programs 18,5,7,33,40): 18 ReLU+GroupNorm, 5 Softmax+Norm, 7 Hardsigmoid+LayerNorm, 33 Clamp+GroupNorm,
+# 40 BatchNorm+Abs
 PROGRAMS = "13,41,2,42,10,23,31,14"
 KINDS = ("fused", "unfused", "eager", "compile")
 # the fused module again with configs forced on one kernel (lower/tuning.py FORCED), where the program has it:
@@ -53,6 +55,12 @@ VARIANTS = {
     "rows BLOCK_C 1024 w8": {"along_dim_kernel": {"BLOCK_C": 1024, "num_warps": 8}},
     "loop 64x64": {"along_loop_kernel": {"BLOCK_R": 64, "BLOCK_C": 64}},
     "loop w8": {"along_loop_kernel": {"num_warps": 8}},
+    # row_norm_kernel: rows of tens of thousands of values (GroupNorm of 2 groups over (8192, 32, 2048): 32768) in
+    # one tile, so its three passes over a row read it from DRAM once, and warps enough to hold it in registers
+    "norm 8192 w8": {"row_norm_kernel": {"BLOCK": 8192, "BLOCK_ROWS": 1, "num_warps": 8}},
+    "norm 16384 w16": {"row_norm_kernel": {"BLOCK": 16384, "BLOCK_ROWS": 1, "num_warps": 16}},
+    "norm 32768 w16": {"row_norm_kernel": {"BLOCK": 32768, "BLOCK_ROWS": 1, "num_warps": 16}},
+    "norm w8": {"row_norm_kernel": {"num_warps": 8}},
 }
 
 

@@ -81,10 +81,13 @@ def convert(
     max_tokens: int = 1024,
     timeout_s: float = 300.0,
     progress: Optional[Callable[[Progress], None]] = None,
+    policy=None,
 ) -> ConversionResult:
     """Search for a faster verified Triton version of `source`. `verifier`: a WorkerPool or VerifyService to use
     (None: a local pool of `workers` processes on `device`, closed at the end). `cache`: a folder or fsspec URI,
-    None for none. Raises ConversionError on a bad request, CaptureError when the program cannot be captured."""
+    None for none. `policy`: a loaded model (`load_policy`) to reuse over many calls, so that each does not load
+    and compile it again (the caller closes it). Raises ConversionError on a bad request, CaptureError when the
+    program cannot be captured."""
     config = SearchConfig(
         k=k,
         samples=samples,
@@ -100,19 +103,40 @@ def convert(
     )
     check_request(source, config)
     if verifier is not None:
-        return _search(source, config, verifier, progress)
+        return _search(source, config, verifier, progress, policy)
     from drtriton_ray.verify import Limits, WorkerPool
 
     size = workers or (2 if device == "cpu" else 4)
     with WorkerPool(device, size=size, limits=Limits(task_timeout_s=timeout_s), name="convert") as pool:
-        return _search(source, config, pool, progress)
+        return _search(source, config, pool, progress, policy)
 
 
-def _search(source: str, config: SearchConfig, verifier, progress) -> ConversionResult:
+def load_policy(model: str | Path, device: str = "cpu", engine: Optional[str] = None, max_tokens: int = 1024, seed=0):
+    """The policy model loaded (and on a GPU its decoding compiled) once, for `convert(..., policy=)` over many
+    programs; close() it when done. Raises ConversionError for a folder that holds no usable model."""
+    from drtriton_ray.models.load import ModelError, check_model_dir
+    from drtriton_ray.search.sources import Policy
+
+    try:
+        check_model_dir(Path(model))
+        policy = Policy(
+            Path(model),
+            device,
+            engine or ("vllm" if device.startswith("cuda") and _has_vllm() else "hf"),
+            max_tokens,
+            seed,
+        )
+        policy.warm()
+    except ModelError as e:
+        raise ConversionError(str(e)) from None
+    return policy
+
+
+def _search(source: str, config: SearchConfig, verifier, progress, policy=None) -> ConversionResult:
     from drtriton_ray.models.load import ModelError
 
     try:
-        return search(source, config, verifier, progress)
+        return search(source, config, verifier, progress, policy=policy)
     except ModelError as e:  # the folder exists but holds no usable model
         raise ConversionError(str(e)) from None
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from drtriton_ray.capture.graph import CaptureError
-from drtriton_ray.convert import convert
+from drtriton_ray.convert import ConversionError, convert, load_policy
 from drtriton_ray.verify import Task
 
 PROBLEMS = Path(__file__).resolve().parents[1] / "capture" / "problems"
@@ -112,6 +112,14 @@ def test_the_tiny_model_writes_garbage_and_the_search_still_answers(pool, tiny_d
     alone = convert(source, sources=["model"], **kwargs)
     assert alone.report.kept_original and alone.module_source == source
     assert alone.report.reason.startswith("no fragment has a verified Triton candidate")
+    policy = load_policy(tiny_dir, max_tokens=24, seed=3)  # loaded once, shared by many conversions
+    try:
+        shared = convert(source, sources=["model"], policy=policy, **kwargs)
+        assert shared.report.candidates["model"] == alone.report.candidates["model"] and policy.generate_s > 0
+    finally:
+        policy.close()
+    with pytest.raises(ConversionError, match="config.json|model"):
+        load_policy(tmp_path)  # a folder with no model: a clear error, nothing loaded
 
 
 def test_programs_that_cannot_be_captured(pool):
