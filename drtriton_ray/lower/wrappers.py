@@ -42,6 +42,13 @@ def coalesced_dims(shape, strides):
     return sizes, [(first[1][k],) + (0,) * ones + tuple(step[k] for _, step in rest) for k in range(len(strides))]
 
 
+def leaf_wide(meta, *leaves):
+    """A fused kernel's launch constants, int64 index math (WIDE) also where a leaf's offsets reach 2^31 (a view into
+    a larger tensor): its broadcast strides are constants, and a constant past int32 times an int32 index does not
+    compile."""
+    return {**meta, "WIDE": meta["WIDE"] or any(extent(t) >= 2**31 for t in leaves)}
+
+
 def tuned(meta, config, t):
     """Launch constants: the wrapper's own, overridden by a tuned config where kernels run compiled."""
     return {**meta, **config} if config and compiled(t) else meta
