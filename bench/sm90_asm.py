@@ -124,6 +124,12 @@ def along_case(shape, dim, op, config=None):
     return fn, [x, *args], meta, {"OP": op}, elements, grid
 
 
+def reduce_case(shape, dim, op, config=None):
+    x = torch.empty(shape, device="meta")
+    out, grid, args, meta = with_compiled(wrappers.reduce_setup, shape, x, dim, False, op, config)
+    return kernels.reduce_kernel, [x, *args], meta, {"OP": op}, meta["BLOCK_R"] * meta["BLOCK_C"], grid
+
+
 def conv_case(xs, ws, stride, padding, dilation, groups, transposed, out_shape, config=None, small=False):
     x, w = torch.empty(xs, device="meta"), torch.empty(ws, device="meta")
     b = torch.empty(ws[1] if transposed else ws[0], device="meta")
@@ -347,6 +353,10 @@ def cases():
         ("along l2-13 LogSoftmax (7305,1,8192,1,6)", along_case((7305, 1, 8192, 1, 6), -1, 1)),
         ("along l2-23 LogSoftmax (6554,2,1,8192,4)", along_case((6554, 2, 1, 8192, 4), -1, 1)),
         ("along l2-23 Softmax dim 0", along_case((6554, 2, 1, 8192, 4), 0, 0)),
+        ("along Softmax dim 1 (16,64,56,56)", along_case((16, 64, 56, 56), 1, 0)),
+        ("along loop CumSum dim 1 (16,1024,4096)", along_case((16, 1024, 4096), 1, 2)),
+        ("reduce Sum dim 1 (16,64,56,56)", reduce_case((16, 64, 56, 56), 1, 0)),
+        ("reduce Var dim -1 (4096,1000)", reduce_case((4096, 1000), -1, 6)),
     ]
     for cfg in ({"ROWS": False, "WIDE": True}, {"ROWS": False}, {"BLOCK_C": 512}):  # the old path, int32, a tile
         out += [

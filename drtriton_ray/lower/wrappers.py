@@ -138,7 +138,9 @@ def reduce_setup(shape, like, dim, keepdim, op, config=None):
     block_r = min(triton.next_power_of_2(extent), tile_elements(like) // 64)
     block_c = min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r)
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
-    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
+    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
 
 
 def reduce_dim(x, dim, keepdim, op, config=None):
@@ -181,7 +183,9 @@ def along_setup(shape, like, dim, config=None, loop=False):
         meta["AXIS"] = 1 if inner == 1 else 0  # the last dim: a tile of contiguous rows (along_dim_kernel)
         meta["ROW"] = extent if rows else 0
         meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
-    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
+    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
 
 
 def along_dim(x, dim, op, config=None):
