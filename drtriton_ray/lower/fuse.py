@@ -8,7 +8,7 @@ The rewrite is textual over the kernel's own lines (comments and layout kept), a
 library's two site forms: a load `X = tl.load(x_ptr + IDX, mask=M, other=O).to(tl.float32)` and a store
 `tl.store(out_ptr + IDX, V.to(out_ptr.dtype.element_ty), mask=M)`, IDX the flat index of a contiguous input or
 output. A leaf of the input's (output's) shape is read at IDX, a smaller one through broadcast strides over the
-index unravelled as in the fused elementwise kernels."""
+index unravelled as in the fused elementwise kernels (dims and strides constexpr: no division by a runtime value)."""
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """Constant shapes: the fused elementwise, strided-copy and triu kernels take their sizes and strides as
-tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword). Against PyTorch in
-the Triton interpreter: short inner dims and broadcasts, both index widths, non-contiguous views, pooling's
-unmasked inside blocks next to its masked edge blocks; and the generated source declares the sizes constexpr."""
+tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword), a fused anchor its
+broadcast leaves' dims and strides (positionally). Against PyTorch in the Triton interpreter: short inner dims and
+broadcasts, both index widths, non-contiguous views, pooling's unmasked inside blocks next to its masked edge
+blocks; and the generated source declares the sizes constexpr."""
 
 import inspect
 import re
