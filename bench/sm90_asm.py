@@ -5,8 +5,9 @@ PTX and SASS: registers, spilled bytes (local loads and stores), 64-bit division
 instructions per tile element. What it shows is static: no timing.
 
     PYTHONPATH=. python3 bench/sm90_asm.py                  # the along and conv kernels of the probes' shapes, then
-                                                            # broadcast elementwise, copies, triu, pooling
+                                                            # broadcast elementwise, copies, triu, pooling, fused
     PYTHONPATH=. python3 bench/sm90_asm.py --only pool      # the cases whose name contains "pool"
+    PYTHONPATH=. python3 bench/sm90_asm.py --only fused     # fused anchors (prologue/epilogue) with broadcast leaves
     PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
 
 Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
@@ -14,6 +15,7 @@ Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import subprocess
@@ -122,6 +124,12 @@ def along_case(shape, dim, op, config=None):
     return fn, [x, *args], meta, {"OP": op}, elements, grid
 
 
+def reduce_case(shape, dim, op, config=None):
+    x = torch.empty(shape, device="meta")
+    out, grid, args, meta = with_compiled(wrappers.reduce_setup, shape, x, dim, False, op, config)
+    return kernels.reduce_kernel, [x, *args], meta, {"OP": op}, meta["BLOCK_R"] * meta["BLOCK_C"], grid
+
+
 def conv_case(xs, ws, stride, padding, dilation, groups, transposed, out_shape, config=None, small=False):
     x, w = torch.empty(xs, device="meta"), torch.empty(ws, device="meta")
     b = torch.empty(ws[1] if transposed else ws[0], device="meta")
@@ -198,6 +206,112 @@ def pool_case(shape, out_shape, kernel, stride, padding, is_max, inside=None):
     return fn, [x, *args], meta, {"IS_MAX": is_max}, meta["BLOCK_R"] * meta["BLOCK_W"], grid
 
 
+class _Launch:
+    """Stands in for a generated kernel: `kernel[grid](*args, **meta)` records the launch instead of running it."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getitem__(self, grid):
+        return lambda *args, **meta: self.calls.append((grid, list(args), meta))
+
+
+def fused_case(nodes, shapes, outputs, weights=()):
+    """The fused anchor kernel (prologue and/or epilogue, lower/fuse.py) of a one-fragment program of (op, inputs,
+    output, params, weights) nodes and every tensor's shape, launched as its generated wrapper launches it on a GPU
+    (the module's `compiled` made to say True; meta tensors)."""
+    from drtriton_ray.lower.emit import lower_program
+    from drtriton_ray.synth.dag import Node, Program, Tensor
+    from drtriton_ray.synth.render import kernelbench_source
+
+    produced = {out for _, _, out, _, _ in nodes}
+    role = {t: "output" if t in outputs else "intermediate" if t in produced else "input" for t in shapes}
+    role.update({w: "weight" for w in weights})
+    tensors = {t: Tensor(t, list(s), "float32", role[t], "one" if t in weights else "") for t, s in shapes.items()}
+    prog = Program([Node(op, ins, [out], params, ws) for op, ins, out, params, ws in nodes], tensors, "float32", 0)
+    src = lower_program(prog, kernelbench_source(prog), gpu=None)
+    path = Path(tempfile.mkdtemp()) / "fused_case.py"
+    path.write_text(src.replace("def compiled(t):\n    ", "def compiled(t):\n    return True\n    "))
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    fn, module.fused_0_kernel = module.fused_0_kernel, _Launch()
+    call = re.search(r"= fused_0\((.*)\)", src).group(1).split(", ")
+    args = [torch.empty(shapes[int(a.split("_")[-1])], device="meta") for a in call]
+    module.fused_0(*args)
+    grid, launch, meta = module.fused_0_kernel.calls[-1]
+    blocks = [v for k, v in meta.items() if k.startswith("BLOCK") and k not in ("BLOCK_SPLITS", "BLOCK_J")]
+    elements = 1
+    for b in blocks:
+        elements *= b
+    return fn, launch, meta, {}, elements, grid
+
+
+def fused_cases():
+    """(name, case) of fused anchors with a broadcast leaf: a conv's bias-like epilogue, a softmax's, LayerNorm's
+    and a reduction's broadcast prologue, a pool's broadcast epilogue."""
+    conv = {"stride": 1, "padding": 1, "dilation": 1, "groups": 1}
+    x4, c1 = (16, 64, 56, 56), (64, 1, 1)
+    return [
+        (
+            "fused conv2d 64->128 3x3 + (128,1,1) bias, relu",
+            fused_case(
+                [("Conv2d", [0], 1, conv, [2, 3]), ("Add", [1, 4], 5, {}, []), ("ReLU", [5], 6, {}, [])],
+                {
+                    0: x4,
+                    1: (16, 128, 56, 56),
+                    2: (128, 64, 3, 3),
+                    3: (128,),
+                    4: (128, 1, 1),
+                    5: (16, 128, 56, 56),
+                    6: (16, 128, 56, 56),
+                },
+                [6],
+                (2, 3),
+            ),
+        ),
+        (
+            "fused (16,64,56,56) * (64,1,1) -> softmax dim 1",
+            fused_case(
+                [("Mul", [0, 1], 2, {}, []), ("Softmax", [2], 3, {"dim": 1}, [])], {0: x4, 1: c1, 2: x4, 3: x4}, [3]
+            ),
+        ),
+        (
+            "fused (8192,1000) * (8192,1) -> softmax dim -1",
+            fused_case(
+                [("Mul", [0, 1], 2, {}, []), ("Softmax", [2], 3, {"dim": -1}, [])],
+                {0: (8192, 1000), 1: (8192, 1), 2: (8192, 1000), 3: (8192, 1000)},
+                [3],
+            ),
+        ),
+        (
+            "fused (64,512,768) + (512,1) -> layernorm",
+            fused_case(
+                [("Add", [0, 1], 2, {}, []), ("LayerNorm", [2], 3, {"k": 1}, [4, 5])],
+                {0: (64, 512, 768), 1: (512, 1), 2: (64, 512, 768), 3: (64, 512, 768), 4: (768,), 5: (768,)},
+                [3],
+                (4, 5),
+            ),
+        ),
+        (
+            "fused (16,64,56,56) * (64,1,1) -> sum dim 1",
+            fused_case(
+                [("Mul", [0, 1], 2, {}, []), ("Sum", [2], 3, {"dim": 1, "keepdim": False}, [])],
+                {0: x4, 1: c1, 2: x4, 3: (16, 56, 56)},
+                [3],
+            ),
+        ),
+        (
+            "fused avgpool1d k3 s1 p1 (16,64,8192) -> * (64,1)",
+            fused_case(
+                [("AvgPool1d", [0], 1, {"kernel": 3, "stride": 1, "padding": 1}, []), ("Mul", [1, 2], 3, {}, [])],
+                {0: (16, 64, 8192), 1: (16, 64, 8192), 2: (64, 1), 3: (16, 64, 8192)},
+                [3],
+            ),
+        ),
+    ]
+
+
 def layout_cases():
     """(name, case) of broadcast elementwise kernels (short inner dims), strided copies, triu and pooling."""
     cat = lambda t: t.narrow(-1, 0, 7)  # noqa: E731 - the first input's slice of a cat along the last dim
@@ -239,6 +353,10 @@ def cases():
         ("along l2-13 LogSoftmax (7305,1,8192,1,6)", along_case((7305, 1, 8192, 1, 6), -1, 1)),
         ("along l2-23 LogSoftmax (6554,2,1,8192,4)", along_case((6554, 2, 1, 8192, 4), -1, 1)),
         ("along l2-23 Softmax dim 0", along_case((6554, 2, 1, 8192, 4), 0, 0)),
+        ("along Softmax dim 1 (16,64,56,56)", along_case((16, 64, 56, 56), 1, 0)),
+        ("along loop CumSum dim 1 (16,1024,4096)", along_case((16, 1024, 4096), 1, 2)),
+        ("reduce Sum dim 1 (16,64,56,56)", reduce_case((16, 64, 56, 56), 1, 0)),
+        ("reduce Var dim -1 (4096,1000)", reduce_case((4096, 1000), -1, 6)),
     ]
     for cfg in ({"ROWS": False, "WIDE": True}, {"ROWS": False}, {"BLOCK_C": 512}):  # the old path, int32, a tile
         out += [
@@ -266,7 +384,7 @@ def main():
     ap.add_argument("--dump", help="a folder for each kernel's PTX and SASS")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     args = ap.parse_args()
-    for name, (fn, launch, meta, consts, elements, grid) in cases() + layout_cases():
+    for name, (fn, launch, meta, consts, elements, grid) in cases() + layout_cases() + fused_cases():
         if args.only not in name:
             continue
         try:

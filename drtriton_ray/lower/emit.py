@@ -377,6 +377,9 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
             names = [param(f"tensor_{t}") for t in leaves]
             index = "epi_index" if not all(dense) else "_"
             lines.append(f"    epi, {index} = leaf_args(out.shape, {dense}, {', '.join(names)})")
+    broadcast = [f"*{s}" for s, side in (("pro", prologue), ("epi", epilogue)) if side and not all(side.dense)]
+    if broadcast and "WIDE" in getattr(kernels, base).arg_names:  # an index of this kernel may be int32
+        lines.append(f"    meta = leaf_wide(meta, {', '.join(broadcast)})")
     comment = " -> ".join(
         part for part in (_describe(p, f.prologue), _describe(p, [f.anchor]), _describe(p, f.epilogue)) if part
     )

@@ -8,7 +8,7 @@ The rewrite is textual over the kernel's own lines (comments and layout kept), a
 library's two site forms: a load `X = tl.load(x_ptr + IDX, mask=M, other=O).to(tl.float32)` and a store
 `tl.store(out_ptr + IDX, V.to(out_ptr.dtype.element_ty), mask=M)`, IDX the flat index of a contiguous input or
 output. A leaf of the input's (output's) shape is read at IDX, a smaller one through broadcast strides over the
-index unravelled as in the fused elementwise kernels."""
+index unravelled as in the fused elementwise kernels (dims and strides constexpr: no division by a runtime value)."""
 
 from __future__ import annotations
 
@@ -104,7 +104,7 @@ def _loads(side: Side, idx: str, mask: str, unravel: str, uses: int = 0) -> tupl
     if not all(side.dense):
         names = ", ".join(f"{unravel}{j}" for j in range(5))
         dims = ", ".join(f"{unravel}d{j}" for j in range(1, 5))
-        out.append(f"{names} = unravel5({flat}, {dims})")
+        out.append(f"{names} = unravel5({flat}, {dims})  # constant dims: multiplies and shifts")
     for k, dense in zip(side.leaves, side.dense):
         offset = flat if dense else " + ".join(f"{unravel}{j} * s{k}_{j}" for j in range(5))
         out.append(f"v{k} = tl.load(in{k}_ptr + {offset}, mask={mask}, other=0.0).to(tl.float32)")
@@ -140,11 +140,15 @@ def _signature(name: str, fn: ast.FunctionDef, body: str, consts, prologue, epil
         else:
             plain.append(a.arg)
     plain += [f"in{k}_ptr" for k in epilogue.leaves] if epilogue else []
+    # a broadcast leaf's dims and strides: constants (the program's shapes are fixed), so unravelling the index is
+    # multiplies and shifts, not four divisions and modulos by runtime values an element; listed after the
+    # positional arguments and before the kernel's own constexprs, the wrapper still passes them positionally
+    index = []
     for side, prefix in ((prologue, "p"), (epilogue, "e")):
         if side and not all(side.dense):
-            plain += [f"{prefix}d{j}" for j in range(1, 5)]
-            plain += [f"s{k}_{j}" for k, d in zip(side.leaves, side.dense) if not d for j in range(5)]
-    params = plain + [f"{c}: tl.constexpr" for c in constexprs]
+            index += [f"{prefix}d{j}" for j in range(1, 5)]
+            index += [f"s{k}_{j}" for k, d in zip(side.leaves, side.dense) if not d for j in range(5)]
+    params = plain + [f"{c}: tl.constexpr" for c in index + constexprs]
     head, lines = f"def {name}(", []
     line = head
     for j, p in enumerate(params):

@@ -68,10 +68,14 @@ def unravel5(offs, d1, d2, d3, d4):
 
 
 @triton.jit
-def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def reduce_kernel(x_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: tl.constexpr, OP: tl.constexpr,
+                  BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """Reduce the middle extent of (O, R, I). Each of the O x I columns (stride I, R values) is independent; a
     program takes BLOCK_C consecutive ones, so many short columns make few programs, and loops over R.
-    OP: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var (unbiased), 7 L2 norm."""
+    OP: 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var (unbiased), 7 L2 norm. R, I and n_cols are
+    constants (a program's shapes are fixed; the wrapper passes them by keyword, as a fused kernel's signature lists
+    constexprs after its positional arguments): a column's c // I and c % I are a multiply and shift, not a
+    division by a runtime value, and the loop over R has a known trip count."""
     c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     c_ok = c < n_cols
     col = (c // I) * R * I + c % I  # flat index of each column's first value
@@ -130,16 +134,19 @@ def reduce_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.co
 
 
 @triton.jit
-def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr,
-                     BLOCK_C: tl.constexpr, AXIS: tl.constexpr, ROW: tl.constexpr = 0, WIDE: tl.constexpr = True):
+def along_dim_kernel(x_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: tl.constexpr, OP: tl.constexpr,
+                     BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, AXIS: tl.constexpr, ROW: tl.constexpr = 0,
+                     WIDE: tl.constexpr = True):
     """Same-shape operators along the middle extent of (O, R, I): BLOCK_C columns as in reduce_kernel, each
     whole in one tile. OP: 0 softmax, 1 log_softmax, 2 cumsum, 3 cummax, 4 cummin. AXIS, the tile's axis along the
     extent: 0, a [BLOCK_R, BLOCK_C] tile whose columns sit side by side in memory (I > 1); 1, for the last dim
     (I == 1), a [BLOCK_C, BLOCK_R] tile of contiguous rows, so short rows load along memory instead of as BLOCK_R
-    gathers R values apart. ROW (AXIS 1): the row length R as a constant, 0 where it is not one; known, it gives the
-    compiler the rows' alignment (vector loads: 16 bytes for rows of 4, 8 for rows of 6) and the tile's layout (a
-    thread holds 2 to 4 values of a row, so fewer shuffles per reduction). WIDE: int64 index math (n_cols * R may
-    pass 2^31); else int32, fewer registers and cheaper address math."""
+    gathers R values apart. R, I and n_cols are constants, as in reduce_kernel (by keyword): AXIS 0's c // I and
+    c % I per column are a multiply and shift, and a known row length gives the compiler the rows' alignment (vector
+    loads: 16 bytes for rows of 4, 8 for rows of 6) and the tile's layout (a thread holds 2 to 4 values of a row, so
+    fewer shuffles per reduction). ROW (AXIS 1): R again where the wrapper takes short rows as constant-length ones
+    (short_rows, with a smaller tile: fewer registers), 0 otherwise. WIDE: int64 index math (n_cols * R may pass
+    2^31); else int32, fewer registers and cheaper address math."""
     pid = tl.program_id(0)
     if WIDE:
         pid = pid.to(tl.int64)
@@ -175,10 +182,12 @@ def along_dim_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl
 
 
 @triton.jit
-def along_loop_kernel(x_ptr, out_ptr, R, I, n_cols, OP: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
+def along_loop_kernel(x_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: tl.constexpr, OP: tl.constexpr,
+                      BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr):
     """along_dim_kernel for columns too long for one tile, BLOCK_R values at a time. Softmax and log-softmax in two
     passes, the first online: a running maximum, and a running sum rescaled by exp(old max - new max) when the
-    maximum grows. Scans carry each column's running value from one block to the next."""
+    maximum grows. Scans carry each column's running value from one block to the next. R, I and n_cols are
+    constants, as in reduce_kernel (by keyword)."""
     c = tl.program_id(0).to(tl.int64) * BLOCK_C + tl.arange(0, BLOCK_C)
     col = (c // I) * R * I + c % I  # flat index of each column's first value
     if OP == 0 or OP == 1:

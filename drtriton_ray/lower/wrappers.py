@@ -42,6 +42,13 @@ def coalesced_dims(shape, strides):
     return sizes, [(first[1][k],) + (0,) * ones + tuple(step[k] for _, step in rest) for k in range(len(strides))]
 
 
+def leaf_wide(meta, *leaves):
+    """A fused kernel's launch constants, int64 index math (WIDE) also where a leaf's offsets reach 2^31 (a view into
+    a larger tensor): its broadcast strides are constants, and a constant past int32 times an int32 index does not
+    compile."""
+    return {**meta, "WIDE": meta["WIDE"] or any(extent(t) >= 2**31 for t in leaves)}
+
+
 def tuned(meta, config, t):
     """Launch constants: the wrapper's own, overridden by a tuned config where kernels run compiled."""
     return {**meta, **config} if config and compiled(t) else meta
@@ -131,7 +138,9 @@ def reduce_setup(shape, like, dim, keepdim, op, config=None):
     block_r = min(triton.next_power_of_2(extent), tile_elements(like) // 64)
     block_c = min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r)
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
-    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
+    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
 
 
 def reduce_dim(x, dim, keepdim, op, config=None):
@@ -174,7 +183,9 @@ def along_setup(shape, like, dim, config=None, loop=False):
         meta["AXIS"] = 1 if inner == 1 else 0  # the last dim: a tile of contiguous rows (along_dim_kernel)
         meta["ROW"] = extent if rows else 0
         meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
-    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out, extent, inner, outer * inner), meta
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
+    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
 
 
 def along_dim(x, dim, op, config=None):

@@ -67,7 +67,8 @@ def test_row_choice():
         wrappers.compiled = lambda t: True
         assert wrappers.along_setup((2**29, 4), like, -1, {"WIDE": False})[3]["WIDE"]
         meta = wrappers.along_setup((7305, 1, 8192, 1, 6), like, -1)[3]
-        assert meta == {"BLOCK_R": 8, "BLOCK_C": 256, "AXIS": 1, "ROW": 6, "WIDE": False}
+        sizes = {"R": 6, "I": 1, "n_cols": 7305 * 8192}  # the kernel's constants, by keyword
+        assert meta == {"BLOCK_R": 8, "BLOCK_C": 256, "AXIS": 1, "ROW": 6, "WIDE": False, **sizes}
     finally:
         wrappers.compiled = old
 
@@ -98,13 +99,14 @@ for shape in ((7305, 1, 8192, 1, 6), (6554, 2, 1, 8192, 4)):
 
 def test_short_rows_compile_for_hopper():
     """Triton's compiler for an H100 (sm_90, no GPU needed; bench/sm90_asm.py) on program 13's and 23's rows: the
-    constant rows load as vectors (8 bytes for rows of 6, 16 for rows of 4: the old path's were 4-byte loads), rows
-    of 4 reduce within a thread (no shuffles), and neither path spills."""
+    constant rows load as vectors (8 bytes for rows of 6, 16 for rows of 4; the old path's too now that R is a
+    constant there as well: they were 4-byte loads), rows of 4 reduce within a thread (no shuffles), the constant
+    rows take fewer registers (and no more shuffles), and neither path spills."""
     stdout = test_lowering.compile_for_hopper(HOPPER, str(ROOT / "bench"))
     rows = {(int(v[0]), int(v[1])): [int(x) for x in v[2:]] for v in (ln.split() for ln in stdout.split("\n") if ln)}
     for length in (6, 4):
         regs, loads, vector, shuffles, spills = rows[(length, 1)]
         old_regs, _, old_vector, old_shuffles, _ = rows[(length, 0)]
-        assert loads == vector > 0 and old_vector == 0 and spills == 0, rows
-        assert regs < old_regs and shuffles < old_shuffles, rows
+        assert loads == vector > 0 and old_vector > 0 and spills == 0, rows
+        assert regs < old_regs and shuffles <= old_shuffles, rows  # rows of 4: neither shuffles now
     assert rows[(4, 1)][3] == 0, rows

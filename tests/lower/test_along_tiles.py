@@ -37,9 +37,10 @@ def test_column_tiles():
     old = wrappers.compiled
     try:
         wrappers.compiled = lambda t: True
-        assert wrappers.along_setup((16, 1024, 4096), like, 1, loop=True)[3] == {"BLOCK_R": 128, "BLOCK_C": 32}
+        sizes = {"R": 1024, "I": 4096, "n_cols": 16 * 4096}  # the kernel's constants, by keyword
+        assert wrappers.along_setup((16, 1024, 4096), like, 1, loop=True)[3] == {"BLOCK_R": 128, "BLOCK_C": 32, **sizes}
         want = {"BLOCK_R": 64, "BLOCK_C": 64, "AXIS": 0, "ROW": 0, "WIDE": False}
-        assert wrappers.along_setup((16, 64, 4096), like, 1)[3] == want
+        assert wrappers.along_setup((16, 64, 4096), like, 1)[3] == {**want, **sizes, "R": 64}
         # a short last dim: rows of the tile are contiguous in memory (its axis 1 runs along the extent)
         assert wrappers.along_setup((4096, 6), like, 1)[3]["AXIS"] == 1
     finally:

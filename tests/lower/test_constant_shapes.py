@@ -1,9 +1,11 @@
 """Constant shapes: the fused elementwise, strided-copy and triu kernels take their sizes and strides as
-tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword). Against PyTorch in
-the Triton interpreter: short inner dims and broadcasts, both index widths, non-contiguous views, pooling's
-unmasked inside blocks next to its masked edge blocks; and the generated source declares the sizes constexpr."""
+tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword), a fused anchor its
+broadcast leaves' dims and strides (positionally). Against PyTorch in the Triton interpreter: short inner dims and
+broadcasts, both index widths, non-contiguous views, pooling's unmasked inside blocks next to its masked edge
+blocks; and the generated source declares the sizes constexpr."""
 
 import inspect
+import re
 
 import pytest
 import test_lowering
@@ -16,6 +18,7 @@ from drtriton_ray.lower import kernels
 from drtriton_ray.lower.elementwise import fused_kernel_source
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.synth import Program
+from drtriton_ray.synth.validate import load_problem
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
 
@@ -127,3 +130,82 @@ def test_pool_inside_and_edge_blocks(tiled, shape, k, s, p):
             out.zero_()
             kernels.pool_rows_kernel[grid](x, *args, IS_MAX=kind == "max", **{**meta, "WIDE": wide})
             torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
+# name: (nodes, shapes, outputs, weights) of one fused anchor (lower/fuse.py) with a broadcast leaf
+BROADCAST_FUSED = {
+    "softmax-both-sides": (  # along_dim_kernel (dim 1 of three): a (6, 1) prologue leaf, a (4, 1, 5) epilogue leaf
+        [("Mul", [0, 1], 2, {}, []), ("Softmax", [2], 3, {"dim": 1}, []), ("Add", [3, 4], 5, {}, [])],
+        {0: (4, 6, 5), 1: (6, 1), 2: (4, 6, 5), 3: (4, 6, 5), 4: (4, 1, 5), 5: (4, 6, 5)},
+        [5],
+        (),
+    ),
+    "sum-prologue": (  # reduce_kernel: a per-channel scale
+        [("Mul", [0, 1], 2, {}, []), ("Sum", [2], 3, {"dim": 1, "keepdim": False}, [])],
+        {0: (2, 3, 4, 5), 1: (3, 1, 1), 2: (2, 3, 4, 5), 3: (2, 4, 5)},
+        [3],
+        (),
+    ),
+    "layer-norm-prologue": (  # row_norm_kernel: a per-row shift, read once per pass over the rows
+        [("Add", [0, 1], 2, {}, []), ("LayerNorm", [2], 3, {"k": 1}, [4, 5])],
+        {0: (3, 4, 10), 1: (4, 1), 2: (3, 4, 10), 3: (3, 4, 10), 4: (10,), 5: (10,)},
+        [3],
+        (4, 5),
+    ),
+    "conv-bias-epilogue": (  # a conv's bias-like (C, 1, 1) leaf
+        [
+            ("Conv2d", [0], 1, {"stride": 1, "padding": 1, "dilation": 1, "groups": 1}, [2, 3]),
+            ("Add", [1, 4], 5, {}, []),
+        ],
+        {0: (2, 3, 6, 7), 1: (2, 5, 6, 7), 2: (5, 3, 3, 3), 3: (5,), 4: (5, 1, 1), 5: (2, 5, 6, 7)},
+        [5],
+        (2, 3),
+    ),
+    "pool-epilogue": (  # pool_rows_kernel (its own constexprs by keyword): a per-channel scale
+        [("AvgPool1d", [0], 1, {"kernel": 3, "stride": 1, "padding": 1}, []), ("Mul", [1, 2], 3, {}, [])],
+        {0: (2, 3, 20), 1: (2, 3, 20), 2: (3, 1), 3: (2, 3, 20)},
+        [3],
+        (),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(BROADCAST_FUSED))
+def test_fused_broadcast_leaf_constant_dims(name, tmp_path):
+    """A fused anchor reading a broadcast leaf declares that side's dims (pd1..pd4 before the anchor, ed1..ed4
+    after) and the leaf's strides constexpr, still passed positionally after the kernel's own arguments; PyTorch's
+    values, and where the kernel indexes in int32 or int64 (WIDE), under both."""
+    nodes, shapes, outputs, weights = BROADCAST_FUSED[name]
+    rec = _handmade(nodes, shapes, outputs, weights)
+    src = lower_program(Program.from_json(rec.dag), rec.source)
+    mod = _import(src, tmp_path / f"fused_{name.replace('-', '_')}.py")
+    declared = constexpr_params(mod.fused_0_kernel)
+    sides = [prefix for prefix, node in (("p", nodes[0]), ("e", nodes[-1])) if node[0] in ("Mul", "Add")]
+    for prefix in sides:
+        assert {f"{prefix}d{j}" for j in range(1, 5)} <= declared, (prefix, sorted(declared))
+    strides = {a for a in mod.fused_0_kernel.arg_names if re.fullmatch(r"s\d+_\d", a)}
+    assert len(strides) == 5 * len(sides) and strides <= declared, sorted(declared)
+    check_lowering(rec, tmp_path)
+    if "leaf_wide(" not in src:  # the anchor's index is int64 whatever the sizes
+        return
+    ref = load_problem(rec.source)
+    torch.manual_seed(0)
+    model = ref.Model()
+    torch.manual_seed(0)
+    new = mod.ModelNew()
+    inputs = ref.get_inputs()
+    for wide in (False, True):
+        mod.leaf_wide = lambda meta, *leaves, wide=wide: {**meta, "WIDE": wide}
+        with torch.no_grad():
+            torch.testing.assert_close(new(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+
+
+def test_leaf_wide():
+    """A fused kernel indexes in int64 where a broadcast leaf's offsets reach 2^31 (a view into a larger tensor):
+    its strides are constants, and a constant past int32 times an int32 index does not compile."""
+    from drtriton_ray.lower.wrappers import leaf_wide
+
+    small, big = torch.empty(64, 1, device="meta"), torch.empty(2**31 + 64, device="meta")[:: 2**25].view(65, 1)
+    assert leaf_wide({"WIDE": False}, small) == {"WIDE": False}
+    assert leaf_wide({"WIDE": False}, small, big) == {"WIDE": True}
+    assert leaf_wide({"WIDE": True}, small) == {"WIDE": True}
