@@ -234,13 +234,17 @@ def along_loop_kernel(x_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: 
 
 
 @triton.jit
-def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, n_rows, L, S, CPG, G, eps,
-                    MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr,
-                    BLOCK: tl.constexpr):
+def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
+                    CPG: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_W: tl.constexpr,
+                    HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     """Normalise each contiguous row of L values, BLOCK_ROWS rows per program (many short rows make few
     programs). MODE: 0 layer norm (weights over the row), 1 RMS norm, 2 group norm (row = one group of CPG
-    channels x S positions; weights per channel), 3 instance norm (no weights)."""
-    rows = tl.program_id(0).to(tl.int64) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    channels x S positions; weights per channel), 3 instance norm (no weights). The sizes are constants: a group
+    norm's channel index j // S is a shift or a multiply, not a division per value. WIDE: the tensor has 2^31
+    values or more (int64 index math, int32 otherwise)."""
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    if WIDE:
+        rows = rows.to(tl.int64)
     row_ok = rows < n_rows
     acc = tl.zeros([BLOCK_ROWS, BLOCK], dtype=tl.float32)
     for j0 in range(0, L, BLOCK):

@@ -221,9 +221,11 @@ def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     block = min(triton.next_power_of_2(length), tile_elements(like))
     block_rows = max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block))
     meta = tuned({"BLOCK_ROWS": block_rows, "BLOCK": block}, config, like)
-    args = (like if weight is None else weight, like if bias is None else bias, out, rows, length, positions,
-            per_group, groups, eps)
-    return out, (triton.cdiv(rows, meta["BLOCK_ROWS"]),), args, meta
+    meta["WIDE"] = meta.get("WIDE", False) or numel >= 2**31  # a config may only widen
+    args = (like if weight is None else weight, like if bias is None else bias, out, eps)
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    sizes = {"n_rows": rows, "L": length, "S": positions, "CPG": per_group, "G": groups}
+    return out, (triton.cdiv(rows, meta["BLOCK_ROWS"]),), args, {**meta, **sizes}
 
 
 def row_norm(x, weight, bias, mode, groups=1, config=None):

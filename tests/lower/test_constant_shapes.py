@@ -209,3 +209,28 @@ def test_leaf_wide():
     assert leaf_wide({"WIDE": False}, small) == {"WIDE": False}
     assert leaf_wide({"WIDE": False}, small, big) == {"WIDE": True}
     assert leaf_wide({"WIDE": True}, small) == {"WIDE": True}
+
+
+@pytest.mark.parametrize("shape, mode, groups", [((4, 6, 5, 7), 2, 3), ((3, 4, 33), 0, 1), ((2, 5, 9), 3, 1)])
+def test_row_norm_constant_sizes(tiled, shape, mode, groups):
+    """row_norm_kernel's sizes (rows, row length, positions, channels a group, groups) are constants by keyword:
+    group, layer and instance norm against PyTorch, both index widths."""
+    assert {"n_rows", "L", "S", "CPG", "G", "WIDE"} <= constexpr_params(kernels.row_norm_kernel)
+    torch.manual_seed(0)
+    x = torch.randn(shape)
+    c = shape[1] if mode == 2 else shape[-1]
+    w, b = 1 + 0.1 * torch.randn(c), 0.1 * torch.randn(c)
+    want = {
+        2: lambda: F.group_norm(x, groups, w, b),
+        0: lambda: F.layer_norm(x, (c,), w, b),
+        3: lambda: F.instance_norm(x),
+    }[mode]()
+    weight, bias = (None, None) if mode == 3 else (w, b)
+    out, grid, args, meta = tiled.row_norm_setup(x.shape, x, weight, bias, mode, groups)
+    assert not meta["WIDE"] and meta["L"] * meta["n_rows"] == x.numel()
+    for wide in (False, True):
+        out.zero_()
+        kernels.row_norm_kernel[grid](
+            x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **{**meta, "WIDE": wide}
+        )
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
