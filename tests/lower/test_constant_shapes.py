@@ -12,13 +12,12 @@ import test_lowering
 import torch
 import torch.nn.functional as F
 import triton.language as tl
-from test_lowering import _handmade, _import, _with_library, check_lowering
+from test_lowering import _handmade, _import, _with_library, check_lowering, model_pair
 
 from drtriton_ray.lower import kernels
 from drtriton_ray.lower.elementwise import fused_kernel_source
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.synth import Program
-from drtriton_ray.synth.validate import load_problem
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
 
@@ -105,33 +104,6 @@ def test_strided_copy_constant_strides():
             assert torch.equal(dst, view), (view.shape, wide)
 
 
-# (shape, kernel, stride, padding): rows longer than a GPU tile's 128 outputs, so blocks inside the rows (unmasked
-# taps) sit next to edge blocks (masked); 2-d and 3-d with padding rows (clamped, dropped), rows past the last
-POOLS = [
-    ((2, 3, 700), 15, 1, 7),
-    ((1, 3, 300), 4, 1, 0),
-    ((2, 2, 5, 300), 3, 1, 1),
-    ((1, 2, 3, 4, 290), 3, 1, 1),
-    ((1, 3, 7, 520), 3, 2, 1),
-]
-
-
-@pytest.mark.parametrize("shape, k, s, p", POOLS)
-def test_pool_inside_and_edge_blocks(tiled, shape, k, s, p):
-    """Max and average pooling against PyTorch, both index widths (WIDE forced: the launch's constants)."""
-    torch.manual_seed(0)
-    x = torch.randn(shape)
-    n = len(shape) - 2
-    for kind in ("max", "avg"):
-        want = getattr(F, f"{kind}_pool{n}d")(x, k, s, p)
-        out, grid, args, meta = tiled.pool_setup(x, tuple(want.shape), k, s, p)
-        assert meta["KW"] == k and meta["PW"] == p and not meta["WIDE"]
-        for wide in (False, True):
-            out.zero_()
-            kernels.pool_rows_kernel[grid](x, *args, IS_MAX=kind == "max", **{**meta, "WIDE": wide})
-            torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
-
-
 # name: (nodes, shapes, outputs, weights) of one fused anchor (lower/fuse.py) with a broadcast leaf
 BROADCAST_FUSED = {
     "softmax-both-sides": (  # along_dim_kernel (dim 1 of three): a (6, 1) prologue leaf, a (4, 1, 5) epilogue leaf
@@ -188,12 +160,7 @@ def test_fused_broadcast_leaf_constant_dims(name, tmp_path):
     check_lowering(rec, tmp_path)
     if "leaf_wide(" not in src:  # the anchor's index is int64 whatever the sizes
         return
-    ref = load_problem(rec.source)
-    torch.manual_seed(0)
-    model = ref.Model()
-    torch.manual_seed(0)
-    new = mod.ModelNew()
-    inputs = ref.get_inputs()
+    model, new, inputs = model_pair(rec.source, mod)
     for wide in (False, True):
         mod.leaf_wide = lambda meta, *leaves, wide=wide: {**meta, "WIDE": wide}
         with torch.no_grad():

@@ -21,6 +21,15 @@ def _import(source: str, path):
     return mod
 
 
+def model_pair(source: str, module, seed: int = 0):
+    """(the problem's Model, the candidate module's ModelNew, inputs), both built under the same seed."""
+    ref = load_problem(source)
+    torch.manual_seed(seed)
+    model = ref.Model()
+    torch.manual_seed(seed)
+    return model, module.ModelNew(), ref.get_inputs()
+
+
 def check_lowering(rec, tmp_path, input_seed: int = 1234):
     prog = Program.from_json(rec.dag)
     cand = _import(lower_program(prog, rec.source), tmp_path / f"cand_{rec.id.replace('-', '_')}.py")

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 import test_lowering
 from test_lowering import _handmade, check_lowering
 
-from drtriton_ray.lower import tuning
+from drtriton_ray.lower import kernels, tuning
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.synth import Program
 
@@ -27,11 +27,20 @@ POOLS = [
     ((2, 3, 9, 8, 7), 3, 2, 1),
     ((2, 3, 9, 8, 7), 2, 1, 0),
     ((1, 2, 6, 7, 130), 4, 4, 2),
+    # rows longer than a GPU tile's 128 outputs: blocks inside the rows (unmasked taps) next to edge blocks
+    # (masked); 2-d and 3-d with padding rows (clamped, dropped), rows past the last
+    ((2, 3, 700), 15, 1, 7),
+    ((1, 3, 300), 4, 1, 0),
+    ((2, 2, 5, 300), 3, 1, 1),
+    ((1, 2, 3, 4, 290), 3, 1, 1),
+    ((1, 3, 7, 520), 3, 2, 1),
 ]
 
 
 @pytest.mark.parametrize("shape, k, s, p", POOLS)
 def test_pool_matches_torch(tiled, shape, k, s, p):
+    """Max and average pooling against PyTorch through the wrapper, and the kernel under both index widths (WIDE
+    forced: its sizes, window, stride and padding are constants, passed by keyword)."""
     torch.manual_seed(0)
     x = torch.randn(shape)
     n = len(shape) - 2
@@ -39,6 +48,11 @@ def test_pool_matches_torch(tiled, shape, k, s, p):
         want = getattr(F, f"{kind}_pool{n}d")(x, k, s, p)
         got = tiled.pool(x, tuple(want.shape), k, s, p, kind == "max")
         torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-5)
+        out, grid, args, meta = tiled.pool_setup(x, tuple(want.shape), k, s, p)
+        assert meta["KW"] == k and meta["PW"] == p and not meta["WIDE"]
+        out.zero_()
+        kernels.pool_rows_kernel[grid](x, *args, IS_MAX=kind == "max", **{**meta, "WIDE": True})
+        torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
 
 
 POOL_FUSED = {  # name: (nodes, shapes, outputs): one kernel each, the epilogue applied where it stores

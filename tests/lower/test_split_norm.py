@@ -7,12 +7,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 import test_lowering
-from test_lowering import FUSED, _handmade, _import, check_lowering
+from test_lowering import FUSED, _handmade, _import, check_lowering, model_pair
 
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.synth import Program
-from drtriton_ray.synth.validate import load_problem
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
 
@@ -122,12 +121,7 @@ def test_split_norm_alone_and_gpu_tiles(tmp_path, split_everywhere, monkeypatch)
         src = lower_program(Program.from_json(rec.dag), rec.source)
         gpu_tiles = src.replace("def compiled(t):\n    ", "def compiled(t):\n    return True\n    ")
         mod = _import(gpu_tiles, tmp_path / f"gpu_tiles_{name.replace('-', '_')}.py")
-        ref = load_problem(rec.source)
-        torch.manual_seed(0)
-        model = ref.Model()
-        torch.manual_seed(0)
-        new = mod.ModelNew()
-        inputs = ref.get_inputs()
+        model, new, inputs = model_pair(rec.source, mod)
         with torch.no_grad():
             torch.testing.assert_close(new(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
 
