@@ -369,6 +369,16 @@ def cases():
         ("conv3d 32->64 3^3", (4, 32, 16, 32, 32), (64, 32, 3, 3, 3), 1, 1, 1, 1, False, (4, 64, 16, 32, 32)),
         ("convT2d 64->32 s2", (16, 64, 32, 32), (64, 32, 4, 4), 2, 1, 1, 1, True, (16, 32, 64, 64)),
     ]
+    # the probe's slowest small-reduction convs (conv_small_kernel, as the emitter picks it) and transposed 1-d convs
+    smalls = [
+        ("conv2d 1->8177 6x6 p3 (l2-11)", (32, 1, 1, 455), (8177, 1, 6, 6), 1, 3, 1, 1, False, (32, 8177, 2, 456)),
+        ("conv2d 1->8002 7x7 p3 (l2-34)", (1, 1, 626, 35), (8002, 1, 7, 7), 1, 3, 1, 1, False, (1, 8002, 626, 35)),
+        ("convT1d 4->64 s2 k5", (64, 4, 2048), (4, 64, 5), 2, 2, 1, 1, True, (64, 64, 4096)),
+    ]
+    out += [(f"{name} small", conv_case(*c, small=True)) for name, *c in smalls]
+    out.append(
+        ("convT1d 669->32 k7 (l2-19) gemm", conv_case((7, 669, 8192), (669, 32, 7), 1, 3, 1, 1, True, (7, 32, 8192)))
+    )
     for name, *c in convs:
         out.append((f"{name} gemm", conv_case(*c)))
         out.append((f"{name} gemm int64", conv_case(*c, config={"WIDE": True})))

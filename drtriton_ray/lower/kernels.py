@@ -515,7 +515,8 @@ def conv_phase(pid, n_pblocks, qd, qh, qw, g, cg, co, CIN_G, COUT_G, taps, KD, K
                RH, RW, TD, TH, TW, ID, IH, IW, TRANSPOSED: tl.constexpr):
     """A conv kernel's setup per program: for the per-dim positions q, the outputs o they stand for and the gather's
     base b; the phase's residues r (0 for a direct conv, which never reads them) and first taps k0; the weight row
-    of each output channel and the weight stride of an input channel."""
+    of each output channel and the weight stride of an input channel. The sizes are the calling kernel's constants,
+    so its divisions by them are multiplies and shifts."""
     # the input position per dim is b + a: b from the output position, a from the tap, so the gather's offsets
     # and bounds are sums and compares of a [BLOCK_P] and a [BLOCK_K] vector
     if TRANSPOSED:
@@ -591,10 +592,16 @@ def conv_dot(acc, x_tap, w_tap, ok, tap_ok, co_ok, w_row, w_cs, kk, c0, CIN_G, D
 
 
 @triton.jit
-def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
-                SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH, IW,
-                TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr,
-                BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr, FLAT: tl.constexpr = False, WIDE: tl.constexpr = True):
+def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N: tl.constexpr, C: tl.constexpr, D: tl.constexpr, H: tl.constexpr,
+                W: tl.constexpr, CO: tl.constexpr, OD: tl.constexpr, OH: tl.constexpr, OW: tl.constexpr,
+                CIN_G: tl.constexpr, COUT_G: tl.constexpr, KD: tl.constexpr, KH: tl.constexpr, KW: tl.constexpr,
+                SD: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr, PD: tl.constexpr, PH: tl.constexpr,
+                PW: tl.constexpr, DD: tl.constexpr, DH: tl.constexpr, DW: tl.constexpr, QD: tl.constexpr,
+                QH: tl.constexpr, QW: tl.constexpr, RD: tl.constexpr, RH: tl.constexpr, RW: tl.constexpr,
+                JD: tl.constexpr, JH: tl.constexpr, JW: tl.constexpr, TD: tl.constexpr, TH: tl.constexpr,
+                TW: tl.constexpr, ID: tl.constexpr, IH: tl.constexpr, IW: tl.constexpr, TRANSPOSED: tl.constexpr,
+                BLOCK_CO: tl.constexpr, BLOCK_CI: tl.constexpr, BLOCK_J: tl.constexpr, BLOCK_P: tl.constexpr,
+                FLAT: tl.constexpr = False, WIDE: tl.constexpr = True):
     """Direct (transposed) convolution over (N, C, D, H, W); 1-d and 2-d convs come as D = H = 1 with unit
     kernel, stride and dilation there. A program computes a [BLOCK_CO, BLOCK_P] tile (a block of one group's
     output channels x a block of output positions, images included: a large batch of small images makes few
@@ -603,7 +610,11 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
     loop: their index math runs once per tap block. FLAT: one loop over (tap block, channel block) steps instead,
     so the compiler's software pipeline (cp.async, num_stages) prefetches across taps, not only across the few
     channel steps of one tap (two for 64 channels), at a tap's index math per step. WIDE: int64 index math (the
-    tensors may pass 2^31 values); else int32.
+    tensors may pass 2^31 values); else int32 (every size, and so every constant below, fits it).
+
+    Sizes, strides, paddings, dilations and the phase counts are constants (a program's shapes are fixed; the
+    wrapper passes them by keyword): a position's q // QW, q % QW and a tap's j // JW are multiplies and shifts,
+    not divisions by runtime values, and the step loop's trip count is known.
 
     A transposed conv is computed as a gather too: output o takes input (o + pad - tap * dil) / stride when the
     division is exact. Exactness depends on o only modulo the stride, so each program owns the outputs of one
@@ -656,9 +667,15 @@ def conv_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN
 
 
 @triton.jit
-def conv_small_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, OW, CIN_G, COUT_G, KD, KH, KW,
-                      SD, SH, SW, PD, PH, PW, DD, DH, DW, QD, QH, QW, RD, RH, RW, JD, JH, JW, TD, TH, TW, ID, IH,
-                      IW, TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
+def conv_small_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N: tl.constexpr, C: tl.constexpr, D: tl.constexpr,
+                      H: tl.constexpr, W: tl.constexpr, CO: tl.constexpr, OD: tl.constexpr, OH: tl.constexpr,
+                      OW: tl.constexpr, CIN_G: tl.constexpr, COUT_G: tl.constexpr, KD: tl.constexpr,
+                      KH: tl.constexpr, KW: tl.constexpr, SD: tl.constexpr, SH: tl.constexpr, SW: tl.constexpr,
+                      PD: tl.constexpr, PH: tl.constexpr, PW: tl.constexpr, DD: tl.constexpr, DH: tl.constexpr,
+                      DW: tl.constexpr, QD: tl.constexpr, QH: tl.constexpr, QW: tl.constexpr, RD: tl.constexpr,
+                      RH: tl.constexpr, RW: tl.constexpr, JD: tl.constexpr, JH: tl.constexpr, JW: tl.constexpr,
+                      TD: tl.constexpr, TH: tl.constexpr, TW: tl.constexpr, ID: tl.constexpr, IH: tl.constexpr,
+                      IW: tl.constexpr, TRANSPOSED: tl.constexpr, BLOCK_CO: tl.constexpr, BLOCK_P: tl.constexpr):
     """Direct (transposed) convolution over (N, C, D, H, W) for a small reduction: few input channels x taps, such
     as one channel under a 6x6 kernel (36 terms, which tl.dot steps of K = 16 pad to 48). Each (tap, input channel)
     adds an outer product, a column of weights times a row of inputs, to the [BLOCK_CO, BLOCK_P] output tile:
@@ -669,7 +686,9 @@ def conv_small_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, D, H, W, CO, OD, OH, O
     and a kernel row of taps (kd, kh) that reaches no input row of the block is skipped (a one-row input under a
     6x6 kernel with padding 3 is read by one kernel row of six). int32 positions (the wrapper's choice: fewer than
     2^31). A transposed conv is a gather too, by phases (conv_phase): output o takes input
-    (o + pad - tap * dil) / stride where the division is exact; a phase's taps are every T-th from k0 (J of them)."""
+    (o + pad - tap * dil) / stride where the division is exact; a phase's taps are every T-th from k0 (J of them).
+    Sizes, strides, paddings and dilations are constants (by keyword, as in conv_kernel): the positions' divisions
+    are multiplies and shifts, and the tap and channel loops have known trip counts."""
     pid = tl.program_id(0)
     n_pblocks = (N * QD * QH * QW + BLOCK_P - 1) // BLOCK_P
     q = (pid % n_pblocks) * BLOCK_P + tl.arange(0, BLOCK_P)

@@ -71,7 +71,9 @@ def resolved(op: str, params: dict, in_shapes: list[list[int]], out_shape, confi
         return {**config, "SMALL": False}
     transposed = op.startswith("ConvTranspose")
     cin_g = in_shapes[0][1] // params["groups"]
-    positions = _prod(out_shape) // out_shape[1]
+    # int32 positions, and input images under 2^31 values: conv_small_kernel's sizes are constants, and one past
+    # int32 does not combine with its int32 indices
+    positions = max(_prod(out_shape) // out_shape[1], _prod(in_shapes[0][1:]))
     return {"SMALL": wrappers.small_reduction(cin_g, conv_taps(params, in_shapes[1], transposed), positions)}
 
 

@@ -507,9 +507,11 @@ def conv_blocks(cout_g, cin_g, taps, positions, compiled):
 
 
 def conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed):
-    """(arguments after x up to the taps, after the taps, the taps per phase J, positions per phase q, phases) of
-    conv_kernel and conv_small_kernel for Conv{1,2,3}d and their transposes (output_padding only shows in the
-    output's shape)."""
+    """(tensors after x, sizes, the taps per phase J, positions per phase q, phases) of conv_kernel and
+    conv_small_kernel for Conv{1,2,3}d and their transposes (output_padding only shows in the output's shape). The
+    sizes are the kernels' constants by name (N, C, D, H, W, CO, OD.., KD.., strides SD.., paddings PD..,
+    dilations DD.., positions QD.., residues RD.., taps JD.., tap steps TD.. and inverses ID..), passed by keyword:
+    a fused kernel's signature lists constexprs after its positional arguments."""
     n = x.dim() - 2
     d, h, w = spatial3(x.shape[2:], n, 1)
     outs = spatial3(out.shape[2:], n, 1)
@@ -527,15 +529,19 @@ def conv_args(x, weight, bias, out, stride, padding, dilation, groups, transpose
     else:
         steps, inverses, q, residues = (1, 1, 1), (0, 0, 0), outs, (1, 1, 1)
     taps = tuple(triton.cdiv(ki, st) for ki, st in zip(k, steps))
-    head = (weight, bias, out, x.shape[0], x.shape[1], d, h, w, out.shape[1], *outs, x.shape[1] // groups,
-            out.shape[1] // groups, *k, *s, *spatial3((padding,) * n, n, 0), *dil, *q, *residues)
-    return head, (*steps, *inverses), taps, q, residues[0] * residues[1] * residues[2]
+    sizes = {"N": x.shape[0], "C": x.shape[1], "CO": out.shape[1], "CIN_G": x.shape[1] // groups,
+             "COUT_G": out.shape[1] // groups}
+    per_dim = {"": (d, h, w), "O": outs, "K": k, "S": s, "P": spatial3((padding,) * n, n, 0), "D": dil, "Q": q,
+               "R": residues, "J": taps, "T": steps, "I": inverses}
+    for prefix, values in per_dim.items():  # D, H, W; OD, OH, OW; ...; ID, IH, IW
+        sizes |= {prefix + dim: v for dim, v in zip("DHW", values)}
+    return (weight, bias, out), sizes, taps, q, residues[0] * residues[1] * residues[2]
 
 
 def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
-    """(out, grid, arguments after x, launch constants) of conv_kernel (conv_args)."""
+    """(out, grid, tensors after x, launch constants: the tiles and the sizes) of conv_kernel (conv_args)."""
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
-    head, tail, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
+    tensors, sizes, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
     cin_g, cout_g = x.shape[1] // groups, out_shape[1] // groups
     positions = x.shape[0] * q[0] * q[1] * q[2]
     block_co, block_ci, block_j, block_p = conv_blocks(cout_g, cin_g, taps[0] * taps[1] * taps[2], positions,
@@ -545,12 +551,13 @@ def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
     # interpreted too); interpreted, taps outside channels (the tap math once per tap block)
     meta["FLAT"] = (config or {}).get("FLAT", compiled(x))
     # int32 index math compiled where each tensor holds under 2^29 values: a read or written lane's offsets stay
-    # below its tensor's size (a masked lane's may wrap, never used, its masks from small indices); interpreted,
-    # int64 (its int32 overflow checks cost more); a config may only widen
+    # below its tensor's size (a masked lane's may wrap, never used, its masks from small indices), and so does
+    # every constant the kernel multiplies an index by (one past int32 times an int32 index does not compile);
+    # interpreted, int64 (its int32 overflow checks cost more); a config may only widen
     wide = not compiled(x) or max(x.numel(), out.numel(), weight.numel()) >= 2**29
     meta["WIDE"] = meta.get("WIDE", False) or wide
     grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
-    return out, grid, (*head, *taps, *tail), meta
+    return out, grid, tensors, {**meta, **sizes}
 
 
 def conv(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
@@ -578,16 +585,16 @@ def conv_small_blocks(cout_g, positions, compiled):
 
 
 def conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
-    """(out, grid, arguments after x, launch constants) of conv_small_kernel (conv_args): grid (phases x position
-    blocks, output channel blocks)."""
+    """(out, grid, tensors after x, launch constants: the tiles and the sizes) of conv_small_kernel (conv_args): grid
+    (phases x position blocks, output channel blocks)."""
     out = torch.empty(out_shape, device=x.device, dtype=x.dtype)
-    head, tail, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
+    tensors, sizes, taps, q, phases = conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed)
     cout_g, positions = out_shape[1] // groups, x.shape[0] * q[0] * q[1] * q[2]
     block_co, block_p = conv_small_blocks(cout_g, positions, compiled(x))
     warps = {"num_warps": 2} if compiled(x) else {}
     meta = tuned({"BLOCK_CO": block_co, "BLOCK_P": block_p, **warps}, config, x)
     grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
-    return out, grid, (*head, *taps, *tail), meta
+    return out, grid, tensors, {**meta, **sizes}
 
 
 def conv_small(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
