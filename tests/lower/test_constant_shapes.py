@@ -1,8 +1,9 @@
 """Constant shapes: the fused elementwise, strided-copy and triu kernels take their sizes and strides as
-tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword), a fused anchor its
-broadcast leaves' dims and strides (positionally). Against PyTorch in the Triton interpreter: short inner dims and
-broadcasts, both index widths, non-contiguous views, pooling's unmasked inside blocks next to its masked edge
-blocks; and the generated source declares the sizes constexpr."""
+tl.constexpr (passed positionally), pooling its sizes, window, stride and padding (by keyword), the conv kernels
+their sizes, strides, paddings, dilations and phase counts (by keyword), a fused anchor its broadcast leaves' dims
+and strides (positionally). Against PyTorch in the Triton interpreter: short inner dims and broadcasts, both index
+widths, non-contiguous views, pooling's unmasked inside blocks next to its masked edge blocks, strided, transposed
+and grouped convs; and the generated source declares the sizes constexpr."""
 
 import inspect
 import re
@@ -201,3 +202,35 @@ def test_row_norm_constant_sizes(tiled, shape, mode, groups):
             x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **{**meta, "WIDE": wide}
         )
         torch.testing.assert_close(out, want, atol=1e-5, rtol=1e-5)
+
+
+# (spatial dims, transposed, groups, in channels, out channels, size, kernel, stride, padding, dilation) as
+# test_lowering.torch_conv takes them
+CONST_CONVS = [
+    (2, False, 1, 3, 5, (9, 7), 3, 2, 1, 1),  # strided and padded conv2d, odd sizes
+    (1, True, 1, 4, 6, 11, 5, 3, 2, 2),  # transposed conv1d: stride 3, dilation 2, output_padding 2
+    (2, False, 2, 4, 6, (6, 5), 3, 1, 1, 1),  # grouped
+]
+CONV_SIZES = {"N", "C", "D", "H", "W", "CO", "OW", "CIN_G", "COUT_G", "KW", "SW", "PW", "DW", "QW", "RW", "JW", "TW"}
+
+
+@pytest.mark.parametrize("case", CONST_CONVS, ids=["conv2d-strided", "convT1d", "conv2d-grouped"])
+def test_conv_constant_sizes(tiled, case):
+    """conv_kernel and conv_small_kernel take sizes, strides, paddings, dilations and the phase counts as constants
+    by keyword (the setups' launch constants, no sizes among the positional arguments): PyTorch's values, the
+    implicit GEMM under int32 and int64 index math (WIDE), the rank-1 kernel (int32 positions) too."""
+    for kernel in (kernels.conv_kernel, kernels.conv_small_kernel):
+        assert CONV_SIZES | {"IW"} <= constexpr_params(kernel), kernel
+    torch.manual_seed(0)
+    x, w, b, want = test_lowering.torch_conv(case)
+    _, transposed, groups, _, _, _, _, stride, padding, dilation = case
+    conv = (x, w, b, tuple(want.shape), stride, padding, dilation, groups, transposed)
+    out, grid, args, meta = tiled.conv_setup(*conv)
+    assert len(args) == 3 and CONV_SIZES <= set(meta), sorted(meta)  # weight, bias, out
+    for wide in (False, True):
+        out.zero_()
+        kernels.conv_kernel[grid](x, *args, TRANSPOSED=transposed, **{**meta, "WIDE": wide})
+        torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+    out, grid, args, meta = tiled.conv_small_setup(*conv)
+    kernels.conv_small_kernel[grid](x, *args, TRANSPOSED=transposed, **meta)
+    torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
