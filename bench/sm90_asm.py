@@ -185,6 +185,12 @@ def triangle_case(shape, diagonal, upper):
     return kernels.triangle_kernel, [x, *args], meta, {}, meta["BLOCK"], grid
 
 
+def permute_case(shape, dims):
+    x = torch.empty(shape, device="meta")
+    out, grid, args, meta = with_compiled(wrappers.permute_setup, x, dims)
+    return kernels.transpose_tile_kernel, [x, *args], meta, {}, meta["BLOCK_A"] * meta["BLOCK_C"], grid
+
+
 def pool_forced(inside: bool):
     """pool_rows_kernel with its branch forced: every block's windows inside the rows (unmasked taps) or not (masked
     ones), to count one path's instructions (the kernel holds both)."""
@@ -334,6 +340,9 @@ def layout_cases():
             copy_case((64, 1, 7), lambda t: t.expand(64, 512, 7), (64, 512, 7), lambda t: t),
         ),
         ("triu (64,1024,1000) diagonal 1", triangle_case((64, 1024, 1000), 1, True)),
+        ("permute (0,2,1) of (64,1024,1000)", permute_case((64, 1024, 1000), (0, 2, 1))),
+        ("permute NCHW -> NHWC (16,64,56,56)", permute_case((16, 64, 56, 56), (0, 2, 3, 1))),
+        ("permute (2,0,1) of (7,300,4096)", permute_case((7, 300, 4096), (2, 0, 1))),
         ("avgpool1d k15 s1 p7 (16,7712,8192)", pool_case((16, 7712, 8192), (16, 7712, 8192), 15, 1, 7, False)),
         ("maxpool2d k3 s2 p1 (16,64,112,112)", pool_case((16, 64, 112, 112), (16, 64, 56, 56), 3, 2, 1, True)),
     ]

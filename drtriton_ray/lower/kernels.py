@@ -466,14 +466,19 @@ def strided_copy_kernel(src_ptr, dst_ptr, n, d1: tl.constexpr, d2: tl.constexpr,
 
 
 @triton.jit
-def transpose_tile_kernel(x_ptr, out_ptr, A, C, B1, B2, sa, sc, sb0, sb1, sb2, da, dc, db0, db1, db2,
-                          BLOCK_A: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+def transpose_tile_kernel(x_ptr, out_ptr, A: tl.constexpr, C: tl.constexpr, B1: tl.constexpr, B2: tl.constexpr,
+                          sa: tl.constexpr, sc: tl.constexpr, sb0: tl.constexpr, sb1: tl.constexpr, sb2: tl.constexpr,
+                          da: tl.constexpr, dc: tl.constexpr, db0: tl.constexpr, db1: tl.constexpr,
+                          db2: tl.constexpr, BLOCK_A: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
     """out[b, a, c] = x[b, a, c] where x runs on in memory along a (sa = 1) and out along c (dc = 1): a transpose or
     permutation of x into a new contiguous tensor. A program copies one [BLOCK_A, BLOCK_C] tile of one batch index b =
     (b0, b1, b2): it loads the tile along a, coalesced on the source's side, and stores it along c, coalesced on the
     destination's; Triton turns the tile around in shared memory in between. Both unit strides are specialized to 1,
-    which tells the compiler each side's contiguous dim. The divisions are per program, not per element. WIDE:
-    offsets reach 2^31 (int64 index math)."""
+    which tells the compiler each side's contiguous dim. The divisions are per program, not per element, and by
+    constants: sizes and strides are constexpr (a program's shapes are fixed; the wrapper passes them by keyword, as a
+    fused kernel's signature lists them after its positional arguments), so a tile's row offsets are known multiples
+    of the strides and its stores can be proven aligned. WIDE: offsets reach 2^31 (int64 index math; a constant
+    stride past int32 would not multiply an int32 index either)."""
     pid = tl.program_id(0)
     if WIDE:
         pid = pid.to(tl.int64)

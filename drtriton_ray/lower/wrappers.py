@@ -407,10 +407,10 @@ def copy_into(src, dst):
 
 
 def permute_setup(x, dims, config=None):
-    """(out, grid, arguments after x, launch constants) of transpose_tile_kernel copying x.permute(dims), x contiguous,
-    into a new contiguous tensor. Over the copy's coalesced dims (d0, ..., d4), the tile's c is d4 (out's unit stride)
-    and its a the dim along which x runs on (x's unit stride), or d3 where that is d4 too (whole runs, a block of them
-    a tile); the other three are the batch. Transposed tiles are square-ish, 64 x 64 compiled (a 256-byte run of each
+    """(out, grid, arguments after x, launch constants: tiles, sizes and strides) of transpose_tile_kernel copying
+    x.permute(dims), x contiguous, into a new contiguous tensor. Over the copy's coalesced dims (d0, ..., d4), the
+    tile's c is d4 (out's unit stride) and its a the dim along which x runs on (x's unit stride), or d3 where that is
+    d4 too (whole runs, a block of them a tile); the other three are the batch. Transposed tiles are square-ish, 64 x 64 compiled (a 256-byte run of each
     side per row), as long as the interpreter likes (it pays per program)."""
     view = x.permute(dims)
     out = torch.empty(view.shape, device=x.device, dtype=x.dtype)
@@ -426,9 +426,11 @@ def permute_setup(x, dims, config=None):
     meta = tuned({"BLOCK_A": block_a, "BLOCK_C": block_c, "WIDE": n >= 2**31}, config, x)
     grid = (full[b[0]] * full[b[1]] * full[b[2]] * triton.cdiv(full[a], meta["BLOCK_A"])
             * triton.cdiv(full[4], meta["BLOCK_C"]),)
-    args = (out, full[a], full[4], full[b[1]], full[b[2]], ss[a], ss[4], *(ss[k] for k in b), ds[a], ds[4],
-            *(ds[k] for k in b))
-    return out, grid, args, meta
+    # sizes and strides by keyword: the kernel's constants, listed after a fused kernel's positional arguments
+    sizes = {"A": full[a], "C": full[4], "B1": full[b[1]], "B2": full[b[2]], "sa": ss[a], "sc": ss[4], "da": ds[a],
+             "dc": ds[4]}
+    sizes |= {f"sb{j}": ss[k] for j, k in enumerate(b)} | {f"db{j}": ds[k] for j, k in enumerate(b)}
+    return out, grid, (out,), {**meta, **sizes}
 
 
 def permute_copy(x, dims, config=None):

@@ -234,3 +234,20 @@ def test_conv_constant_sizes(tiled, case):
     out, grid, args, meta = tiled.conv_small_setup(*conv)
     kernels.conv_small_kernel[grid](x, *args, TRANSPOSED=transposed, **meta)
     torch.testing.assert_close(out, want, atol=1e-4, rtol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "shape, dims", [((3, 37, 29), (0, 2, 1)), ((2, 5, 6, 7), (0, 2, 3, 1)), ((7, 3, 40), (2, 0, 1))]
+)
+def test_transpose_tile_constant_sizes(tiled, shape, dims):
+    """transpose_tile_kernel's sizes and both sides' strides are constants by keyword: PyTorch's permutes, both
+    index widths."""
+    sizes = {"A", "C", "B1", "B2", "sa", "sc", "sb0", "sb1", "sb2", "da", "dc", "db0", "db1", "db2"}
+    assert sizes <= constexpr_params(kernels.transpose_tile_kernel)
+    x = torch.randn(shape)
+    out, grid, args, meta = tiled.permute_setup(x, dims)
+    assert args == (out,) and sizes <= set(meta)
+    for wide in (False, True):
+        out.zero_()
+        kernels.transpose_tile_kernel[grid](x, *args, **{**meta, "WIDE": wide})
+        assert torch.equal(out, x.permute(dims)), wide
