@@ -410,8 +410,9 @@ def permute_setup(x, dims, config=None):
     """(out, grid, arguments after x, launch constants: tiles, sizes and strides) of transpose_tile_kernel copying
     x.permute(dims), x contiguous, into a new contiguous tensor. Over the copy's coalesced dims (d0, ..., d4), the
     tile's c is d4 (out's unit stride) and its a the dim along which x runs on (x's unit stride), or d3 where that is
-    d4 too (whole runs, a block of them a tile); the other three are the batch. Transposed tiles are square-ish, 64 x 64 compiled (a 256-byte run of each
-    side per row), as long as the interpreter likes (it pays per program)."""
+    d4 too (whole runs, a block of them a tile); the other three are the batch. Transposed tiles are square-ish,
+    64 x 64 compiled (a 256-byte run of each side per row), as long as the interpreter likes (it pays per
+    program)."""
     view = x.permute(dims)
     out = torch.empty(view.shape, device=x.device, dtype=x.dtype)
     n = out.numel()
