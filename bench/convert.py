@@ -13,6 +13,7 @@ every problem, so a run cut short still leaves its rows."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
@@ -154,7 +155,10 @@ def main() -> int:
         policy = load_policy(args.model, args.device, None, args.max_tokens, args.seed) if model_sources else None
     except ConversionError as e:
         sys.exit(f"error: {e}")
-    with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="bench") as pool:
+    with (
+        WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="bench") as pool,
+        contextlib.closing(policy) if policy is not None else contextlib.nullcontext(),
+    ):
         for level in (int(x) for x in args.levels.split(",")):
             rows = []
             for path in problems(args.kernelbench, level, args.count, args.seed):
@@ -170,8 +174,6 @@ def main() -> int:
                 save(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results})
             results[level] = {"rows": rows, "summary": summary(rows)}
             tables.append(table(level, results[level]["summary"]))
-    if policy is not None:
-        policy.close()
     return finish(tables, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results}, args.out)
 
 

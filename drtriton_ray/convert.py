@@ -97,7 +97,7 @@ def convert(
         device=device,
         seed=seed,
         model=str(model) if model is not None else None,
-        engine=engine or ("vllm" if device.startswith("cuda") and _has_vllm() else "hf"),
+        engine=engine or default_engine(device),
         max_tokens=max_tokens,
         cache=str(cache) if cache is not None else None,
     )
@@ -119,13 +119,7 @@ def load_policy(model: str | Path, device: str = "cpu", engine: Optional[str] = 
 
     try:
         check_model_dir(Path(model))
-        policy = Policy(
-            Path(model),
-            device,
-            engine or ("vllm" if device.startswith("cuda") and _has_vllm() else "hf"),
-            max_tokens,
-            seed,
-        )
+        policy = Policy(Path(model), device, engine or default_engine(device), max_tokens, seed)
         policy.warm()
     except ModelError as e:
         raise ConversionError(str(e)) from None
@@ -141,7 +135,8 @@ def _search(source: str, config: SearchConfig, verifier, progress, policy=None) 
         raise ConversionError(str(e)) from None
 
 
-def _has_vllm() -> bool:
+def default_engine(device: str) -> str:
+    """vLLM on a GPU where it is installed, else transformers."""
     import importlib.util
 
-    return importlib.util.find_spec("vllm") is not None
+    return "vllm" if device.startswith("cuda") and importlib.util.find_spec("vllm") is not None else "hf"

@@ -178,9 +178,7 @@ class Policy:
         if not prompts or n < 1:
             return [[] for _ in prompts]
         t0 = time.perf_counter()
-        self.loop.run_until_complete(asyncio.sleep(0))  # the engine's queues belong to this loop
-        if self.engine is None:
-            self.engine = self.loop.run_until_complete(self._build())
+        self._ensure_engine()
         cfg = SamplingConfig(n=n, temperature=temperature, max_tokens=self.max_tokens, seed=seed)
         groups = self.loop.run_until_complete(self.engine.generate(prompts, cfg))
         self.generate_s += time.perf_counter() - t0
@@ -189,14 +187,17 @@ class Policy:
     async def _build(self):
         return self._make_engine()
 
+    def _ensure_engine(self) -> None:
+        self.loop.run_until_complete(asyncio.sleep(0))  # the engine's queues belong to this loop
+        if self.engine is None:
+            self.engine = self.loop.run_until_complete(self._build())
+
     def warm(self) -> None:
         """Load the model and, with the static cache, compile its decoding step now (a minute or more on a GPU),
         so that no search's budget pays for it: a long-lived caller (the service's Policy replica) does this once."""
         from drtriton_ray.rollout.engine import SamplingConfig
 
-        self.loop.run_until_complete(asyncio.sleep(0))
-        if self.engine is None:
-            self.engine = self.loop.run_until_complete(self._build())
+        self._ensure_engine()
         warmup = getattr(self.engine, "warmup", None)
         if warmup is not None:
             self.loop.run_until_complete(warmup(SamplingConfig(n=1, temperature=0.0, max_tokens=2)))

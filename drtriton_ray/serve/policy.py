@@ -25,14 +25,12 @@ log = logging.getLogger("ray.serve")
 @serve.deployment(max_ongoing_requests=8, ray_actor_options={"num_cpus": 1})
 class Policy:
     def __init__(self, model: str, device: str, engine: Optional[str], max_tokens: int, seed: int = 0):
-        import importlib.util
-
+        from drtriton_ray.convert import default_engine
         from drtriton_ray.search.sources import Policy as Engine
 
         if device == "cuda":
             device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
-        if engine is None:  # as drtriton convert picks it: vLLM on a GPU where installed, else transformers
-            engine = "vllm" if device.startswith("cuda") and importlib.util.find_spec("vllm") else "hf"
+        engine = engine or default_engine(device)  # as drtriton convert picks it
         self.engine = Engine(Path(model), device, engine, max_tokens, seed)
         # Loaded (and on a GPU compiled) before the replica takes requests, not in the first search's budget; off
         # this thread, whose event loop Serve may be running, as generate_sync runs off it.
