@@ -6,7 +6,9 @@ wall time the GPU was busy (NVML), and where a task's seconds go.
 
     python bench/search_throughput.py --device cuda --problems 6 --workers 1,4 --out search_throughput.json
 
-Fragments are distinct (by hash), in program order; `--max-candidates` caps them. Capture runs in the pool's
+Fragments are distinct (by hash), in program order; `--variants N` adds N launch-config variants of each
+lowering candidate (the search's `configs` source: several candidates share a fragment's reference times);
+`--max-candidates` caps the total. Capture runs in the pool's
 workers, as in the search."""
 
 from __future__ import annotations
@@ -26,12 +28,13 @@ from drtriton_ray.capture.graph import CaptureError  # noqa: E402
 from drtriton_ray.capture.sandbox import capture_program  # noqa: E402
 from drtriton_ray.search.fragments import enumerate_fragments  # noqa: E402
 from drtriton_ray.search.search import FRAGMENT_TIMING_TRIALS  # noqa: E402
-from drtriton_ray.search.sources import Budget, LoweringSource  # noqa: E402
+from drtriton_ray.search.sources import Budget, LoweringSource, config_variants  # noqa: E402
 from drtriton_ray.verify import Limits, Task, WorkerPool  # noqa: E402
 
 
-def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int) -> list[Task]:
-    """One task per distinct lowerable fragment of the programs, as the search would submit it."""
+def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int, variants: int) -> list[Task]:
+    """Per distinct lowerable fragment of the programs, its lowering candidate and up to `variants` launch-config
+    variants of it (the search's `configs` source), as the search would submit them."""
     tasks, seen = [], set()
     source = LoweringSource()
     with WorkerPool(device, size=1, limits=Limits(task_timeout_s=600), name="capture") as pool:
@@ -46,10 +49,12 @@ def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int
             by_hash = {f.hash: f for f in fragments}
             for c in source.propose(fragments, Budget(candidates=len(fragments), seconds=1e9)):
                 f = by_hash[c.fragment]
-                name, seed = f"{path.stem}/{f.name}", len(tasks)
-                tasks.append(
-                    Task(f.source, c.code, name=name, seed=seed, timing_trials=trials, compile_reference=False)
-                )
+                codes = [c.code] + [code for code, _ in (config_variants(c.code, variants) if variants else [])]
+                for j, code in enumerate(codes):
+                    name, seed = f"{path.stem}/{f.name}/{j}", len(tasks)
+                    tasks.append(
+                        Task(f.source, code, name=name, seed=seed, timing_trials=trials, compile_reference=False)
+                    )
     return tasks[:cap]
 
 
@@ -63,11 +68,14 @@ def main() -> int:
     ap.add_argument("--max-candidates", type=int, default=48)
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", default="1,4", help="pool sizes to compare, the first is the baseline")
+    ap.add_argument(
+        "--variants", type=int, default=0, help="launch-config variants per lowering candidate (the search's: 3)"
+    )
     ap.add_argument("--timing-trials", type=int, default=FRAGMENT_TIMING_TRIALS, help="as the search (50: in full)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     paths = problems(args.kernelbench, args.level, args.problems, args.seed)
-    tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates, args.timing_trials)
+    tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates, args.timing_trials, args.variants)
     print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
     results = {f"pool{w}": run(tasks, args.device, int(w), fresh=False) for w in args.workers.split(",")}
     summary = report_modes(Console(), results, len(tasks))

@@ -205,11 +205,18 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | N
         "startup": [s for p in pools for s in p.startup_log],
         "reference": [r for p in pools for r in p.reference_log],
         "busy": busy.share,
+        "section": {k: sum(p.section_seconds[k] for p in pools) for k in pools[0].section_seconds},
     }
 
 
 def spread(values: list[float]) -> float:
     return (max(values) - min(values)) / statistics.median(values) if values else float("nan")
+
+
+def section_share(seconds: dict) -> dict:
+    """The GPU section's occupancy (pool.SectionArbiter.seconds) as shares of the time it was clocked."""
+    total = sum(seconds.values()) or 1.0
+    return {k: v / total for k, v in seconds.items()}
 
 
 def mean(values) -> float:
@@ -230,6 +237,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
         "workers started",
         "start-up s (mean)",
         "reference jobs s",
+        "GPU section: exclusive / draining / shared / idle",
     ):
         table.add_column(col)
     summary = {}
@@ -248,6 +256,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
             "workers_started": len(r["startup"]),
             "startup_s": mean(s["spawn_to_ready"] for s in r["startup"]),
             "reference_s": ref_s,
+            "section_share": section_share(r["section"]),
         }
         s = summary[mode]
         table.add_row(
@@ -261,6 +270,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
             str(s["workers_started"]),
             f"{s['startup_s']:.1f}",
             f"{ref_s:.1f}",
+            " / ".join(f"{v:.0%}" for v in s["section_share"].values()),
         )
     console.print(table)
     # where the seconds go: worker start-up parts and the task phases, per candidate, averaged

@@ -72,6 +72,7 @@ class GpuSection:
     def __init__(self, conn=None):
         self.conn = conn
         self.waited = 0.0  # seconds spent waiting for grants
+        self.held_exclusive = 0.0  # seconds spent holding the section exclusive
 
     @contextmanager
     def hold(self, kind: str):
@@ -83,11 +84,14 @@ class GpuSection:
         message = self.conn.recv()
         if not isinstance(message, Granted):
             raise RuntimeError(f"verifier pool protocol: expected a grant, got {type(message).__name__}")
-        self.waited += time.perf_counter() - t0
+        t1 = time.perf_counter()
+        self.waited += t1 - t0
         try:
             yield
         finally:
             self.conn.send(Release(kind))
+            if kind == "exclusive":
+                self.held_exclusive += time.perf_counter() - t1
 
     def shared(self):
         return self.hold("shared")
@@ -221,16 +225,19 @@ class _Run:
 
     @contextmanager
     def phase(self, name: str):
-        """Seconds spent per phase (gate waits reported apart, as gate_wait), into verdict.phases."""
-        t0, waited = time.perf_counter(), self.ctx.gate.waited
+        """Seconds spent per phase (gate waits reported apart, as gate_wait), into verdict.phases; the seconds the
+        phase held the GPU section exclusive are also counted in `exclusive_held` (part of the phase's own)."""
+        gate = self.ctx.gate
+        t0, waited, held = time.perf_counter(), gate.waited, gate.held_exclusive
         try:
             yield
         finally:
             phases = self.verdict.phases
-            w = self.ctx.gate.waited - waited
+            w = gate.waited - waited
             phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0 - w
-            if w:
-                phases["gate_wait"] = phases.get("gate_wait", 0.0) + w
+            for key, seconds in (("gate_wait", w), ("exclusive_held", gate.held_exclusive - held)):
+                if seconds:
+                    phases[key] = phases.get(key, 0.0) + seconds
 
     def gpu_section(self, kind: str = "shared"):
         """The pool's section for GPU work (a no-op in an ungated pool, e.g. on CPU by default)."""

@@ -132,18 +132,38 @@ class _Job:
 
 
 class SectionArbiter:
-    """Reader/writer section of one GPU, FIFO (a queued exclusive request holds back later shared ones)."""
+    """Reader/writer section of one GPU, FIFO (a queued exclusive request holds back later shared ones).
+
+    `seconds` is its occupancy: time held exclusive, held shared with nothing queued, held shared while an exclusive
+    request waits for the readers to leave ("draining"), and not held at all. Exclusive plus draining near the whole
+    wall time means timing is what limits a pool's rate, whatever its size."""
 
     def __init__(self):
         self.readers: set[int] = set()
         self.writer: Optional[int] = None
         self.queue: deque = deque()  # (slot, kind)
+        self.seconds = dict.fromkeys(("exclusive", "draining", "shared", "idle"), 0.0)
+        self._since = time.perf_counter()
+
+    def state(self) -> str:
+        if self.writer is not None:
+            return "exclusive"
+        if self.readers:
+            return "draining" if any(kind == "exclusive" for _, kind in self.queue) else "shared"
+        return "idle"
+
+    def _tick(self) -> None:
+        now = time.perf_counter()
+        self.seconds[self.state()] += now - self._since
+        self._since = now
 
     def request(self, slot: int, kind: str) -> list[int]:
+        self._tick()
         self.queue.append((slot, kind))
         return self._grant()
 
     def release(self, slot: int) -> list[int]:
+        self._tick()
         self.readers.discard(slot)
         if self.writer == slot:
             self.writer = None
@@ -151,8 +171,14 @@ class SectionArbiter:
 
     def drop(self, slot: int) -> list[int]:
         """A worker died or was killed: whatever it held or asked for is gone."""
+        self._tick()
         self.queue = deque(q for q in self.queue if q[0] != slot)
         return self.release(slot)
+
+    def close(self) -> dict:
+        """The occupancy seconds, the clock stopped now."""
+        self._tick()
+        return dict(self.seconds)
 
     def _grant(self) -> list[int]:
         granted = []
@@ -226,6 +252,8 @@ class WorkerPool:
         self.solo_log: list[dict] = []  # one entry per job run again alone after a memory failure
         self.worker_memory: dict[str, dict] = {}  # worker name -> GPU peak and held GiB over its jobs
         self.duplicates = 0  # tasks answered with a copy of an identical task's verdict
+        # seconds the GPU section spent in each state over every map() call (SectionArbiter.seconds)
+        self.section_seconds = dict.fromkeys(("exclusive", "draining", "shared", "idle"), 0.0)
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -418,6 +446,8 @@ class WorkerPool:
                 self._fill(s)
             if s.busy:
                 self._wait(s)
+        for state, seconds in s.section.close().items():
+            self.section_seconds[state] += seconds
         for i, v in enumerate(s.results):  # tasks that ran before their problem's (complete) reference times came
             refs = self.reference_times.get(s.keys.get(i))
             if v is not None and refs and v.candidate_ms is not None and (v.eager_ms is None or v.compile_ms is None):

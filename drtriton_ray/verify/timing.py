@@ -75,24 +75,33 @@ def measure(
     lead: Optional[bool] = None,
     exclusive=nullcontext,
     first=nullcontext,
+    warm=None,
 ) -> Timing:
     """Median per-call time of fn(*make_args()) on the current CUDA device; make_args runs outside the timed region.
 
-    The first call (JIT compile, autotuning, torch.compile) runs in `first()` (the pool's shared GPU section, or
-    nothing), before `exclusive()` is entered; the warm-up, the probe and the trials run inside that (the pool's
-    per-GPU timing section). `calls=None` picks the window size,
+    The first call (JIT compile, autotuning, torch.compile) runs in `first()` and the warm-up in `warm()` (default:
+    `first`; the pool's shared GPU section, or nothing), before `exclusive()` is entered; a short re-warm, the probe
+    and the trials run inside that
+    (the pool's per-GPU timing section, which no other worker's kernels share: the shorter it is held, the more
+    workers one GPU serves). `calls=None` picks the window size,
     `calls=1` times one call per trial; `lead=None` adds the lead call to windows of more than one call."""
     with torch.no_grad():
         with first():
             fn(*make_args())  # compile / autotune outside the exclusive section
             _synchronize()
+        with (warm or first)():
+            _warm(fn, make_args, warmup, warmup_ms)
         with exclusive():
-            return _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead)
+            _warm(fn, make_args, REWARM, 0.0)
+            return _timed(fn, make_args, trials, calls, lead)
 
 
-def _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead) -> Timing:
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
-    # Warm-up: at least `warmup` calls and at least `warmup_ms` of back-to-back work.
+# Calls made again inside the exclusive section after the warm-up: other workers' kernels ran in between.
+REWARM = 2
+
+
+def _warm(fn, make_args, warmup: int, warmup_ms: float) -> None:
+    """At least `warmup` calls and at least `warmup_ms` of back-to-back work."""
     t_end = _perf_counter() + warmup_ms / 1e3
     n = 0
     while n < warmup or _perf_counter() < t_end:
@@ -101,6 +110,10 @@ def _timed(fn, make_args, trials, warmup, warmup_ms, calls, lead) -> Timing:
         if n % 16 == 0:
             _synchronize()
     _synchronize()
+
+
+def _timed(fn, make_args, trials, calls, lead) -> Timing:
+    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
     if calls is None:
         probe = []
         for _ in range(3):
@@ -165,7 +178,9 @@ def reference_times(
     if not with_compile:
         return {"eager_ms": eager, "compile_ms": None}
     compiled = torch.compile(model)
-    compiled_ms = measure(compiled, make_args, trials, warmup, exclusive=exclusive, first=compiling).median_ms
+    compiled_ms = measure(
+        compiled, make_args, trials, warmup, exclusive=exclusive, first=compiling, warm=shared
+    ).median_ms
     return {"eager_ms": eager, "compile_ms": compiled_ms}
 
 

@@ -92,6 +92,22 @@ def test_gate_survives_a_dead_writer():
     assert sorted(g.drop(0)) == [1, 2]
 
 
+def test_gate_clocks_its_occupancy(monkeypatch):
+    now = [0.0]
+    monkeypatch.setattr("drtriton_ray.verify.pool.time.perf_counter", lambda: now[0])
+    g = SectionArbiter()
+
+    def at(t):
+        now[0] = t
+
+    at(1.0), g.request(0, "shared")  # idle 0-1
+    at(3.0), g.request(1, "exclusive")  # shared 1-3, then draining: a writer waits for the reader
+    at(4.0), g.release(0)  # draining 3-4, the writer granted
+    at(6.0), g.release(1)  # exclusive 4-6
+    at(7.0)
+    assert g.close() == {"exclusive": 2.0, "draining": 1.0, "shared": 2.0, "idle": 2.0}
+
+
 def test_reference_times_fill_speedups():
     v = Verdict(status="correct", candidate_ms=0.5)
     v.set_reference(2.0, 0.25)

@@ -67,8 +67,10 @@ def test_short_calls_are_timed_in_windows_with_a_lead_call(fake_cuda):
     t = timing.measure(
         fn, make_args, trials=20, warmup=2, warmup_ms=0, exclusive=section("exclusive"), first=section("shared")
     )
-    # the first (compiling) call ran in the shared section, everything after it in the exclusive one
-    assert entered[:3] == [("shared", 0), ("/shared", 1), ("exclusive", 1)] and entered[3][0] == "/exclusive"
+    # the first (compiling) call and the warm-up ran in the shared section, the re-warm, the probe and the trials in
+    # the exclusive one
+    assert entered[:4] == [("shared", 0), ("/shared", 1), ("shared", 1), ("/shared", 3)]
+    assert entered[4] == ("exclusive", 3) and entered[5][0] == "/exclusive" and len(entered) == 6
     assert 2 <= t.calls <= timing.MAX_CALLS and t.trials == 20
     assert t.median_ms == pytest.approx(0.25, rel=0.5) and not t.host_suspect
     assert len(set(seen)) == len(seen)  # every call had its own freshly made inputs
@@ -78,7 +80,7 @@ def test_long_calls_one_per_trial(fake_cuda):
     fn, make_args, seen, _ = counting(2.5)
     t = timing.measure(fn, make_args, trials=20, warmup=1, warmup_ms=0)
     assert t.calls == 1
-    assert len(seen) == 1 + 1 + 3 + 20  # first call, warm-up, probe, one call per trial: no lead
+    assert len(seen) == 1 + 1 + timing.REWARM + 3 + 20  # first call, warm-up, re-warm, probe, a call per trial: no lead
     assert t.median_ms == pytest.approx(2.5, rel=0.3)
 
 
