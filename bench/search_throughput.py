@@ -32,7 +32,9 @@ from drtriton_ray.search.sources import Budget, LoweringSource, config_variants 
 from drtriton_ray.verify import Limits, Task, WorkerPool  # noqa: E402
 
 
-def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int, variants: int) -> list[Task]:
+def fragment_tasks(
+    paths: list[Path], device: str, k: int, cap: int, trials: int, variants: int, profile: bool = False
+) -> list[Task]:
     """Per distinct lowerable fragment of the programs, its lowering candidate and up to `variants` launch-config
     variants of it (the search's `configs` source), as the search would submit them."""
     tasks, seen = [], set()
@@ -53,7 +55,15 @@ def fragment_tasks(paths: list[Path], device: str, k: int, cap: int, trials: int
                 for j, code in enumerate(codes):
                     name, seed = f"{path.stem}/{f.name}/{j}", len(tasks)
                     tasks.append(
-                        Task(f.source, code, name=name, seed=seed, timing_trials=trials, compile_reference=False)
+                        Task(
+                            f.source,
+                            code,
+                            name=name,
+                            seed=seed,
+                            timing_trials=trials,
+                            compile_reference=False,
+                            profile_gpu=profile,
+                        )
                     )
     return tasks[:cap]
 
@@ -72,10 +82,21 @@ def main() -> int:
         "--variants", type=int, default=0, help="launch-config variants per lowering candidate (the search's: 3)"
     )
     ap.add_argument("--timing-trials", type=int, default=FRAGMENT_TIMING_TRIALS, help="as the search (50: in full)")
+    ap.add_argument(
+        "--profile", action="store_true", help="each task's kernel time (torch profiler: slows every task by seconds)"
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     paths = problems(args.kernelbench, args.level, args.problems, args.seed)
-    tasks = fragment_tasks(paths, args.device, args.k, args.max_candidates, args.timing_trials, args.variants)
+    tasks = fragment_tasks(
+        paths,
+        args.device,
+        args.k,
+        args.max_candidates,
+        args.timing_trials,
+        args.variants,
+        args.profile and args.device.startswith("cuda"),
+    )
     print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
     results = {f"pool{w}": run(tasks, args.device, int(w), fresh=False) for w in args.workers.split(",")}
     summary = report_modes(Console(), results, len(tasks))

@@ -42,7 +42,7 @@ import random
 import sys
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Optional
 
 import torch
@@ -319,7 +319,8 @@ class _Run:
                 raise
             self.ctx.problems[self.key] = ProblemCheck(f"the problem is unusable: {_describe(e)}")
         if self.key not in self.ctx.problems:
-            self.ctx.problems[self.key] = self._self_test()
+            given = self.task.problem_check  # another worker of the pool ran the self-test already
+            self.ctx.problems[self.key] = ProblemCheck(**given) if given else self._self_test()
 
     def _throwaway(self):
         """A reference instance built under the graded one's seed, in training mode, for the worker's own checks: the
@@ -541,9 +542,12 @@ class _Run:
 
     def trial(self, label: str, distribution: str, scale: float = 1.0) -> None:
         """One trial; drawn again (up to REDRAWS times) where the candidate missed a reference whose intermediates
-        left the headroom a correct kernel needs (Headroom), which says nothing about the candidate."""
+        left the headroom a correct kernel needs (Headroom), which says nothing about the candidate. A problem that is
+        not large holds the GPU section shared for the trial (a large one holds it exclusive for all its trials)."""
         for attempt in range(REDRAWS + 1):
-            if self.trial_once(label, distribution, scale, last=attempt == REDRAWS):
+            with nullcontext() if self.big else self.gpu_section("shared"):
+                done = self.trial_once(label, distribution, scale, last=attempt == REDRAWS)
+            if done:
                 return
             self.check(
                 label,
@@ -683,7 +687,9 @@ class _Run:
                 self.set_mode(training=False)
                 self.compile_pass()
         checks_section = "exclusive" if self.big else "shared"
-        with self.phase("checks"), self.gpu_section(checks_section):
+        # A large problem keeps its section over all trials (its buffers stay on the GPU between them); otherwise each
+        # trial holds it alone, so a worker waiting to time waits for one trial, not for a whole checks phase.
+        with self.phase("checks"), self.gpu_section("exclusive") if self.big else nullcontext():
             self.trials()
             self.hand_back()
         with self.phase("faithfulness"), self.gpu_section(checks_section):
@@ -700,6 +706,13 @@ def _cleanup(ctx: WorkerContext) -> None:
         if os.path.exists(f"{ctx.scratch}/{name}.py"):
             os.remove(f"{ctx.scratch}/{name}.py")
     ctx.tasks_run += 1
+
+
+def problem_check(task: Task, ctx: WorkerContext) -> Optional[dict]:
+    """What this worker learnt of the task's problem (None before its self-test), for the pool to hand to the
+    others (Task.problem_check)."""
+    known = ctx.problems.get(hashlib.sha256(task.problem_source.encode()).hexdigest())
+    return None if known is None else asdict(known)
 
 
 def run_task(task: Task, ctx: WorkerContext) -> Verdict:

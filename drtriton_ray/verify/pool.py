@@ -12,6 +12,12 @@ of that problem run meanwhile on other workers and get their speedups when the r
 the times are kept on disk (`reference_cache`), keyed by problem sha256, GPU model, torch and triton versions and
 the timing method's version.
 
+A worker's self-test of a new problem (checks.ProblemCheck: usable at all, output sizes, peak memory, stress scales)
+is handed to the others with their tasks of that problem (`Task.problem_check`), so each problem is self-tested once
+per pool rather than once per worker; while one worker loads a new problem, idle workers take other problems' tasks
+first. A worker checking candidates holds the section shared one trial at a time, so a worker waiting to time waits
+for a trial, not for a whole checks phase.
+
 Memory is not arbitrated: a worker waiting for the section still holds its models and inputs on the GPU. Every
 worker hands its allocator's cache back to the driver after each job (and torch.compile's graphs after a reference
 job), and reports its peak and what it still holds (`Verdict.gpu_peak_gib`/`gpu_held_gib`; per worker in
@@ -247,6 +253,8 @@ class WorkerPool:
         self.replacements = 0
         # (problem sha256, GPU model) -> reference eager/compile times: measured once, reused by later tasks.
         self.reference_times: dict[tuple[str, str], dict] = {}
+        # (problem sha256, GPU model) -> what the first worker to load the problem learnt of it (Task.problem_check)
+        self.problem_checks: dict[tuple[str, str], dict] = {}
         self.reference_log: list[dict] = []  # one entry per reference job: times, phases, error
         self.startup_log: list[dict] = []  # one entry per worker start: the worker's phases + spawn-to-ready
         self.solo_log: list[dict] = []  # one entry per job run again alone after a memory failure
@@ -456,10 +464,11 @@ class WorkerPool:
 
     def _send(self, s: _Schedule, slot: int, kind: str, i: int) -> None:
         w = self._workers[slot]
+        task = replace(s.tasks[i], problem_check=s.tasks[i].problem_check or self.problem_checks.get(s.keys[i]))
         message = (
-            RunReference(replace(s.tasks[i], ref_times=None))
+            RunReference(replace(task, ref_times=None))
             if kind == "reference"
-            else RunTask(self._with_reference_times(s.tasks[i], s.keys[i]))
+            else RunTask(self._with_reference_times(task, s.keys[i]))
         )
         w.conn.send(message)
         now = time.perf_counter()
@@ -477,14 +486,27 @@ class WorkerPool:
             if not s.queue or slot in s.busy:
                 continue
             w = self._ready(self._workers[slot])
-            i = s.queue.popleft()
-            key = s.keys[i] = self._key(s.tasks[i], w)
+            i = self._next(s, w)
+            key = s.keys[i]
             if self._needs_reference(s.tasks[i], key) and key not in s.measuring and key not in s.failed:
                 s.measuring.add(key)
                 s.queue.appendleft(i)
                 self._send(s, slot, "reference", i)
             else:
                 self._send(s, slot, "task", i)
+
+    def _next(self, s: _Schedule, w: _Worker) -> int:
+        """Off the queue: the first task whose problem the pool knows (self-test done) or no busy worker is loading,
+        else the first task. Two workers loading one new problem at once would both run its self-test (seconds of
+        GPU work at KernelBench sizes) where one can hand its outcome to the other."""
+        loading = {j.key for j in s.busy.values() if j.key not in self.problem_checks}
+        for pos, i in enumerate(s.queue):
+            if i not in s.keys:
+                s.keys[i] = self._key(s.tasks[i], w)
+            if s.keys[i] not in loading:
+                del s.queue[pos]
+                return i
+        return s.queue.popleft()
 
     def _wait(self, s: _Schedule) -> None:
         """Serve what the busy workers sent; end jobs past their wall clock (waits for the section excepted)."""
@@ -516,6 +538,8 @@ class WorkerPool:
             elif isinstance(message, Release):
                 self._grant(s.section.release(slot), s.busy)
             elif isinstance(message, (VerdictReady, ReferenceReady)):
+                if message.problem_check is not None and not message.retire:
+                    self.problem_checks.setdefault(job.key, message.problem_check)
                 del s.busy[slot]
                 self._grant(s.section.drop(slot), s.busy)
                 if isinstance(message, VerdictReady):

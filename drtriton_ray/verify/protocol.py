@@ -8,6 +8,7 @@ CaptureReady."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 
 @dataclass
@@ -54,12 +55,14 @@ class Release:
 class VerdictReady:
     verdict: dict  # Verdict.to_dict()
     retire: bool  # the worker cannot serve another task (CUDA error, tampering) and has exited
+    problem_check: Optional[dict] = None  # what the worker knows of the task's problem (Task.problem_check)
 
 
 @dataclass
 class ReferenceReady:
     result: dict  # eager_ms, compile_ms, error, phases, gpu_peak_gib, gpu_held_gib
     retire: bool
+    problem_check: Optional[dict] = None
 
 
 @dataclass

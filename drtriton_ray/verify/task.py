@@ -35,6 +35,9 @@ class Task:
     compile_reference: bool = True
     # Filled by the pool from its cache: reference times for this problem on this GPU model.
     ref_times: Optional[dict] = None
+    # Filled by the pool: what the first worker to load this problem learnt of it (checks.ProblemCheck's fields: the
+    # self-test's outcome, output sizes, peak memory, stress scales), so the pool's other workers skip its self-test.
+    problem_check: Optional[dict] = None
     # Parent-side AST checks; only pool-level fault tests turn them off to reach the runtime defences.
     static_checks: bool = True
 

@@ -188,7 +188,7 @@ def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool 
 
 def _serve(conn, ctx, device: str, limits) -> None:
     """Jobs from the pool until it says stop or the pipe closes; a worker that cannot be trusted any more returns."""
-    from drtriton_ray.verify.checks import release_memory, run_reference, run_task
+    from drtriton_ray.verify.checks import problem_check, release_memory, run_reference, run_task
     from drtriton_ray.verify.protocol import (
         CaptureReady,
         ReferenceReady,
@@ -219,7 +219,7 @@ def _serve(conn, ctx, device: str, limits) -> None:
             result = run_reference(message.task, ctx)
             result["gpu_peak_gib"], result["gpu_held_gib"] = release_memory(device, compiled=True)
             poisoned = _device_poisoned(device, None)
-            conn.send(ReferenceReady(result, poisoned))
+            conn.send(ReferenceReady(result, poisoned, None if poisoned else problem_check(message.task, ctx)))
             if poisoned:
                 return
             continue
@@ -230,6 +230,6 @@ def _serve(conn, ctx, device: str, limits) -> None:
             verdict.status = Status.DEVICE_ERROR.value
         # A tampered process cannot be trusted to grade the next candidate either.
         retire = poisoned or verdict.status == Status.TAMPERING.value
-        conn.send(VerdictReady(verdict.to_dict(), retire))
+        conn.send(VerdictReady(verdict.to_dict(), retire, None if retire else problem_check(message.task, ctx)))
         if retire:
             return

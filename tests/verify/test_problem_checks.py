@@ -3,7 +3,7 @@ per-phase times."""
 
 import pytest
 
-from drtriton_ray.verify import Status, Task, Verdict
+from drtriton_ray.verify import Limits, Status, Task, Verdict, WorkerPool
 from drtriton_ray.verify.pool import SectionArbiter
 
 
@@ -206,3 +206,27 @@ def test_candidate_out_of_memory_on_a_shared_gpu_is_rerun_alone(tmp_path, source
     assert [v.status for v in verdicts] == ["correct", "resource_limit", "correct"], [v.reason for v in verdicts]
     assert verdicts[1].reason.endswith("(so again when run alone, no other task in flight)"), verdicts[1].reason
     assert [(e["name"], e["kind"], e["alone"]) for e in log] == [("oom", "task", "resource_limit")]
+
+
+def test_a_workers_self_test_is_handed_to_the_others(tmp_path, source):
+    from drtriton_ray.verify.pool import _Job, _Schedule
+
+    relu = source("problems", "relu")
+    with WorkerPool("cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path), gated=True) as p:
+        candidates = [source("candidates", "good_relu") + f"\n# candidate {k}\n" for k in range(3)]
+        assert all(v.correct for v in p.map([Task(relu, c) for c in candidates]))
+        key = p._key(Task(relu, ""), p._workers[0])
+        assert p.problem_checks[key]["reason"] is None and p.problem_checks[key]["scales"]
+        # A check handed over is used as it is: no worker has seen this problem, yet none runs its self-test.
+        fresh = relu + "\n# another problem\n"
+        given = {"reason": None, "out_nbytes": [], "peak": 0, "scales": {"large": 10.0, "offset": None}}
+        v = p.verify(Task(fresh, candidates[0], problem_check=given))
+        assert v.correct and "large x10, offset none" in v.checks[0].detail, v.checks[0].detail
+        refused = p.verify(Task(fresh + "#\n", candidates[0], problem_check=dict(given, reason="told so")))
+        assert refused.status == Status.BAD_PROBLEM.value and refused.reason == "told so"
+        # While a worker loads a new problem, an idle one takes another problem's task first.
+        tasks = [Task(fresh + "#2\n", candidates[0]), Task(fresh + "#2\n", candidates[1]), Task(relu, candidates[2])]
+        s = _Schedule(tasks, [None] * 3)
+        s.queue.extend([1, 2])
+        s.busy[0] = _Job("task", 0, p._key(tasks[0], p._workers[0]), 0.0, 1e9)
+        assert p._next(s, p._workers[1]) == 2 and p._next(s, p._workers[1]) == 1
