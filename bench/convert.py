@@ -8,7 +8,14 @@ against eager and its own compile/eager ratio against torch.compile; a failure l
 KernelBench is fetched at run time into an ignored folder (never committed). `--count N` takes a seeded subset of
 N problems per level (`--seed`), the same ones on every run; 0 takes all. One verifier pool serves every problem;
 the cache is off unless `--cache DIR` (a repeat would measure the cache, not the search). `--out` is rewritten after
-every problem, so a run cut short still leaves its rows."""
+every problem, so a run cut short still leaves its rows.
+
+Several processes can share one GPU over the same list: `--shard I/N` keeps items I, I+N, I+2N, ... of each level's
+seeded list (easy and hard problems in every shard), and `--merge OUT.json IN.json...` joins the shards' JSONs into
+the one a single run writes (rows in the list's order, each level's summary and table recomputed).
+
+    python bench/convert.py ... --shard 0/2 --out s0.json & python bench/convert.py ... --shard 1/2 --out s1.json
+    python bench/convert.py --merge convert.json s0.json s1.json"""
 
 from __future__ import annotations
 
@@ -22,6 +29,7 @@ import statistics
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from rich.table import Table
 
@@ -38,6 +46,36 @@ def problems(root: Path, level: int, count: int, seed: int) -> list[Path]:
     if count and count < len(files):
         files = sorted(random.Random(f"{seed}-{level}").sample(files, count), key=lambda p: int(p.name.split("_")[0]))
     return files
+
+
+class Shard(NamedTuple):
+    """Which share of each level's problem list one process converts: items index, index + count, ..."""
+
+    index: int = 0
+    count: int = 1
+
+    def __str__(self) -> str:
+        return f"{self.index}/{self.count}"
+
+    def of(self, items: list) -> list:
+        return items[self.index :: self.count]
+
+
+def parse_shard(text: str) -> Shard:
+    """`I/N` with 0 <= I < N (argparse's type: its error is a usage message and exit status 2, not a traceback)."""
+    index, sep, count = text.partition("/")
+    try:
+        shard = Shard(int(index), int(count))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not I/N (two integers, e.g. 0/2)") from None
+    if not sep or shard.count < 1 or not 0 <= shard.index < shard.count:
+        raise argparse.ArgumentTypeError(f"{text!r}: the shard I/N needs N >= 1 and 0 <= I < N")
+    return shard
+
+
+def shard_problems(root: Path, level: int, count: int, seed: int, shard: Shard = Shard()) -> list[Path]:
+    """The seeded list of `problems` (the same whatever the shard), then this shard's share of it."""
+    return shard.of(problems(root, level, count, seed))
 
 
 def convert_one(path: Path, args, pool, policy=None) -> dict:
@@ -104,7 +142,7 @@ def summary(rows: list[dict]) -> dict:
     }
 
 
-def table(level: int, s: dict) -> Table:
+def table(level: int | str, s: dict) -> Table:
     t = Table(title=f"level {level}: {s['problems']} problems")
     t.add_column("measure")
     t.add_column("value", justify="right")
@@ -125,6 +163,81 @@ def save(path: str | None, data: dict) -> None:
         os.replace(tmp, path)
 
 
+# the settings that make the experiment: shards that differ in one are not parts of the same run
+EXPERIMENT = ("levels", "count", "seed", "sources", "budget_s", "k", "model", "samples", "max_tokens", "device")
+
+
+class MergeError(Exception):
+    pass
+
+
+def problem_order(row: dict) -> tuple:
+    """A row's place in the unsharded list, which `problems` sorts by the number that starts the file's name."""
+    head = row.get("problem", "").split("_")[0]
+    return (int(head), "") if head.isdigit() else (math.inf, row.get("problem", ""))
+
+
+def read_shard(path: str) -> dict:
+    try:
+        data = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as e:
+        raise MergeError(f"cannot read the shard output {path}: {e}") from None
+    if not isinstance(data, dict) or not isinstance(data.get("levels"), dict) or "args" not in data:
+        raise MergeError(f"{path} is not bench/convert.py's output (no args and levels)")
+    data["args"].setdefault("shard", "0/1")  # written before --shard: a whole run
+    return data
+
+
+def merge(inputs: list[str]) -> tuple[dict, list[str]]:
+    """The shards' outputs as one run's: rows in the unsharded order, each level's summary recomputed; and warnings."""
+    shards = [(path, read_shard(path)) for path in inputs]
+    first_path, first = shards[0]
+    for path, data in shards:
+        differ = [k for k in EXPERIMENT if data["args"].get(k) != first["args"].get(k)]
+        if differ:
+            diff = ", ".join(f"{k} {first['args'].get(k)} vs {data['args'].get(k)}" for k in differ)
+            raise MergeError(f"{path} and {first_path} are not shards of one experiment ({diff})")
+        try:
+            data["shard"] = parse_shard(data["args"]["shard"])
+        except argparse.ArgumentTypeError as e:
+            raise MergeError(f"{path}: {e} (a merged output cannot be merged again)") from None
+    seen = [data["shard"] for _, data in shards]
+    if len({s.count for s in seen}) > 1:
+        raise MergeError(f"the inputs come from different shard counts: {', '.join(map(str, seen))}")
+    if len(set(seen)) < len(seen):
+        raise MergeError(f"a shard is given twice: {', '.join(map(str, seen))}")
+    missing = [str(Shard(i, seen[0].count)) for i in range(seen[0].count) if Shard(i, seen[0].count) not in seen]
+    warnings = [f"merging without the shards {', '.join(missing)}"] if missing else []
+    present = {lv for _, d in shards for lv in d["levels"]}
+    order = [x.strip() for x in str(first["args"].get("levels", "")).split(",")]
+    names = [lv for lv in order if lv in present] + sorted(present - set(order))  # the run's level order
+    levels = {}
+    for lv in names:
+        rows = [r for _, d in shards for r in d["levels"].get(lv, {}).get("rows", [])]
+        rows.sort(key=problem_order)
+        levels[lv] = {"rows": rows, "summary": summary(rows)}
+    args = dict(first["args"], shard=",".join(map(str, sorted(seen))))
+    merged = [{"path": p, "shard": str(d["shard"]), "out": d["args"].get("out")} for p, d in shards]
+    return {"args": args, "levels": levels, "merged": merged}, warnings
+
+
+def merge_main(out: str, inputs: list[str]) -> int:
+    try:
+        data, warnings = merge(inputs)
+    except MergeError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    for w in warnings:
+        print(f"warning: {w}", file=sys.stderr)
+    data["args"]["out"] = out
+    return finish([table(lv, s["summary"]) for lv, s in data["levels"].items()], data, out)
+
+
+def record(args) -> dict:
+    """The run's options as its JSON keeps them (the shard as I/N)."""
+    return {k: str(v) for k, v in vars(args).items() if k != "merge"}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", type=Path, default=Path(".kernelbench/KernelBench"))
@@ -142,7 +255,13 @@ def main() -> int:
     ap.add_argument("--cache", default=None)
     ap.add_argument("--timeout-s", type=float, default=300.0, help="verifier wall clock per task")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--shard", type=parse_shard, default=Shard(), help="I/N: items I, I+N, ... of each level's list")
+    ap.add_argument("--merge", nargs="+", metavar=("OUT", "IN"), help="join shard outputs IN... into OUT; no run")
     args = ap.parse_args()
+    if args.merge:
+        if len(args.merge) < 2:
+            ap.error("--merge needs OUT.json and at least one shard output")
+        return merge_main(args.merge[0], args.merge[1:])
     if not args.kernelbench.is_dir():
         sys.exit(f"error: no KernelBench problems at {args.kernelbench} (fetch the repository there first)")
     size = args.workers or (4 if args.device.startswith("cuda") else 2)
@@ -161,7 +280,7 @@ def main() -> int:
     ):
         for level in (int(x) for x in args.levels.split(",")):
             rows = []
-            for path in problems(args.kernelbench, level, args.count, args.seed):
+            for path in shard_problems(args.kernelbench, level, args.count, args.seed, args.shard):
                 rows.append(convert_one(path, args, pool, policy))
                 r = rows[-1]
                 print(
@@ -171,10 +290,10 @@ def main() -> int:
                     flush=True,
                 )
                 results[level] = {"rows": rows, "summary": summary(rows)}
-                save(args.out, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results})
+                save(args.out, {"args": record(args), "levels": results})
             results[level] = {"rows": rows, "summary": summary(rows)}
             tables.append(table(level, results[level]["summary"]))
-    return finish(tables, {"args": {k: str(v) for k, v in vars(args).items()}, "levels": results}, args.out)
+    return finish(tables, {"args": record(args), "levels": results}, args.out)
 
 
 if __name__ == "__main__":

@@ -44,8 +44,12 @@
 #                                             # problems, sources lowering,model (the SFT model), 45 s each, in the
 #                                             # background (~20-40 s a problem outlasts a call); CV_OPTS: more options
 #                                             # (--samples, --max-tokens); CV_GPU=1 and SK_GPU=0 on two GPUs: both
-#                                             # background runs at once, one GPU each
-#   bash bench/gpu_pipeline.sh convert-wait 570       # ... wait up to 570 s; the rows so far come back each call
+#                                             # background runs at once, one GPU each; CV_SHARDS=S: S runs at once
+#                                             # on the same GPU (each its own verifier pool and model), `--shard i/S`
+#                                             # of the list each, into convert_kb_i.json
+#   bash bench/gpu_pipeline.sh convert-wait 570       # ... wait up to 570 s (for all shards together); the rows so
+#                                             # far come back each call (every shard's JSON, its count of problems
+#                                             # done); once all are done the shards merged: convert_kb.json, the table
 #   bash bench/gpu_pipeline.sh setup-lowering # instead of recv/setup, for `lowering` alone: carry .gpu-low
 #                                             # (bench/gpu_pack.sh lowering) with this call
 #   bash bench/gpu_pipeline.sh lowering 1 480 # the reference lowering, paper profile, levels 1 (or 2,5), 480 s budget
@@ -131,6 +135,38 @@ serve_kb() {   # bench/serve_convert.py's command over N level-2 problems at BUD
 --config configs/serve-gpu.yaml --model $T/models/sft --verifiers 1 $shares --num-cpus 16 --root $T/serve-kb \
 --sources ${SK_SOURCES:-lowering,model} --k 4 --budget-s $2 --concurrency ${SK_CONCURRENCY:-2} --max-tokens 1792 \
 ${SK_OPTS:-}"
+}
+convert_cmd() {   # N BUDGET SHARD_OPTION OUT: convert-start's bench/convert.py command over N level-2 problems
+  echo "${CV_GPU:+CUDA_VISIBLE_DEVICES=$CV_GPU }python3 bench/convert.py --kernelbench .kernelbench/KernelBench \
+--levels 2 --count $1 --device cuda --sources lowering,model --model $T/models/sft --k 4 --budget-s $2 \
+--timeout-s 120 --max-tokens 1792 ${CV_OPTS:-} $3--out $4"
+}
+convert_wait_shards() {   # SHARDS SECONDS: convert-wait over convert-start's shards, SECONDS for all of them together;
+                          # exits 1 if one is gone without finishing (after the others' files are copied)
+  local i left start=$SECONDS ended=1 gone=""
+  for i in $(seq 0 $(($1 - 1))); do
+    left=$(($2 - (SECONDS - start))) && [ $left -gt 0 ] || left=0
+    if ! (bg_wait convert_kb_$i $left); then
+      ended=0
+      if ! kill -0 "$(cat $T/convert_kb_$i.pid)" 2>/dev/null && [ ! -f $T/convert_kb_$i.done ]; then
+        gone="$gone $i"
+      fi
+    fi
+  done
+  for i in $(seq 0 $(($1 - 1))); do
+    cp $T/convert_kb_$i.cmd "$OUT/convert_kb_$i.cmd"
+    if [ -f $T/convert_kb_$i.json ]; then cp $T/convert_kb_$i.json "$OUT/convert_kb_$i.json"; fi
+    echo "shard $i/$1: $(grep -cE '^L2 ' $T/convert_kb_$i.log || true) problems done$( \
+      [ -f $T/convert_kb_$i.done ] && echo ", finished")"
+    (grep -E '^L2 ' $T/convert_kb_$i.log || true) | tail -2
+  done
+  if [ -n "$gone" ]; then echo "error: shards gone without finishing:$gone" >&2 && exit 1; fi
+  if [ $ended = 0 ]; then echo "still running" && return 0; fi
+  for i in $(seq 0 $(($1 - 1))); do
+    grep -v -e Warning -e warn $T/convert_kb_$i.log | tail -16 > "$OUT/convert_kb_$i.txt"
+  done
+  python3 bench/convert.py --merge "$OUT/convert_kb.json" $(seq -f "$OUT/convert_kb_%g.json" 0 $(($1 - 1))) 2>&1 \
+    | tee "$OUT/convert_kb.txt"
 }
 sft_unpack() {   # the pieces recv-sft stored -> $T/models/sft
   rm -rf $T/models/model
@@ -282,25 +318,36 @@ m.save_pretrained('$pack/model'); t.save_pretrained('$pack/model')"
     if [ $ended = 1 ]; then grep -v -e Warning -e warn $T/serve_kb.log | tail -45 | tee "$OUT/serve_kb.txt"
     else (grep -e "service up" -e "\.py: " $T/serve_kb.log || true) | tail -12 && echo "still running"; fi ;;
   convert-start)  # issue 26: bench/convert.py with the SFT model as a source (no service), in the background
-    cmd="${CV_GPU:+CUDA_VISIBLE_DEVICES=$CV_GPU }python3 bench/convert.py --kernelbench .kernelbench/KernelBench --levels 2 --count ${2:-30} --device cuda \
---sources lowering,model --model $T/models/sft --k 4 --budget-s ${3:-45} --timeout-s 120 --max-tokens 1792 ${CV_OPTS:-} \
---out $T/convert_kb.json"
-    rm -f $T/convert_kb.json && gpu_apps convert
-    echo "$cmd" > $T/convert_kb.cmd && cat $T/convert_kb.cmd
-    bg_start convert_kb "$cmd" ;;
+    shards=${CV_SHARDS:-1}
+    rm -f $T/convert_kb.json $T/convert_kb_[0-9]*.json $T/convert_kb_[0-9]*.done && gpu_apps convert
+    echo "$shards" > $T/convert_kb.shards   # convert-wait's count, whatever CV_SHARDS is then
+    if [ "$shards" = 1 ]; then
+      convert_cmd "${2:-30}" "${3:-45}" "" $T/convert_kb.json > $T/convert_kb.cmd && cat $T/convert_kb.cmd
+      bg_start convert_kb "$(cat $T/convert_kb.cmd)"
+    else
+      for i in $(seq 0 $((shards - 1))); do
+        convert_cmd "${2:-30}" "${3:-45}" "--shard $i/$shards " $T/convert_kb_$i.json > $T/convert_kb_$i.cmd
+        cat $T/convert_kb_$i.cmd
+        bg_start convert_kb_$i "$(cat $T/convert_kb_$i.cmd)"
+      done
+    fi ;;
   convert-wait)   # the rows so far every call (convert_kb.json); the table and the log's tail once done
-    ended=0 && bg_wait convert_kb "${2:-570}" && ended=1
-    cp $T/convert_kb.cmd "$OUT/convert_kb.cmd"
-    if [ -f $T/convert_kb.json ]; then cp $T/convert_kb.json "$OUT/convert_kb.json"; fi
-    (grep -E '^L2 ' $T/convert_kb.log || true) | tail -8
-    if [ $ended = 1 ]; then grep -v -e Warning -e warn $T/convert_kb.log | tail -16 | tee "$OUT/convert_kb.txt"
-    else echo "still running: $(grep -cE '^L2 ' $T/convert_kb.log || true) problems done"; fi ;;
+    shards=$(cat $T/convert_kb.shards 2>/dev/null || echo 1)
+    if [ "$shards" != 1 ]; then convert_wait_shards "$shards" "${2:-570}"
+    else
+      ended=0 && bg_wait convert_kb "${2:-570}" && ended=1
+      cp $T/convert_kb.cmd "$OUT/convert_kb.cmd"
+      if [ -f $T/convert_kb.json ]; then cp $T/convert_kb.json "$OUT/convert_kb.json"; fi
+      (grep -E '^L2 ' $T/convert_kb.log || true) | tail -8
+      if [ $ended = 1 ]; then grep -v -e Warning -e warn $T/convert_kb.log | tail -16 | tee "$OUT/convert_kb.txt"
+      else echo "still running: $(grep -cE '^L2 ' $T/convert_kb.log || true) problems done"; fi
+    fi ;;
   lowering)
     levels=${2:-1}
     python3 bench/lowering.py --device cuda --profile paper --levels "$levels" --level2 "${L2:-200}" \
       --level5 "${L5:-100}" --budget-s "${3:-480}" --first "${4:-0}" ${LOWER_OPTS:-} --out "$OUT/lowering_l${levels//,/}${4:+_from$4}.json" \
       2>&1 | tail -60 | tee "$OUT/lowering_l${levels//,/}${4:+_from$4}.txt" ;;
   *)
-    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST] | placement colocated|disaggregated [MINUTES] | serve-load REPLICAS [SECONDS] | serve-kb [N] [BUDGET_S] | serve-kb-start [N] [BUDGET_S] | serve-kb-wait [SECONDS] | convert-start [N] [BUDGET_S] | convert-wait [SECONDS]" >&2
+    echo "usage: $0 recv K | recv-sft K | setup | sft-send K | setup-lowering | checks | bench-gen | noise | data | eval-base | sft | eval-sft | rl [MINUTES] | rl-start [MINUTES] | rl-wait [SECONDS] | eval-rl | replay [SETTING...] | eval-replay | lowering [LEVELS] [BUDGET_S] [FIRST] | placement colocated|disaggregated [MINUTES] | serve-load REPLICAS [SECONDS] | serve-kb [N] [BUDGET_S] | serve-kb-start [N] [BUDGET_S] | serve-kb-wait [SECONDS] | [CV_SHARDS=S] convert-start [N] [BUDGET_S] | convert-wait [SECONDS]" >&2
     exit 2 ;;
 esac
