@@ -204,8 +204,9 @@ def along_dim_long(x, dim, op, config=None):
 
 def row_norm_tile(rows, length, like):
     """row_norm_kernel's default tile for `rows` rows of `length` values: short rows several to a program. Compiled,
-    a row of up to 32768 values is one tile, a warp per 1024 values (16 at most: 64 a thread), so the kernel's three
-    passes over it read DRAM once and the rest from registers; longer rows go in tile_elements steps."""
+    a row of up to 32768 values is one tile, a warp per 1024 values (16 at most: 64 a thread): each of the kernel's
+    three passes is one load of the whole row, all in flight at once, not a loop of steps each waiting on its load.
+    Longer rows go in tile_elements steps."""
     block = triton.next_power_of_2(length)
     if compiled(like) and tile_elements(like) < block <= 32768:
         return {"BLOCK_ROWS": 1, "BLOCK": block, "num_warps": min(16, block // 1024)}
