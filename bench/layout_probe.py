@@ -56,11 +56,14 @@ VARIANTS = {
     "loop 64x64": {"along_loop_kernel": {"BLOCK_R": 64, "BLOCK_C": 64}},
     "loop w8": {"along_loop_kernel": {"num_warps": 8}},
     # row_norm_kernel: rows of tens of thousands of values (GroupNorm of 2 groups over (8192, 32, 2048): 32768) in
-    # one tile, so its three passes over a row read it from DRAM once, and warps enough to hold it in registers
+    # one tile (the default up to 32768), so its three passes over a row read it from DRAM once
     "norm 8192 w8": {"row_norm_kernel": {"BLOCK": 8192, "BLOCK_ROWS": 1, "num_warps": 8}},
     "norm 16384 w16": {"row_norm_kernel": {"BLOCK": 16384, "BLOCK_ROWS": 1, "num_warps": 16}},
     "norm 32768 w16": {"row_norm_kernel": {"BLOCK": 32768, "BLOCK_ROWS": 1, "num_warps": 16}},
-    "norm w8": {"row_norm_kernel": {"num_warps": 8}},
+    "norm 4096 w4": {"row_norm_kernel": {"BLOCK": 4096, "BLOCK_ROWS": 1, "num_warps": 4}},  # 4096-value steps
+    # split_norm (few long rows: 33's GroupNorm, 40's BatchNorm): both kernels' warps, and twice the tile
+    "split w8": {"split_norm": {"num_warps": 8}},
+    "split 4096 w8": {"split_norm": {"BLOCK": 4096, "num_warps": 8}},
 }
 
 

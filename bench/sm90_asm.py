@@ -8,6 +8,7 @@ instructions per tile element. What it shows is static: no timing.
                                                             # broadcast elementwise, copies, triu, pooling, fused
     PYTHONPATH=. python3 bench/sm90_asm.py --only pool      # the cases whose name contains "pool"
     PYTHONPATH=. python3 bench/sm90_asm.py --only fused     # fused anchors (prologue/epilogue) with broadcast leaves
+    PYTHONPATH=. python3 bench/sm90_asm.py --only norm      # row_norm_kernel's tiles, split_norm (the norm probe's)
     PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
 
 Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
@@ -222,10 +223,10 @@ class _Launch:
         return lambda *args, **meta: self.calls.append((grid, list(args), meta))
 
 
-def fused_case(nodes, shapes, outputs, weights=()):
+def fused_case(nodes, shapes, outputs, weights=(), stats=False):
     """The fused anchor kernel (prologue and/or epilogue, lower/fuse.py) of a one-fragment program of (op, inputs,
     output, params, weights) nodes and every tensor's shape, launched as its generated wrapper launches it on a GPU
-    (the module's `compiled` made to say True; meta tensors)."""
+    (the module's `compiled` made to say True; meta tensors). stats: a split norm's first kernel instead."""
     from drtriton_ray.lower.emit import lower_program
     from drtriton_ray.synth.dag import Node, Program, Tensor
     from drtriton_ray.synth.render import kernelbench_source
@@ -241,11 +242,16 @@ def fused_case(nodes, shapes, outputs, weights=()):
     spec = importlib.util.spec_from_file_location(path.stem, path)
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    fn, module.fused_0_kernel = module.fused_0_kernel, _Launch()
+    first = "fused_0_stats_kernel" if hasattr(module, "fused_0_stats_kernel") else "norm_stats_kernel"
+    kernels_run = ("fused_0_kernel", first) if hasattr(module, first) else ("fused_0_kernel",)  # a split norm: two
+    fns = {name: getattr(module, name) for name in kernels_run}
+    for name in kernels_run:
+        setattr(module, name, _Launch())
     call = re.search(r"= fused_0\((.*)\)", src).group(1).split(", ")
     args = [torch.empty(shapes[int(a.split("_")[-1])], device="meta") for a in call]
     module.fused_0(*args)
-    grid, launch, meta = module.fused_0_kernel.calls[-1]
+    name = first if stats else "fused_0_kernel"
+    fn, (grid, launch, meta) = fns[name], getattr(module, name).calls[-1]
     blocks = [v for k, v in meta.items() if k.startswith("BLOCK") and k not in ("BLOCK_SPLITS", "BLOCK_J")]
     elements = 1
     for b in blocks:
@@ -316,6 +322,88 @@ def fused_cases():
             ),
         ),
     ]
+
+
+def row_norm_case(shape, mode, groups, config=None):
+    """row_norm_kernel as row_norm_setup launches it (weights for every mode but instance norm)."""
+    x = torch.empty(shape, device="meta")
+    c = shape[1] if mode == 2 else shape[-1]
+    weight = None if mode == 3 else torch.empty(c, device="meta")
+    out, grid, args, meta = with_compiled(wrappers.row_norm_setup, shape, x, weight, weight, mode, groups, config)
+    consts = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": weight is not None}
+    return kernels.row_norm_kernel, [x, *args], meta, consts, meta["BLOCK_ROWS"] * meta["BLOCK"], grid
+
+
+def split_norm_case(shape, mode, groups):
+    """split_norm's first kernel, norm_stats_kernel, as split_norm launches it."""
+    x = torch.empty(shape, device="meta")
+    weight = torch.empty(shape[1], device="meta")
+    out, grid, stats, args, meta = with_compiled(wrappers.split_norm_setup, shape, x, weight, weight, mode, groups)
+    return kernels.norm_stats_kernel, [x, *stats], meta, {"MODE": mode}, meta["BLOCK_N"] * meta["BLOCK"], grid
+
+
+def forced_fused(forced: dict, *case):
+    """fused_case with configs forced per kernel (tuning.FORCED), as bench/layout_probe.py's variants force them."""
+    from drtriton_ray.lower import tuning
+
+    tuning.FORCED.update(forced)
+    try:
+        return fused_case(*case)
+    finally:
+        tuning.FORCED.clear()
+
+
+def norm_cases():
+    """(name, case) of the norm probe's programs (bench/layout_probe.py --programs 18,5,7,33,40): row_norm_kernel
+    over 32768-long rows (GroupNorm of 2 groups) and 7503-long ones (LayerNorm) under its default tile and the
+    probe's forced ones, the fused kernels as the lowering emits them, and split_norm's kernels of BatchNorm."""
+    tiles = {
+        "default": None,
+        "4096 w4": {"BLOCK": 4096, "BLOCK_ROWS": 1, "num_warps": 4},
+        "8192 w8": {"BLOCK": 8192, "BLOCK_ROWS": 1, "num_warps": 8},
+        "16384 w16": {"BLOCK": 16384, "BLOCK_ROWS": 1, "num_warps": 16},
+        "32768 w16": {"BLOCK": 32768, "BLOCK_ROWS": 1, "num_warps": 16},
+    }
+    gn, ln = (8192, 32, 1, 1, 2048), (7, 8192, 7503)
+    out = []
+    for name, cfg in tiles.items():
+        out.append((f"norm l2-18 GroupNorm {gn} 2 groups {name}", row_norm_case(gn, 2, 2, cfg)))
+        out.append((f"norm l2-7 LayerNorm {ln} {name}", row_norm_case(ln, 0, 1, cfg)))
+    relu_gn = (
+        [("ReLU", [0], 1, {}, []), ("GroupNorm", [1], 2, {"num_groups": 2}, [3, 4])],
+        {0: gn, 1: gn, 2: gn, 3: (32,), 4: (32,)},
+        [2],
+        (3, 4),
+    )
+    sig_ln = (
+        [("Hardsigmoid", [0], 1, {}, []), ("LayerNorm", [1], 2, {"k": 1}, [3, 4])],
+        {0: ln, 1: ln, 2: ln, 3: (7503,), 4: (7503,)},
+        [2],
+        (3, 4),
+    )
+    for name, cfg in tiles.items():
+        forced = {"row_norm_kernel": cfg} if cfg else {}
+        out.append((f"norm fused l2-18 ReLU+GroupNorm {name}", forced_fused(forced, *relu_gn)))
+        out.append((f"norm fused l2-7 Hardsigmoid+LayerNorm {name}", forced_fused(forced, *sig_ln)))
+    bn = (2048, 32, 1, 1, 8192)
+    out.append((f"norm split l2-40 BatchNorm {bn} stats", split_norm_case(bn, 4, 1)))
+    abs_bn = (
+        [("BatchNorm", [0], 1, {}, [3, 4]), ("Abs", [1], 2, {}, [])],
+        {0: bn, 1: bn, 2: bn, 3: (32,), 4: (32,)},
+        [2],
+        (3, 4),
+    )
+    out.append((f"norm split fused l2-40 BatchNorm+Abs {bn} apply", fused_case(*abs_bn)))
+    cg = (8, 7296, 1, 8192, 1)
+    clamp_gn = (
+        [("Clamp", [0], 1, {"lo": -0.622, "hi": 0.489}, []), ("GroupNorm", [1], 2, {"num_groups": 1}, [3, 4])],
+        {0: cg, 1: cg, 2: cg, 3: (7296,), 4: (7296,)},
+        [2],
+        (3, 4),
+    )
+    out.append((f"norm split fused l2-33 Clamp+GroupNorm {cg} stats", fused_case(*clamp_gn, stats=True)))
+    out.append((f"norm split fused l2-33 Clamp+GroupNorm {cg} apply", fused_case(*clamp_gn)))
+    return out
 
 
 def layout_cases():
@@ -403,7 +491,8 @@ def main():
     ap.add_argument("--dump", help="a folder for each kernel's PTX and SASS")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     args = ap.parse_args()
-    for name, (fn, launch, meta, consts, elements, grid) in cases() + layout_cases() + fused_cases():
+    everything = cases() + layout_cases() + fused_cases() + norm_cases()
+    for name, (fn, launch, meta, consts, elements, grid) in everything:
         if args.only not in name:
             continue
         try:

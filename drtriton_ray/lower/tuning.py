@@ -131,8 +131,9 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
         return warps + [{"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((64, 64), (128, 32), (32, 128))]
     if kernel == "row_norm_kernel":
         tiles = [{"BLOCK": b, "BLOCK_ROWS": r, "num_warps": 4} for b, r in ((1024, 4), (4096, 1), (256, 16))]
-        # long rows (a group norm of few groups): a row in one tile or two, so its passes re-read it from cache
-        return warps + tiles + [{"BLOCK": b, "BLOCK_ROWS": 1, "num_warps": w} for b, w in ((8192, 8), (16384, 16))]
+        # long rows (a group norm of few groups): a row in one tile or a few, so its passes re-read it from cache
+        whole = ((8192, 8), (16384, 16), (32768, 16))
+        return warps + tiles + [{"BLOCK": b, "BLOCK_ROWS": 1, "num_warps": w} for b, w in whole]
     if kernel == "split_norm":  # its two kernels' tile (BLOCK_N segments x BLOCK values) and warps
         return warps + [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (4096, 8), (8192, 8))]
     if kernel == "batch_norm_kernel":

@@ -202,6 +202,18 @@ def along_dim_long(x, dim, op, config=None):
     return out
 
 
+def row_norm_tile(rows, length, like):
+    """row_norm_kernel's default tile for `rows` rows of `length` values: short rows several to a program. Compiled,
+    a row of up to 32768 values is one tile, a warp per 1024 values (16 at most: 64 a thread): each of the kernel's
+    three passes is one load of the whole row, all in flight at once, not a loop of steps each waiting on its load.
+    Longer rows go in tile_elements steps."""
+    block = triton.next_power_of_2(length)
+    if compiled(like) and tile_elements(like) < block <= 32768:
+        return {"BLOCK_ROWS": 1, "BLOCK": block, "num_warps": min(16, block // 1024)}
+    block = min(block, tile_elements(like))
+    return {"BLOCK_ROWS": max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
+
+
 def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     """(out, grid, arguments after the input, launch constants) of row_norm_kernel. mode: 0 layer norm, 1 RMS norm
     (rows of weight's size), 2 group norm (a row per image and group), 3 instance norm."""
@@ -218,9 +230,7 @@ def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
         length = weight.numel()
         rows = numel // length
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
-    block = min(triton.next_power_of_2(length), tile_elements(like))
-    block_rows = max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block))
-    meta = tuned({"BLOCK_ROWS": block_rows, "BLOCK": block}, config, like)
+    meta = tuned(row_norm_tile(rows, length, like), config, like)
     meta["WIDE"] = meta.get("WIDE", False) or numel >= 2**31  # a config may only widen
     args = (like if weight is None else weight, like if bias is None else bias, out, eps)
     # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
@@ -310,10 +320,13 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     block = min(triton.next_power_of_2(seg), tile)
     meta = tuned({"BLOCK_N": max(1, min(triton.next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
     tiles = triton.cdiv(segs, meta["BLOCK_N"]) * triton.cdiv(seg, meta["BLOCK"])
-    # compiled, about 4 programs per SM (enough loads in flight to stream at full bandwidth), 4 tiles each at least;
-    # interpreted (its cost is per program and step), 8 programs, which still splits a row or two
-    programs = 4 * sm_count(like) if compiled(like) else 8
-    split_tiles = max(triton.cdiv(tiles, triton.cdiv(programs, rows)), 4 if compiled(like) else 1)
+    # compiled, up to 12 programs per SM, 4 tiles each at least. A program streams its share no faster than its own
+    # loads in flight allow, so a grid just past a wave (544 programs where 528 fit at once) ends in a second wave of
+    # a few programs that take as long as the first, most SMs idle. 12 an SM is whole waves whether 2, 3, 4 or 6
+    # programs fit on one (the statistics kernel's registers allow 3 or 4 at 4 warps), and the splits a row are
+    # rounded down so as not to pass it. Interpreted (its cost is per program and step), 8, which still splits a row
+    programs = 12 * sm_count(like) if compiled(like) else 8
+    split_tiles = max(triton.cdiv(tiles, max(1, programs // rows)), 4 if compiled(like) else 1)
     splits = triton.cdiv(tiles, split_tiles)
     meta = {**meta, "BLOCK_SPLITS": triton.next_power_of_2(splits)}
     part = torch.empty(rows * meta["BLOCK_SPLITS"] * 3, device=like.device, dtype=torch.float32)
