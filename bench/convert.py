@@ -113,10 +113,27 @@ def convert_one(path: Path, args, pool, policy=None) -> dict:
         speedup_vs_eager=r.speedup_vs_eager,
         speedup_vs_compile=r.speedup_vs_compile,
         verified=r.verified,
+        candidates={
+            name: {k: c.get(k) for k in ("proposed", "verified", "correct")} for name, c in r.candidates.items()
+        },
+        chosen=chosen_sources(r),
         wall_s=r.wall_s,
         verify_s=r.verify_s,
     )
     return row
+
+
+def chosen_sources(report) -> dict:
+    """Per candidate source, how many of the answer's Triton pieces its candidates won (none if the original is
+    kept)."""
+    if report.kept_original:
+        return {}
+    best = {f["hash"]: f.get("best_source") for f in report.fragments}
+    out: dict = {}
+    for piece in report.tiling:
+        if piece.get("kind") == "triton" and best.get(piece.get("fragment")):
+            out[best[piece["fragment"]]] = out.get(best[piece["fragment"]], 0) + 1
+    return out
 
 
 def geomean(values: list[float]) -> float:

@@ -560,16 +560,19 @@ class _Run:
         """False: the candidate missed on inputs that cannot judge it (see trial)."""
         # The drawn inputs stay the pristine copy: a freed copy of them would hold the answer of identity-like
         # problems (ReLU on [0, 1) inputs), ready for a candidate's torch.empty to pick up.
-        if distribution in STRESS_DISTRIBUTIONS:
-            pristine = self.stress_inputs(distribution, scale)
+        # sub-phases (trial:...; part of `checks`): where a trial's seconds go
+        with self.phase("trial:inputs"):
+            if distribution in STRESS_DISTRIBUTIONS:
+                pristine = self.stress_inputs(distribution, scale)
+            else:
+                pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
             if pristine is None:
                 self.check(label, True, f"skipped: none of {STRESS_DRAWS} draws could judge a kernel (conditioning)")
                 return True
-        else:
-            pristine = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
-        mine = self.candidate_inputs(pristine)
+            mine = self.candidate_inputs(pristine)
         try:
-            out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
+            with self.phase("trial:candidate"):
+                out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
         except BaseException as e:
             self.reject(label, _failure_status(e), f"{label}: forward raised {_describe(e)}")
         self.tamper_check(f"{label}, after forward")
@@ -584,7 +587,10 @@ class _Run:
         if not inputs_unchanged(pristine, mine):
             self.reject("inputs_unchanged", Status.INPUT_MUTATED, f"{label}: forward modified its inputs")
         headroom = Headroom()
-        cmp = compare(out, self.reference(pristine, label, headroom), self.tol)
+        with self.phase("trial:reference"):
+            want = self.reference(pristine, label, headroom)
+        with self.phase("trial:compare"):
+            cmp = compare(out, want, self.tol)
         if not cmp.ok and not last and headroom.exceeded():
             return False
         self.verdict.max_abs_error = max(self.verdict.max_abs_error or 0.0, cmp.max_abs)

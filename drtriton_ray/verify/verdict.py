@@ -76,7 +76,8 @@ class Verdict:
     name: str = ""  # the problem's name where known (eval, service batches)
     # seconds per phase in the worker (problem, import, construct, compile, checks, faithfulness, timing,
     # gate_wait: waiting for the GPU's shared/exclusive section; exclusive_held: the part of the phases' seconds
-    # spent holding it exclusive); where the ~seconds per candidate go
+    # spent holding it exclusive; trial:inputs, trial:candidate, trial:reference, trial:compare: the parts of
+    # checks); where the ~seconds per candidate go
     phases: dict = field(default_factory=dict)
 
     def set_reference(self, eager_ms: Optional[float], compile_ms: Optional[float]) -> None:
