@@ -60,36 +60,46 @@ CHUNK = 1 << 24  # elements compared at once: float64 temporaries of a few hundr
 def output_scale(r) -> float:
     """Root mean square of a flat reference's finite values, at least the dtype's smallest normal number (an output
     that is exactly zero everywhere is then compared exactly)."""
+    return float(_scale(r))
+
+
+def _scale(r):
+    """output_scale as a 0-d float64 tensor on r's device: no synchronisation with the device."""
     import torch
 
-    total, count = 0.0, 0
+    total = torch.zeros((), dtype=torch.float64, device=r.device)
+    count = torch.zeros((), dtype=torch.float64, device=r.device)
     for start in range(0, r.numel(), CHUNK):
         r64 = r[start : start + CHUNK].to(torch.float64)
         finite = torch.isfinite(r64)
-        total += float(torch.where(finite, r64 * r64, torch.zeros_like(r64)).sum())
-        count += int(finite.sum())
+        total += torch.where(finite, r64 * r64, 0.0).sum()
+        count += finite.sum()
     tiny = torch.finfo(r.dtype).tiny if r.is_floating_point() else 0.0
-    return max((total / count) ** 0.5 if count else 0.0, tiny)
+    return torch.where(count > 0, total / count.clamp_min(1.0), 0.0).sqrt().clamp_min(tiny)
 
 
 def _values(c, r, tol: float) -> tuple[int, int, float, float, float]:
     """Elements off, NaN/Inf where the reference is finite, max abs error, max error relative to the output's scale,
-    and that scale, of two flat tensors."""
+    and that scale, of two flat tensors. An element is close as torch.isclose(c, r, rtol=tol, atol=tol * scale,
+    equal_nan=True) has it; the counts stay on the device until one read at the end (a read per count and chunk
+    made comparing most of a fragment's checks on a GPU shared by several workers)."""
     import torch
 
-    bad = nonfinite = 0
-    max_abs = 0.0
-    scale = output_scale(r) if tol else 0.0
+    zero = torch.zeros((), dtype=torch.float64, device=r.device)
+    scale = _scale(r) if tol else zero
+    bad, nonfinite, max_abs = zero.clone(), zero.clone(), zero.clone()
     for start in range(0, c.numel(), CHUNK):
         c64 = c[start : start + CHUNK].to(torch.float64)
         r64 = r[start : start + CHUNK].to(torch.float64)
-        close = torch.isclose(c64, r64, rtol=tol, atol=tol * scale, equal_nan=True)
-        both_finite = torch.isfinite(c64) & torch.isfinite(r64)
-        diff = torch.where(both_finite, (c64 - r64).abs(), torch.zeros_like(c64))
-        max_abs = max(max_abs, float(diff.max()))
-        bad += int((~close).sum())
-        nonfinite += int((~torch.isfinite(c64) & torch.isfinite(r64)).sum())
-    return bad, nonfinite, max_abs, max_abs / scale if scale else 0.0, scale
+        finite_c, finite_r = torch.isfinite(c64), torch.isfinite(r64)
+        diff = (c64 - r64).abs()
+        within = torch.isfinite(diff) & (diff <= tol * scale + tol * r64.abs())
+        close = within | (c64 == r64) | (c64.isnan() & r64.isnan())
+        max_abs = torch.maximum(max_abs, torch.where(finite_c & finite_r, diff, 0.0).max())
+        bad += (~close).sum()
+        nonfinite += (~finite_c & finite_r).sum()
+    bad_n, nonfinite_n, max_abs_v, scale_v = torch.stack([bad, nonfinite, max_abs, scale]).tolist()
+    return int(bad_n), int(nonfinite_n), max_abs_v, max_abs_v / scale_v if scale_v else 0.0, scale_v
 
 
 class NullCandidates:

@@ -210,6 +210,8 @@ class Trusted:
         "is_tensor",
         "no_grad",
         "float64",
+        "maximum",
+        "stack",
     )
     TENSOR = (
         "clone",
@@ -225,6 +227,14 @@ class Trusted:
         "numel",
         "__eq__",
         "__sub__",
+        "__le__",
+        "__and__",
+        "__or__",
+        "__invert__",
+        "sum",
+        "sqrt",
+        "clamp_min",
+        "tolist",
         "__torch_function__",
         "__torch_dispatch__",
         "data_ptr",
