@@ -159,3 +159,17 @@ def test_pipeline_runs_and_merges_shards(tmp_path):
     waited = sh("convert-wait", "60")
     assert waited.returncode == 0 and "L2 31_E.py: ok" in waited.stdout and "shard" not in waited.stdout
     assert json.loads((out / "convert_kb.json").read_text())["args"]["shard"] == "0/1"
+
+
+def test_a_row_names_the_sources_of_its_candidates_and_its_answer(tmp_path):
+    from convert import convert_one
+
+    from drtriton_ray.verify import Limits, WorkerPool
+
+    args = argparse.Namespace(device="cpu", budget_s=60.0, k=2, sources="lowering", model=None, samples=1)
+    args.__dict__.update(max_tokens=256, seed=0, cache=None)
+    with WorkerPool("cpu", size=1, limits=Limits(task_timeout_s=120), root=str(tmp_path)) as pool:
+        r = convert_one(ROOT / "tests/capture/problems/rmsnorm.py", args, pool)
+    assert r["captured"] and not r["kept_original"] and r["correct"], r
+    assert r["candidates"]["lowering"]["correct"] > 0 and set(r["candidates"]) == {"lowering"}
+    assert r["chosen"] == {"lowering": r["triton_fragments"]} and r["triton_fragments"] > 0
