@@ -403,7 +403,23 @@ def norm_cases():
     )
     out.append((f"norm split fused l2-33 Clamp+GroupNorm {cg} stats", fused_case(*clamp_gn, stats=True)))
     out.append((f"norm split fused l2-33 Clamp+GroupNorm {cg} apply", fused_case(*clamp_gn)))
+    # l2-10 LayerNorm+Max: the norm's rows (8192 values) reduced over dim 0, one pass over x (norm_reduce_kernel),
+    # the splits combined by reduce_kernel; the two kernels it replaces are the row norm and reduce cases of ln10
+    ln10 = (8192, 8, 1, 1, 8192)
+    out.append((f"norm reduce l2-10 LayerNorm {ln10} row norm (before)", row_norm_case(ln10, 0, 1)))
+    out.append((f"norm reduce l2-10 Max {ln10} dim 0 (before)", reduce_case(ln10, 0, 2)))
+    out.append((f"norm reduce l2-10 LayerNorm+Max {ln10}", norm_reduce_case(ln10, 0, 0, 2)))
     return out
+
+
+def norm_reduce_case(shape, mode, dim, op):
+    """norm_reduce_kernel as norm_reduce launches it (a layer norm's or RMS norm's weights over the last dim)."""
+    x = torch.empty(shape, device="meta")
+    weight = torch.empty(shape[-1], device="meta")
+    bias = weight if mode == 0 else None
+    part, grid, args, meta = with_compiled(wrappers.norm_reduce_setup, shape, x, weight, bias, mode, dim)
+    consts = {"MODE": mode, "OP": op, "HAS_B": bias is not None}
+    return kernels.norm_reduce_kernel, [x, *args], meta, consts, meta["BLOCK"], grid
 
 
 def layout_cases():

@@ -74,6 +74,9 @@ def _plain_call(node: Node, in_shape: list[int], out_shape: list[int], small: bo
     if is_split_norm(node, in_shape):
         mode, groups, weight, bias = _norm(node, w)
         return f"split_norm({x[0]}, {weight}, {bias}, {mode}, {groups})"
+    if node.op == "NormReduce":
+        mode, _, weight, bias = _norm(Node(p["norm"], [], []), w)
+        return f"norm_reduce({x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[p['op']]})"
     if node.op in REDUCE_OPS:
         return f"reduce_dim({x[0]}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[node.op]})"
     if node.op in ALONG_OPS:
@@ -166,12 +169,13 @@ def view_layouts(p: Program) -> set[int]:
     return views
 
 
-PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, "LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm"])
+NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm")
+PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, *NORMS, "NormReduce"])
 
 
 def epilogue_ok(op: str) -> bool:
     """Whether op's kernel can apply an epilogue: everything with a float output stored at a flat index."""
-    fused = op in PROLOGUE_OPS and op not in ("ArgMax", "ArgMin")
+    fused = op in PROLOGUE_OPS and op not in ("ArgMax", "ArgMin", "NormReduce")  # NormReduce: partial results
     return fused or op in ("Matmul", "Bmm", "Linear", *LAYOUT_OPS) or op.startswith(("Conv", "AvgPool", "MaxPool"))
 
 
@@ -280,6 +284,8 @@ def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None =
 
 def _describe(p: Program, nodes: list[int]) -> str:
     def one(n: Node) -> str:
+        if n.op == "NormReduce":
+            return f"{n.params['norm']} -> " + one(Node(n.params["op"], [], [], n.params))
         shown = {k: v for k, v in n.params.items() if k in ("dim", "keepdim", "num_groups")}
         return n.op + ("(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")" if shown else "")
 
@@ -298,6 +304,14 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         loop = wrappers.long_column(*wrappers.split_at(shape, p["dim"])[1:])
         setup = f"along_setup({shape}, {x[0]}, {p['dim']}{cfg}{', loop=True' if loop else ''})"
         return ("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[node.op]}, setup
+    if node.op == "NormReduce":  # the kernel stores partial results, norm_reduce_finish makes the output
+        mode, _, weight, bias = _norm(Node(p["norm"], [], []), w)
+        fixed = {"MODE": mode, "OP": REDUCE_OPS[p["op"]], "HAS_B": bias is not None}
+        return (
+            "norm_reduce_kernel",
+            fixed,
+            f"norm_reduce_setup({shape}, {x[0]}, {weight}, {bias}, {mode}, {p['dim']}{cfg})",
+        )
     if is_split_norm(node, shape):  # its first kernel, norm_stats_kernel, is the wrapper's (_statistics)
         mode, groups, weight, bias = _norm(node, w)
         fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
@@ -392,7 +406,11 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     if split:
         stats, line = _statistics(name, prologue, x[0], fixed["MODE"], comment)
         kernel, lines = stats + kernel, lines + [line]
-    lines += [f"    {name}_kernel[grid]({', '.join(launch)})", "    return out", ""]
+    lines.append(f"    {name}_kernel[grid]({', '.join(launch)})")
+    if base == "norm_reduce_kernel":
+        p_ = node.params
+        lines.append(f"    out = norm_reduce_finish(out, {shape}, {x[0]}, {p_['dim']}, {p_['keepdim']}, {fixed['OP']})")
+    lines += ["    return out", ""]
     wrapper = f"def {name}({', '.join(f'x{j}' for j in range(len(args)))}):\n" + "\n".join(lines)
     return kernel + "\n\n" + wrapper, f"tensor_{final} = {name}({', '.join(args)})"
 
@@ -483,12 +501,58 @@ def fold_layouts(p: Program) -> Program:
     return Program(nodes, tensors, p.dtype, p.flops)
 
 
+def fold_norm_reduce(p: Program) -> Program:
+    """The program with each layer or RMS norm read only by a reduction over an outer dim (one that is not
+    normalised) as one NormReduce node: norm_reduce_kernel normalises each row where it loads it and reduces across
+    rows, so x is read once and the normalised tensor, as large as x, is neither written nor read back. Rows of up to
+    8192 values (one tile each, wrappers.norm_reduce_rows); sums, means, extrema and L2 norms."""
+    readers: dict[int, list[int]] = {}
+    for k, n in enumerate(p.nodes):
+        for t in n.inputs:
+            readers.setdefault(t, []).append(k)
+    folded: dict[int, Node] = {}  # reduction node index -> the norm it takes in
+    for n in p.nodes:
+        users = readers.get(n.outputs[0], [])
+        if n.op not in ("LayerNorm", "RMSNorm") or len(users) != 1 or n.outputs[0] in p.outputs:
+            continue
+        r, shape = p.nodes[users[0]], p.tensors[n.inputs[0]].shape
+        k = n.params.get("k", 1)
+        if (
+            r.op in ("Sum", "Mean", "Max", "Min", "Norm")
+            and r.params["dim"] % len(shape) < len(shape) - k
+            and len(n.weights) == (2 if n.op == "LayerNorm" else 1)
+            and wrappers.norm_reduce_rows(_numel(shape[len(shape) - k :]))
+        ):
+            folded[users[0]] = n
+    if not folded:
+        return p
+    drop = {id(n) for n in folded.values()}
+    nodes = []
+    for k, n in enumerate(p.nodes):
+        if k in folded:
+            norm = folded[k]
+            params = {"norm": norm.op, "op": n.op, "dim": n.params["dim"], "keepdim": n.params["keepdim"]}
+            nodes.append(Node("NormReduce", list(norm.inputs), list(n.outputs), params, list(norm.weights)))
+        elif id(n) not in drop:
+            nodes.append(n)
+    gone = {n.outputs[0] for n in folded.values()}
+    tensors = {t: v for t, v in p.tensors.items() if t not in gone}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
+def _numel(shape) -> int:
+    out = 1
+    for d in shape:
+        out *= d
+    return out
+
+
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
     """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
     operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
     configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices)."""
     gpu = gpu_name() if gpu == "auto" else gpu
-    p = fold_layouts(p) if fuse else p
+    p = fold_norm_reduce(fold_layouts(p)) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
     views = view_layouts(p)

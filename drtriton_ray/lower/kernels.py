@@ -285,6 +285,60 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: 
 
 
 @triton.jit
+def norm_reduce_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, O: tl.constexpr, R: tl.constexpr, M: tl.constexpr,
+                       L: tl.constexpr, SPLIT: tl.constexpr, MODE: tl.constexpr, OP: tl.constexpr,
+                       HAS_B: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """A layer or RMS norm over rows of L values (MODE 0, 1, weights over the row) reduced across rows: x viewed as
+    (O, R, M, L), out[o, m, :] = OP over r of norm(x[o, r, m, :]), OP as reduce_kernel's (0 sum, 1 mean, 2 amax,
+    3 amin, 7 L2 norm). A program keeps one (o, m)'s L accumulators in registers and streams its share of the R
+    rows, each a single tile normalised where it is loaded: x is read once and the normalised tensor is never
+    written. SPLIT programs share the R rows of an (o, m), so that few (o, m) still fill the GPU; each stores its
+    partial result (a mean's share divided by R, a norm's partial root) at out_ptr + its split * O * M * L, and
+    reduce_kernel combines the splits. WIDE: int64 index math (x has 2^31 values or more)."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    group = pid // SPLIT
+    part = pid % SPLIT
+    o = group // M
+    m = group % M
+    j = tl.arange(0, BLOCK)
+    j_ok = j < L
+    w = tl.load(w_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    if HAS_B:
+        b = tl.load(b_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    if OP == 2:
+        acc = acc - float("inf")
+    if OP == 3:
+        acc = acc + float("inf")
+    STEPS: tl.constexpr = (R + SPLIT - 1) // SPLIT  # rows per split, the last split's fewer
+    for r in range(part * STEPS, tl.minimum(part * STEPS + STEPS, R)):
+        x = tl.load(x_ptr + ((o * R + r) * M + m) * L + j, mask=j_ok, other=0.0).to(tl.float32)
+        if MODE == 1:
+            y = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=0) / L + eps))
+        else:  # the variance around the mean, from the row in registers: no cancellation, no second read
+            d = tl.where(j_ok, x - tl.sum(x, axis=0) / L, 0.0)
+            y = d * (1.0 / tl.sqrt(tl.sum(d * d, axis=0) / L + eps))
+        y = y * w
+        if HAS_B:
+            y = y + b
+        if OP == 2:
+            acc = tl.maximum(acc, y)
+        elif OP == 3:
+            acc = tl.minimum(acc, y)
+        elif OP == 7:
+            acc += y * y
+        else:
+            acc += y
+    if OP == 1:
+        acc = acc / R
+    if OP == 7:
+        acc = tl.sqrt(acc)
+    tl.store(out_ptr + (part * O * M + group) * L + j, acc.to(out_ptr.dtype.element_ty), mask=j_ok)
+
+
+@triton.jit
 def channel_tile(c, c_ok, m0, count, S, C, BLOCK: tl.constexpr):
     """Offsets and mask of values m0 .. m0 + BLOCK of each channel c of x viewed as (N, C, S)."""
     m = m0 + tl.arange(0, BLOCK)

@@ -5,7 +5,8 @@ import torch
 import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
-                                        conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_stats_kernel,
+                                        conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_reduce_kernel,
+                                        norm_stats_kernel,
                                         pool_rows_kernel, reduce_kernel, row_norm_kernel, strided_copy_kernel,
                                         transpose_tile_kernel,
                                         triangle_kernel)
@@ -333,6 +334,50 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     geometry = (segs, seg, seg_stride, row_stride, tiles, split_tiles)
     args = (part, like if weight is None else weight, like if bias is None else bias, out, *geometry, groups, eps)
     return out, (rows, splits), (part, *geometry), args, meta
+
+
+def norm_reduce_rows(length):
+    """Whether norm_reduce_kernel takes rows of `length` values: one tile a row, 16 values a thread at most."""
+    return length <= 8192
+
+
+def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None):
+    """(partial results, grid, arguments after the input, launch constants) of norm_reduce_kernel: a layer or RMS
+    norm (mode 0, 1) over the last dims (weight's) of a `shape` input, to be reduced over dim, an outer dim. The
+    splits of each (o, m) make about two programs per SM of a 132-SM GPU, four rows a split at least."""
+    dim = dim % len(shape)
+    length = weight.numel()
+    outer, extent, inner = split_at(shape, dim)
+    groups = outer * (inner // length)
+    split = max(1, min(triton.cdiv(extent, 4), triton.cdiv(2 * 132, groups)))
+    part = torch.empty((split, groups * length), device=like.device, dtype=torch.float32)
+    block = triton.next_power_of_2(length)
+    meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, like)
+    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    sizes = {"O": outer, "R": extent, "M": inner // length, "L": length, "SPLIT": split}
+    meta["WIDE"] = outer * extent * inner >= 2**31
+    args = (weight, like if bias is None else bias, part, eps)
+    return part, (groups * split,), args, {**meta, **sizes}
+
+
+def norm_reduce_finish(part, shape, like, dim, keepdim, op):
+    """The reduction's output from norm_reduce_kernel's partial results: the splits combined (reduce_kernel), or
+    the one split's results as they are."""
+    out_shape = list(shape)
+    if keepdim:
+        out_shape[dim % len(shape)] = 1
+    else:
+        del out_shape[dim % len(shape)]
+    if part.shape[0] > 1:
+        part = reduce_dim(part, 0, False, 0 if op == 1 else op)  # a mean's shares add up
+    return part.view(out_shape).to(like.dtype)
+
+
+def norm_reduce(x, weight, bias, mode, dim, keepdim, op, config=None):
+    """A layer or RMS norm whose only reader reduces it over an outer dim, in one pass over x."""
+    part, grid, args, meta = norm_reduce_setup(x.shape, x, weight, bias, mode, dim, config)
+    norm_reduce_kernel[grid](x, *args, MODE=mode, OP=op, HAS_B=bias is not None, **meta)
+    return norm_reduce_finish(part, x.shape, x, dim, keepdim, op)
 
 
 def split_norm(x, weight, bias, mode, groups=1, config=None):
