@@ -370,7 +370,12 @@ def norm_reduce_finish(part, shape, like, dim, keepdim, op):
         del out_shape[dim % len(shape)]
     if part.shape[0] > 1:
         part = reduce_dim(part, 0, False, 0 if op == 1 else op)  # a mean's shares add up
-    return part.view(out_shape).to(like.dtype)
+    out = part.view(out_shape)
+    if out.dtype != like.dtype:  # float32 partials: a Triton copy rounds them to the program's dtype
+        cast = torch.empty(out_shape, device=like.device, dtype=like.dtype)
+        copy_into(out, cast)
+        out = cast
+    return out
 
 
 def norm_reduce(x, weight, bias, mode, dim, keepdim, op, config=None):

@@ -10,6 +10,7 @@ from drtriton_ray.lower.emit import fusion_groups, lower_program
 from drtriton_ray.ops import SYNTH_NAMES
 from drtriton_ray.synth import Program, Sampler, SynthConfig
 from drtriton_ray.synth.validate import load_problem
+from drtriton_ray.verify.static import check_candidate
 
 
 def _import(source: str, path):
@@ -32,7 +33,9 @@ def model_pair(source: str, module, seed: int = 0):
 
 def check_lowering(rec, tmp_path, input_seed: int = 1234):
     prog = Program.from_json(rec.dag)
-    cand = _import(lower_program(prog, rec.source), tmp_path / f"cand_{rec.id.replace('-', '_')}.py")
+    code = lower_program(prog, rec.source)
+    assert not check_candidate(code, "strict")  # the verifier's parent-side rules, as the gate applies them
+    cand = _import(code, tmp_path / f"cand_{rec.id.replace('-', '_')}.py")
     ref = load_problem(rec.source)
     torch.manual_seed(rec.seed)
     model = ref.Model()
