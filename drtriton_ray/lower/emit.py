@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import math
 
 import torch
 from dataclasses import dataclass, field
@@ -521,7 +522,7 @@ def fold_norm_reduce(p: Program) -> Program:
             r.op in ("Sum", "Mean", "Max", "Min", "Norm")
             and r.params["dim"] % len(shape) < len(shape) - k
             and len(n.weights) == (2 if n.op == "LayerNorm" else 1)
-            and wrappers.norm_reduce_rows(_numel(shape[len(shape) - k :]))
+            and wrappers.norm_reduce_rows(math.prod(shape[len(shape) - k :]))
         ):
             folded[users[0]] = n
     if not folded:
@@ -538,13 +539,6 @@ def fold_norm_reduce(p: Program) -> Program:
     gone = {n.outputs[0] for n in folded.values()}
     tensors = {t: v for t, v in p.tensors.items() if t not in gone}
     return Program(nodes, tensors, p.dtype, p.flops)
-
-
-def _numel(shape) -> int:
-    out = 1
-    for d in shape:
-        out *= d
-    return out
 
 
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:

@@ -344,12 +344,12 @@ def norm_reduce_rows(length):
 def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None):
     """(partial results, grid, arguments after the input, launch constants) of norm_reduce_kernel: a layer or RMS
     norm (mode 0, 1) over the last dims (weight's) of a `shape` input, to be reduced over dim, an outer dim. The
-    splits of each (o, m) make about two programs per SM of a 132-SM GPU, four rows a split at least."""
+    splits of each (o, m) make about two programs per SM (sm_count), four rows a split at least."""
     dim = dim % len(shape)
     length = weight.numel()
     outer, extent, inner = split_at(shape, dim)
     groups = outer * (inner // length)
-    split = max(1, min(triton.cdiv(extent, 4), triton.cdiv(2 * 132, groups)))
+    split = max(1, min(triton.cdiv(extent, 4), triton.cdiv(2 * sm_count(like), groups)))
     part = torch.empty((split, groups * length), device=like.device, dtype=torch.float32)
     block = triton.next_power_of_2(length)
     meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, like)

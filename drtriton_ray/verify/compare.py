@@ -57,14 +57,9 @@ def as_list(out) -> Optional[list]:
 CHUNK = 1 << 24  # elements compared at once: float64 temporaries of a few hundred MiB, whatever the output size
 
 
-def output_scale(r) -> float:
+def output_scale(r):
     """Root mean square of a flat reference's finite values, at least the dtype's smallest normal number (an output
-    that is exactly zero everywhere is then compared exactly)."""
-    return float(_scale(r))
-
-
-def _scale(r):
-    """output_scale as a 0-d float64 tensor on r's device: no synchronisation with the device."""
+    that is exactly zero everywhere is then compared exactly): a 0-d float64 tensor on r's device, not read back."""
     import torch
 
     total = torch.zeros((), dtype=torch.float64, device=r.device)
@@ -86,7 +81,7 @@ def _values(c, r, tol: float) -> tuple[int, int, float, float, float]:
     import torch
 
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
-    scale = _scale(r) if tol else zero
+    scale = output_scale(r) if tol else zero
     bad, nonfinite, max_abs = zero.clone(), zero.clone(), zero.clone()
     for start in range(0, c.numel(), CHUNK):
         c64 = c[start : start + CHUNK].to(torch.float64)

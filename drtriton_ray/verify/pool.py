@@ -137,6 +137,9 @@ class _Job:
     waiting_since: Optional[float] = None  # waiting for the GPU section: the deadline is paused
 
 
+SECTION_STATES = ("exclusive", "draining", "shared", "idle")
+
+
 class SectionArbiter:
     """Reader/writer section of one GPU, FIFO (a queued exclusive request holds back later shared ones).
 
@@ -148,7 +151,7 @@ class SectionArbiter:
         self.readers: set[int] = set()
         self.writer: Optional[int] = None
         self.queue: deque = deque()  # (slot, kind)
-        self.seconds = dict.fromkeys(("exclusive", "draining", "shared", "idle"), 0.0)
+        self.seconds = dict.fromkeys(SECTION_STATES, 0.0)
         self._since = time.perf_counter()
 
     def state(self) -> str:
@@ -261,7 +264,7 @@ class WorkerPool:
         self.worker_memory: dict[str, dict] = {}  # worker name -> GPU peak and held GiB over its jobs
         self.duplicates = 0  # tasks answered with a copy of an identical task's verdict
         # seconds the GPU section spent in each state over every map() call (SectionArbiter.seconds)
-        self.section_seconds = dict.fromkeys(("exclusive", "draining", "shared", "idle"), 0.0)
+        self.section_seconds = dict.fromkeys(SECTION_STATES, 0.0)
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property

@@ -81,10 +81,9 @@ def measure(
 
     The first call (JIT compile, autotuning, torch.compile) runs in `first()` and the warm-up in `warm()` (default:
     `first`; the pool's shared GPU section, or nothing), before `exclusive()` is entered; a short re-warm, the probe
-    and the trials run inside that
-    (the pool's per-GPU timing section, which no other worker's kernels share: the shorter it is held, the more
-    workers one GPU serves). `calls=None` picks the window size,
-    `calls=1` times one call per trial; `lead=None` adds the lead call to windows of more than one call."""
+    and the trials run inside that (the pool's per-GPU timing section, which no other worker's kernels share: the
+    shorter it is held, the more workers one GPU serves). `calls=None` picks the window size, `calls=1` times one
+    call per trial; `lead=None` adds the lead call to windows of more than one call."""
     with torch.no_grad():
         with first():
             fn(*make_args())  # compile / autotune outside the exclusive section
