@@ -15,7 +15,11 @@ seeded list (easy and hard problems in every shard), and `--merge OUT.json IN.js
 the one a single run writes (rows in the list's order, each level's summary and table recomputed).
 
     python bench/convert.py ... --shard 0/2 --out s0.json & python bench/convert.py ... --shard 1/2 --out s1.json
-    python bench/convert.py --merge convert.json s0.json s1.json"""
+    python bench/convert.py --merge convert.json s0.json s1.json
+
+`--resume EARLIER.json` (an output of the same experiment: the same levels, count, seed, sources, budget, model...)
+keeps that output's rows for the problems it has and converts only the others, so a run that a machine's time limit
+cut goes on where it stopped; each kept row says `resumed_from`."""
 
 from __future__ import annotations
 
@@ -250,6 +254,23 @@ def merge_main(out: str, inputs: list[str]) -> int:
     return finish([table(lv, s["summary"]) for lv, s in data["levels"].items()], data, out)
 
 
+def resumed_rows(path: str | None, args) -> dict[tuple[int, str], dict]:
+    """{(level, problem): row} of an earlier output of the same experiment (a shard's, or shards merged), to take
+    over instead of converting again: a run that a machine's time limit cut goes on where it stopped."""
+    if not path:
+        return {}
+    data = read_shard(path)
+    now = record(args)
+    diff = [k for k in EXPERIMENT if data["args"].get(k) != now.get(k)]
+    if diff:
+        raise MergeError(f"{path} is not an output of this experiment ({', '.join(diff)} differ)")
+    return {
+        (int(level), row["problem"]): dict(row, resumed_from=path)
+        for level, part in data["levels"].items()
+        for row in part.get("rows", [])
+    }
+
+
 def record(args) -> dict:
     """The run's options as its JSON keeps them (the shard as I/N)."""
     return {k: str(v) for k, v in vars(args).items() if k != "merge"}
@@ -274,6 +295,7 @@ def main() -> int:
     ap.add_argument("--out", default=None)
     ap.add_argument("--shard", type=parse_shard, default=Shard(), help="I/N: items I, I+N, ... of each level's list")
     ap.add_argument("--merge", nargs="+", metavar=("OUT", "IN"), help="join shard outputs IN... into OUT; no run")
+    ap.add_argument("--resume", default=None, help="an earlier output of this experiment: its problems' rows are kept")
     args = ap.parse_args()
     if args.merge:
         if len(args.merge) < 2:
@@ -281,6 +303,10 @@ def main() -> int:
         return merge_main(args.merge[0], args.merge[1:])
     if not args.kernelbench.is_dir():
         sys.exit(f"error: no KernelBench problems at {args.kernelbench} (fetch the repository there first)")
+    try:
+        done = resumed_rows(args.resume, args)
+    except MergeError as e:
+        sys.exit(f"error: {e}")
     size = args.workers or (4 if args.device.startswith("cuda") else 2)
     results, tables = {}, []
     # the model loaded and compiled once for all problems (not in every problem's budget), as the service's replica
@@ -298,7 +324,7 @@ def main() -> int:
         for level in (int(x) for x in args.levels.split(",")):
             rows = []
             for path in shard_problems(args.kernelbench, level, args.count, args.seed, args.shard):
-                rows.append(convert_one(path, args, pool, policy))
+                rows.append(done.get((level, path.name)) or convert_one(path, args, pool, policy))
                 r = rows[-1]
                 print(
                     f"L{level} {path.name}: {r.get('error') or r.get('reason')} "

@@ -9,12 +9,19 @@ wall time the GPU was busy (NVML), and where a task's seconds go.
 Fragments are distinct (by hash), in program order; `--variants N` adds N launch-config variants of each
 lowering candidate (the search's `configs` source: several candidates share a fragment's reference times);
 `--max-candidates` caps the total. Capture runs in the pool's
-workers, as in the search."""
+workers, as in the search. `--mps` runs the pools once more under CUDA MPS (a daemon this script starts and stops):
+one server context runs every worker's kernels, side by side, where without it the GPU time-slices between the
+workers' contexts. An experiment: with MPS a GPU fault in one worker is reported to all of them."""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from rich.console import Console
@@ -68,6 +75,35 @@ def fragment_tasks(
     return tasks[:cap]
 
 
+@contextlib.contextmanager
+def mps_daemon():
+    """An MPS control daemon for the pools started inside (their workers inherit its pipe directory), quit after."""
+    control = shutil.which("nvidia-cuda-mps-control")
+    if control is None:
+        sys.exit("error: --mps needs nvidia-cuda-mps-control (the NVIDIA driver's utilities) on the PATH")
+    root = tempfile.mkdtemp(prefix="mps-")
+    env = {"CUDA_MPS_PIPE_DIRECTORY": f"{root}/pipe", "CUDA_MPS_LOG_DIRECTORY": f"{root}/log"}
+    for folder in env.values():
+        os.makedirs(folder)
+    os.environ.update(env)
+    subprocess.run([control, "-d"], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run([control], input="quit\n", text=True, timeout=60)
+        for key in env:
+            os.environ.pop(key)
+
+
+def run_modes(tasks: list, device: str, workers: list[str], mps: bool) -> dict:
+    """{mode: run's result} for each pool size, then (mps) each again under MPS, as `pool4` and `pool4-mps`."""
+    results = {f"pool{w}": run(tasks, device, int(w), fresh=False) for w in workers}
+    if mps:
+        with mps_daemon():
+            results |= {f"pool{w}-mps": run(tasks, device, int(w), fresh=False) for w in workers}
+    return results
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--kernelbench", type=Path, default=Path(".kernelbench/KernelBench"))
@@ -85,6 +121,7 @@ def main() -> int:
     ap.add_argument(
         "--profile", action="store_true", help="each task's kernel time (torch profiler: slows every task by seconds)"
     )
+    ap.add_argument("--mps", action="store_true", help="each pool size again under CUDA MPS (an experiment)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     paths = problems(args.kernelbench, args.level, args.problems, args.seed)
@@ -98,11 +135,11 @@ def main() -> int:
         args.profile and args.device.startswith("cuda"),
     )
     print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
-    results = {f"pool{w}": run(tasks, args.device, int(w), fresh=False) for w in args.workers.split(",")}
+    results = run_modes(tasks, args.device, args.workers.split(","), args.mps)
     summary = report_modes(Console(), results, len(tasks))
     base = results[f"pool{args.workers.split(',')[0]}"]
     for mode, r in results.items():
-        w = int(mode.removeprefix("pool"))
+        w = int(mode.removeprefix("pool").removesuffix("-mps"))
         gain = (len(tasks) / r["serving_s"]) / (len(tasks) / base["serving_s"])
         summary[mode]["rate_serving"] = len(tasks) / r["serving_s"]
         summary[mode]["gain_vs_first"] = gain

@@ -34,6 +34,7 @@ gc access to reach them (static rules), and the functions comparing them were bo
 from __future__ import annotations
 
 import copy
+import functools
 import gc
 import hashlib
 import importlib.util
@@ -780,7 +781,7 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
                         task.timing_warmup,
                         exclusive=ctx.gate.exclusive,
                         shared=alone or ctx.gate.shared,
-                        compiling=alone or nullcontext,
+                        compiling=alone or functools.partial(timing.autotune_in, ctx.gate.exclusive),
                         with_compile=task.compile_reference,
                     )
                 )

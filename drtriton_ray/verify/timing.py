@@ -171,8 +171,10 @@ def reference_times(
     with_compile: bool = True,
 ) -> dict:
     """Eager and (with_compile) torch.compile times of the reference (the pool caches them per problem and GPU
-    model). The compiled module's first call compiles for seconds in `compiling()`: by default no section, so other
-    workers go on meanwhile (a problem too large to share the GPU passes its exclusive section)."""
+    model). The compiled module's first call compiles for seconds in `compiling()`: the pool's gate passes
+    `autotune_in(exclusive)`, which holds no section while compiling, so other workers go on meanwhile, and the
+    exclusive one around Inductor's config benchmarks (a problem too large to share the GPU passes its exclusive
+    section for the whole call)."""
     eager = measure(model, make_args, trials, warmup, exclusive=exclusive, first=shared).median_ms
     if not with_compile:
         return {"eager_ms": eager, "compile_ms": None}
@@ -181,6 +183,34 @@ def reference_times(
         compiled, make_args, trials, warmup, exclusive=exclusive, first=compiling, warm=shared
     ).median_ms
     return {"eager_ms": eager, "compile_ms": compiled_ms}
+
+
+@contextmanager
+def autotune_in(section):
+    """Inductor's config benchmarks run in `section` (the pool's exclusive one) while the block runs.
+
+    torch.compile's first call benchmarks each generated kernel's candidate configs (reductions, and pointwise
+    kernels too, have several) with ~100 ms of do_bench each. Outside the pool's sections those benchmarks share
+    the GPU with other workers' kernels: they slow another worker's timing, and they pick a config by the noise
+    (the reference's torch.compile time then moves by up to 2-3x between runs of one program). Only the benchmarks
+    hold the section, not the seconds of compiling around them. Without Inductor's autotuner (another torch) the
+    block runs as it is."""
+    try:
+        from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+    except ImportError:
+        yield
+        return
+    original = CachingAutotuner.benchmark_all_configs
+
+    def benchmark_all_configs(self, *args, **kwargs):
+        with section():
+            return original(self, *args, **kwargs)
+
+    CachingAutotuner.benchmark_all_configs = benchmark_all_configs
+    try:
+        yield
+    finally:
+        CachingAutotuner.benchmark_all_configs = original
 
 
 @contextmanager

@@ -2,7 +2,8 @@
 into N disjoint shares whose union is the list; `--merge` joins hand-written shard outputs into one run's JSON (rows
 in the list's order, summaries recomputed by `summary`) and refuses inputs that are unreadable or not one experiment;
 `gpu_pipeline.sh convert-start` / `convert-wait` with CV_SHARDS=2 start two runs and merge them, without it one run
-as before (a stand-in for python3 writes each shard's rows instead of converting)."""
+as before (a stand-in for python3 writes each shard's rows instead of converting); `--resume` keeps an earlier
+output's rows and refuses one of another experiment."""
 
 import argparse
 import json
@@ -17,7 +18,15 @@ import pytest
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT / "bench"))
 
-from convert import MergeError, Shard, merge, parse_shard, problems, shard_problems, summary  # noqa: E402
+from convert import (  # noqa: E402
+    MergeError,
+    Shard,
+    merge,
+    parse_shard,
+    problems,
+    shard_problems,
+    summary,
+)
 
 ARGS = {"levels": "2", "count": "4", "seed": "0", "sources": "lowering,model", "budget_s": "45.0", "k": "4"}
 
@@ -173,3 +182,26 @@ def test_a_row_names_the_sources_of_its_candidates_and_its_answer(tmp_path):
     assert r["captured"] and not r["kept_original"] and r["correct"], r
     assert r["candidates"]["lowering"]["correct"] > 0 and set(r["candidates"]) == {"lowering"}
     assert r["chosen"] == {"lowering": r["triton_fragments"]} and r["triton_fragments"] > 0
+
+
+# what `bench/convert.py --levels 2 --count 0 --device cpu --sources lowering` records of the experiment
+RUN_ARGS = ARGS | {"count": "0", "sources": "lowering", "budget_s": "120.0", "k": "5", "model": "None"}
+RUN_ARGS |= {"samples": "4", "max_tokens": "1024", "device": "cpu"}
+
+
+def test_resume_keeps_the_rows_done_and_refuses_another_experiment(tmp_path):
+    (tmp_path / "level2").mkdir()
+    for name in ("3_A.py", "8_B.py"):
+        (tmp_path / "level2" / name).write_text("")
+    earlier = tmp_path / "earlier.json"
+    rows = [row("3_A.py", 1.5, 0.9, 20.0), row("8_B.py", 1.0, 1.2, 30.0, answered=False)]
+    earlier.write_text(json.dumps({"args": RUN_ARGS | {"shard": "0/2,1/2"}, "levels": {"2": {"rows": rows}}}))
+    run = ["--kernelbench", str(tmp_path), "--levels", "2", "--count", "0", "--device", "cpu", "--workers", "1"]
+    out = tmp_path / "out.json"
+    done = bench(*run, "--sources", "lowering", "--resume", str(earlier), "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    kept = json.loads(out.read_text())["levels"]["2"]["rows"]
+    assert kept == [dict(r, resumed_from=str(earlier)) for r in rows]  # both done before: nothing converted again
+    other = bench(*run, "--sources", "lowering", "--budget-s", "30", "--resume", str(earlier), "--out", str(out))
+    assert other.returncode == 1 and "Traceback" not in other.stderr
+    assert "not an output of this experiment (budget_s differ)" in other.stderr

@@ -3,7 +3,9 @@ worker pools (Triton interpreter). Hand-written programs convert and their answe
 repeat answers from the cache; bad input gets its documented 4xx; programs that hang or crash fail with a reason
 and the next request succeeds; a Verifier replica killed mid-search does not lose the request."""
 
+import tempfile
 import time
+import uuid
 from pathlib import Path
 
 import pytest
@@ -64,12 +66,22 @@ def get_init_inputs():
 """
 
 
-def slow_init(source: str) -> str:
-    """The program, taking 4 s to build its inputs to the model (a model loading its weights)."""
+def slow_init(source: str, marker: str = "") -> str:
+    """The program, taking 4 s to build its inputs to the model (a model loading its weights); with a marker, it
+    first creates that file in its working directory (a verifier worker's scratch), so a test knows it runs."""
     head = "def get_init_inputs():\n"
-    slow = source.replace(head, head + "    import time\n\n    time.sleep(4)\n")
+    touch = f"    open({marker!r}, 'w').close()\n" if marker else ""
+    slow = source.replace(head, head + touch + "    import time\n\n    time.sleep(4)\n")
     assert slow != source
     return slow
+
+
+def wait_for_marker(marker: str, timeout: float = 120) -> None:
+    """Until a verifier worker of the service (its scratch under the temporary directory) has created `marker`."""
+    deadline = time.monotonic() + timeout
+    while not list(Path(tempfile.gettempdir()).glob(f"drtriton-verify-*/*/{marker}")):
+        assert time.monotonic() < deadline, f"no verifier worker ran the program in {timeout} s"
+        time.sleep(0.05)
 
 
 @pytest.fixture(scope="module")
@@ -247,13 +259,12 @@ def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service)
 
     client, settings = service
     (replica,) = verifier_replicas()
-    # The program takes 4 s to build its model, so the capture call is still on the replica when the kill lands
-    # (a kill between two calls loses nothing either, but then no call needs sending again).
-    job_id = submit(client, slow_init(read("swiglu")), "kill", k=3)
-    status = wait(client, job_id, until=("running",) + TERMINAL)
-    while status["progress"]["stage"] != "capture" and status["state"] == "running":
-        status = client.get(f"/v1/conversions/{job_id}").json()
-        time.sleep(0.05)
+    # The program takes 4 s to build its model and marks its start, so the kill lands while the capture call is on
+    # the replica (a kill between two calls loses nothing either, but then no call needs sending again).
+    marker = f"capture-started-{uuid.uuid4().hex}"
+    job_id = submit(client, slow_init(read("swiglu"), marker), "kill", k=3)
+    wait_for_marker(marker)
+    status = client.get(f"/v1/conversions/{job_id}").json()
     assert status["state"] == "running", "the job ended before the replica could be killed"
     ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
     status = wait(client, job_id, timeout=180)

@@ -89,3 +89,34 @@ def test_work_the_events_miss_makes_the_host_clock_the_measurement(fake_cuda):
     fake_cuda["sync_ms"] = 3.0  # a side stream still busy when the end event fired
     t = timing.measure(fn, make_args, trials=20, warmup=1, warmup_ms=0, calls=4)
     assert t.host_suspect and t.median_ms == pytest.approx(t.host_ms) and t.median_ms > 2 * t.event_ms
+
+
+def test_inductor_config_benchmarks_alone_hold_the_section(monkeypatch):
+    """torch.compile's first call: its config benchmarks run in the section given, compiling around them does not,
+    and the autotuner is as it was after the block, also when the block fails."""
+    from contextlib import contextmanager
+
+    from torch._inductor.runtime.triton_heuristics import CachingAutotuner
+
+    events = []
+
+    def benchmark(self, *args):
+        events.append(("benchmark", args))
+        return {"config": 1.0}
+
+    @contextmanager
+    def section():
+        events.append("enter")
+        yield
+        events.append("exit")
+
+    monkeypatch.setattr(CachingAutotuner, "benchmark_all_configs", benchmark)
+    tuner = object.__new__(CachingAutotuner)
+    with timing.autotune_in(section):
+        events.append("compiling")
+        assert CachingAutotuner.benchmark_all_configs(tuner, 7) == {"config": 1.0}
+    assert events == ["compiling", "enter", ("benchmark", (7,)), "exit"]
+    assert CachingAutotuner.benchmark_all_configs is benchmark
+    with pytest.raises(RuntimeError), timing.autotune_in(section):
+        raise RuntimeError("a compile error")
+    assert CachingAutotuner.benchmark_all_configs is benchmark
