@@ -87,20 +87,28 @@ def mps_daemon():
         os.makedirs(folder)
     os.environ.update(env)
     subprocess.run([control, "-d"], check=True)
+    servers: list[str] = []
     try:
-        yield
+        yield servers
     finally:
+        ask = subprocess.run([control], input="get_server_list\n", text=True, capture_output=True, timeout=60)
+        servers += ask.stdout.split()
         subprocess.run([control], input="quit\n", text=True, timeout=60)
         for key in env:
             os.environ.pop(key)
 
 
 def run_modes(tasks: list, device: str, workers: list[str], mps: bool) -> dict:
-    """{mode: run's result} for each pool size, then (mps) each again under MPS, as `pool4` and `pool4-mps`."""
+    """{mode: run's result} for each pool size, then (mps) each again under MPS, as `pool4` and `pool4-mps`; an MPS
+    run whose workers never reached an MPS server (none was started) is refused, not reported as one."""
     results = {f"pool{w}": run(tasks, device, int(w), fresh=False) for w in workers}
     if mps:
-        with mps_daemon():
-            results |= {f"pool{w}-mps": run(tasks, device, int(w), fresh=False) for w in workers}
+        with mps_daemon() as servers:
+            under = {f"pool{w}-mps": run(tasks, device, int(w), fresh=False) for w in workers}
+        if not servers:
+            sys.exit("error: no MPS server was started: the workers ran without MPS")
+        print(f"MPS servers (pids): {', '.join(servers)}", file=sys.stderr)
+        results |= under
     return results
 
 
