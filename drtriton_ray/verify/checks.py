@@ -670,6 +670,8 @@ class _Run:
         free_cache(self.device)  # the window's input copies: other workers share this GPU's memory
         self.tamper_check("timing")
         v = self.verdict
+        for part, seconds in cand.parts.items():  # where timing's seconds go (timing:...; part of `timing`)
+            v.phases[f"timing:{part}"] = v.phases.get(f"timing:{part}", 0.0) + seconds
         v.candidate_ms = cand.median_ms
         refs = t.ref_times or {}
         v.set_reference(refs.get("eager_ms"), refs.get("compile_ms"))

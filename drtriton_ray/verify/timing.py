@@ -26,7 +26,7 @@ import math
 import statistics
 import time
 from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 import torch
@@ -59,6 +59,18 @@ class Timing:
     calls: int = 1  # calls per trial window
     trials: int = 0
     iqr_ms: float = 0.0  # inter-quartile range of the per-trial values (within-run noise)
+    # host seconds by step, section waits left out: first, warm (shared section); rewarm, probe, and the trials'
+    # inputs, flush and window (exclusive section)
+    parts: dict = field(default_factory=dict)
+
+
+@contextmanager
+def _clock(parts: dict, name: str):
+    t0 = _perf_counter()
+    try:
+        yield
+    finally:
+        parts[name] = parts.get(name, 0.0) + _perf_counter() - t0
 
 
 def _nbytes(args: list) -> int:
@@ -84,15 +96,19 @@ def measure(
     and the trials run inside that (the pool's per-GPU timing section, which no other worker's kernels share: the
     shorter it is held, the more workers one GPU serves). `calls=None` picks the window size, `calls=1` times one
     call per trial; `lead=None` adds the lead call to windows of more than one call."""
+    parts: dict = {}
     with torch.no_grad():
-        with first():
+        with first(), _clock(parts, "first"):
             fn(*make_args())  # compile / autotune outside the exclusive section
             _synchronize()
-        with (warm or first)():
+        with (warm or first)(), _clock(parts, "warm"):
             _warm(fn, make_args, warmup, warmup_ms)
         with exclusive():
-            _warm(fn, make_args, REWARM, 0.0)
-            return _timed(fn, make_args, trials, calls, lead)
+            with _clock(parts, "rewarm"):
+                _warm(fn, make_args, REWARM, 0.0)
+            timing = _timed(fn, make_args, trials, calls, lead, parts)
+    timing.parts = parts
+    return timing
 
 
 # Calls made again inside the exclusive section after the warm-up: other workers' kernels ran in between.
@@ -111,42 +127,55 @@ def _warm(fn, make_args, warmup: int, warmup_ms: float) -> None:
     _synchronize()
 
 
-def _timed(fn, make_args, trials, calls, lead) -> Timing:
-    flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
-    if calls is None:
-        probe = []
-        for _ in range(3):
-            args = make_args()
-            flush.zero_()
-            _synchronize()
-            start, end = _Event(enable_timing=True), _Event(enable_timing=True)
-            start.record()
-            fn(*args)
-            end.record()
-            _synchronize()
-            probe.append(start.elapsed_time(end))
-        one = max(statistics.median(probe), 1e-3)
-        calls = max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one), WINDOW_BYTES // max(_nbytes(make_args()), 1) - 1))
+def _timed(fn, make_args, trials, calls, lead, parts: dict) -> Timing:
+    with _clock(parts, "probe"):
+        flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
+        calls = _window_calls(fn, make_args, flush) if calls is None else calls
     lead = int(calls > 1 if lead is None else lead)
     events, hosts, totals = [], [], []
     for _ in range(max(trials, MIN_TRIALS)):
-        sets = [make_args() for _ in range(calls + lead)]  # fresh values and addresses for every call
+        with _clock(parts, "inputs"):
+            sets = [make_args() for _ in range(calls + lead)]  # fresh values and addresses for every call
+        with _clock(parts, "flush"):
+            flush.zero_()
+            _synchronize()
+        with _clock(parts, "window"):
+            first, start, end = (_Event(enable_timing=True) for _ in range(3))
+            t0 = _perf_counter()
+            first.record()
+            if lead:
+                fn(*sets[0])  # the lead call: the GPU runs it while the host starts the window
+            start.record()
+            for args in sets[lead:]:
+                fn(*args)
+            end.record()
+            _synchronize()  # device-wide: waits for every stream, not just the current one
+            hosts.append((_perf_counter() - t0) * 1e3)
+            totals.append(first.elapsed_time(end))
+            events.append(start.elapsed_time(end))
+            del sets
+    return _summary(events, hosts, totals, calls, lead)
+
+
+def _window_calls(fn, make_args, flush) -> int:
+    """Calls per window: about WINDOW_MS of back-to-back calls by a probe of one call, within MAX_CALLS and
+    WINDOW_BYTES of input copies."""
+    probe = []
+    for _ in range(3):
+        args = make_args()
         flush.zero_()
         _synchronize()
-        first, start, end = (_Event(enable_timing=True) for _ in range(3))
-        t0 = _perf_counter()
-        first.record()
-        if lead:
-            fn(*sets[0])  # the lead call: the GPU runs it while the host starts the window
+        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
         start.record()
-        for args in sets[lead:]:
-            fn(*args)
+        fn(*args)
         end.record()
-        _synchronize()  # device-wide: waits for every stream, not just the current one
-        hosts.append((_perf_counter() - t0) * 1e3)
-        totals.append(first.elapsed_time(end))
-        events.append(start.elapsed_time(end))
-        del sets
+        _synchronize()
+        probe.append(start.elapsed_time(end))
+    one = max(statistics.median(probe), 1e-3)
+    return max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one), WINDOW_BYTES // max(_nbytes(make_args()), 1) - 1))
+
+
+def _summary(events, hosts, totals, calls, lead) -> Timing:
     event_ms, host_ms, total_ms = (statistics.median(x) for x in (events, hosts, totals))
     # Host and events span the same calls (lead included); the host adds only the sync's return (~10-50 us).
     # Far beyond that, the events missed work (side streams, threads) and the host clock is the measurement.

@@ -84,6 +84,15 @@ def test_long_calls_one_per_trial(fake_cuda):
     assert t.median_ms == pytest.approx(2.5, rel=0.3)
 
 
+def test_timing_says_where_its_seconds_go(fake_cuda):
+    fn, make_args, _, _ = counting(2.5)
+    t = timing.measure(fn, make_args, trials=10, warmup=1, warmup_ms=0)
+    assert set(t.parts) == {"first", "warm", "rewarm", "probe", "inputs", "flush", "window"}
+    # each step's calls of 2.5 ms: one first call, one warm-up call, the re-warm's, the probe's 3, 10 trials' windows
+    for part, calls in (("first", 1), ("warm", 1), ("rewarm", timing.REWARM), ("probe", 3), ("window", 10)):
+        assert t.parts[part] >= calls * 2.5e-3, part
+
+
 def test_work_the_events_miss_makes_the_host_clock_the_measurement(fake_cuda):
     fn, make_args, _, _ = counting(0.3)
     fake_cuda["sync_ms"] = 3.0  # a side stream still busy when the end event fired
