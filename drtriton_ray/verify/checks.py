@@ -544,10 +544,10 @@ class _Run:
     def trial(self, label: str, distribution: str, scale: float = 1.0) -> None:
         """One trial; drawn again (up to REDRAWS times) where the candidate missed a reference whose intermediates
         left the headroom a correct kernel needs (Headroom), which says nothing about the candidate. A problem that is
-        not large holds the GPU section shared for the trial (a large one holds it exclusive for all its trials)."""
+        not large holds the GPU section shared for each part of the trial (a large one holds it exclusive for all its
+        trials)."""
         for attempt in range(REDRAWS + 1):
-            with nullcontext() if self.big else self.gpu_section("shared"):
-                done = self.trial_once(label, distribution, scale, last=attempt == REDRAWS)
+            done = self.trial_once(label, distribution, scale, last=attempt == REDRAWS)
             if done:
                 return
             self.check(
@@ -557,12 +557,19 @@ class _Run:
                 "correct kernel may overflow",
             )
 
+    @contextmanager
+    def trial_part(self, name: str):
+        """A part of a trial: its phase (trial:...; part of `checks`: where a trial's seconds go) and, for a problem
+        that is not large, the GPU section held shared for the part alone. A worker waiting to time then waits for
+        other workers' current parts, not for their whole trials."""
+        with self.phase(name), nullcontext() if self.big else self.gpu_section("shared"):
+            yield
+
     def trial_once(self, label: str, distribution: str, scale: float, last: bool) -> bool:
         """False: the candidate missed on inputs that cannot judge it (see trial)."""
         # The drawn inputs stay the pristine copy: a freed copy of them would hold the answer of identity-like
         # problems (ReLU on [0, 1) inputs), ready for a candidate's torch.empty to pick up.
-        # sub-phases (trial:...; part of `checks`): where a trial's seconds go
-        with self.phase("trial:inputs"):
+        with self.trial_part("trial:inputs"):
             if distribution in STRESS_DISTRIBUTIONS:
                 pristine = self.stress_inputs(distribution, scale)
             else:
@@ -572,7 +579,7 @@ class _Run:
                 return True
             mine = self.candidate_inputs(pristine)
         try:
-            with self.phase("trial:candidate"):
+            with self.trial_part("trial:candidate"):
                 out, launches, ops = self.call_candidate(mine, audit=self.task.policy == "strict")
         except BaseException as e:
             self.reject(label, _failure_status(e), f"{label}: forward raised {_describe(e)}")
@@ -585,14 +592,17 @@ class _Run:
                 Status.TORCH_COMPUTE,
                 f"{label}: PyTorch ran {', '.join(ops[:6])} outside Triton kernels (policy strict)",
             )
-        if not inputs_unchanged(pristine, mine):
+        with self.trial_part("trial:inputs"):
+            unchanged = inputs_unchanged(pristine, mine)
+        if not unchanged:
             self.reject("inputs_unchanged", Status.INPUT_MUTATED, f"{label}: forward modified its inputs")
         headroom = Headroom()
-        with self.phase("trial:reference"):
+        with self.trial_part("trial:reference"):
             want = self.reference(pristine, label, headroom)
-        with self.phase("trial:compare"):
+        with self.trial_part("trial:compare"):
             cmp = compare(out, want, self.tol)
-        if not cmp.ok and not last and headroom.exceeded():
+            redraw = not cmp.ok and not last and headroom.exceeded()
+        if redraw:
             return False
         self.verdict.max_abs_error = max(self.verdict.max_abs_error or 0.0, cmp.max_abs)
         self.verdict.max_rel_error = max(self.verdict.max_rel_error or 0.0, cmp.max_rel)
