@@ -585,7 +585,8 @@ def fold_softmax_reduce(p: Program) -> Program:
     """The program with each softmax or log-softmax read only by a reduction (over any dim: its own or another) as one
     SoftmaxReduce node: softmax_stats_kernel writes each softmax column's maximum and sum in one pass over x, and
     softmax_reduce_kernel recomputes the softmax from x and them where it loads x, so the softmax's output, as large
-    as x, is neither written nor read back (two reads of x, where there were three and a write and a read of y)."""
+    as x, is neither written nor read back: x is read twice, where the softmax read it once or twice (a long column)
+    and wrote its output, which the reduction read back."""
     readers: dict[int, list[int]] = {}
     for k, n in enumerate(p.nodes):
         for t in n.inputs:
@@ -593,9 +594,12 @@ def fold_softmax_reduce(p: Program) -> Program:
     folded: dict[int, Node] = {}  # reduction node index -> the softmax it takes in
     for n in p.nodes:
         users = readers.get(n.outputs[0], [])
-        if n.op in ("Softmax", "LogSoftmax") and len(users) == 1 and n.outputs[0] not in p.outputs:
-            if p.nodes[users[0]].op in REDUCE_OPS:
-                folded[users[0]] = n
+        if n.op not in ("Softmax", "LogSoftmax") or len(users) != 1 or n.outputs[0] in p.outputs:
+            continue
+        op = p.nodes[users[0]].op
+        # an arg reduction of a half-precision softmax compares the rounded values (their ties): not recomputed
+        if op in REDUCE_OPS and (op not in ("ArgMax", "ArgMin") or p.tensors[n.outputs[0]].dtype == "float32"):
+            folded[users[0]] = n
     if not folded:
         return p
     drop = {id(n) for n in folded.values()}

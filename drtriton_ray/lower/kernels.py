@@ -322,14 +322,14 @@ def softmax_reduce_kernel(x_ptr, stats_ptr, out_ptr, R: tl.constexpr, I: tl.cons
                           WIDE: tl.constexpr):
     """A reduction of a softmax's (LOG 0) or log-softmax's (LOG 1) output that is never written: each value is
     recomputed where x is loaded, from x and its softmax column's statistics (softmax_stats_kernel's over x viewed
-    as (SO, SR, SI) along the softmax's dim, NS columns), so x is read twice in all (statistics, reduction) where the
-    softmax and a reduce_kernel read it twice, write the output and read it back. The reduction is reduce_kernel's:
-    the middle extent of (O, R, I), OP 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7 L2 norm; a
-    program takes BLOCK_C columns of one segment of SEG consecutive ones and loops over R. RS: the statistics' stride
-    along the reduced dim. STATS, how a tile reads them: 0 a value per element; 1 a value per row, where the columns
-    of a segment differ only along the softmax's dim (SEG = SR) and so share theirs; 2 a value per column, loaded
-    once (the reduced dim is the softmax's, RS = 0). Sizes are constants (by keyword, as reduce_kernel's). WIDE:
-    int64 index math (x has 2^31 values or more); else int32."""
+    as (SO, SR, SI) along the softmax's dim, NS columns): x is read twice in all (statistics, reduction), where the
+    softmax's kernel read it once or twice and wrote its output for reduce_kernel to read back. The reduction is
+    reduce_kernel's: the middle extent of (O, R, I), OP 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7
+    L2 norm; a program takes BLOCK_C columns of one segment of SEG consecutive ones and loops over R. RS: the
+    statistics' stride along the reduced dim. STATS, how a tile reads them: 0 a value per element; 1 a value per
+    row, where the columns of a segment differ only along the softmax's dim (SEG = SR) and so share theirs; 2 a
+    value per column, loaded once (the reduced dim is the softmax's, RS = 0). Sizes are constants (by keyword, as
+    reduce_kernel's). WIDE: int64 index math (x has 2^31 values or more); else int32."""
     pid = tl.program_id(0)
     if WIDE:
         pid = pid.to(tl.int64)

@@ -224,3 +224,17 @@ def test_softmax_reduce_through_a_transpose(tmp_path):
     src = lower_program(Program.from_json(rec.dag), rec.source)
     assert "softmax_reduce" in src and "def along_" not in src
     check_lowering(rec, tmp_path)
+
+
+def test_half_precision_arg_reduction_not_folded():
+    """An argmax of a bfloat16 softmax compares the rounded values (ties among them pick the first index), which a
+    float32 recomputation would not reproduce: it keeps the softmax's kernel; a sum of one folds."""
+    from drtriton_ray.synth.dag import Tensor
+
+    for op, folds in (("ArgMax", False), ("Sum", True)):
+        nodes = [("Softmax", [0], 1, {"dim": 1}, []), (op, [1], 2, {"dim": 0, "keepdim": False}, [])]
+        prog = Program.from_json(_handmade(nodes, {0: (4, 30), 1: (4, 30), 2: (30,)}, [2]).dag)
+        half = {k: Tensor(t.id, t.shape, "bfloat16", t.role, t.init) for k, t in prog.tensors.items()}
+        half[2] = Tensor(2, [30], "int64" if op == "ArgMax" else "bfloat16", "output", "")
+        prog = Program(prog.nodes, half, "bfloat16", 0)
+        assert (fold_softmax_reduce(prog) is not prog) == folds
