@@ -9,6 +9,7 @@ instructions per tile element. What it shows is static: no timing.
     PYTHONPATH=. python3 bench/sm90_asm.py --only pool      # the cases whose name contains "pool"
     PYTHONPATH=. python3 bench/sm90_asm.py --only fused     # fused anchors (prologue/epilogue) with broadcast leaves
     PYTHONPATH=. python3 bench/sm90_asm.py --only norm      # row_norm_kernel's tiles, split_norm (the norm probe's)
+    PYTHONPATH=. python3 bench/sm90_asm.py --only softmax   # a softmax read by a reduction (softmax_reduce_kernel)
     PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
 
 Run without TRITON_INTERPRET (the kernels must be the compiler's)."""
@@ -409,7 +410,31 @@ def norm_cases():
     out.append((f"norm reduce l2-10 LayerNorm {ln10} row norm (before)", row_norm_case(ln10, 0, 1)))
     out.append((f"norm reduce l2-10 Max {ln10} dim 0 (before)", reduce_case(ln10, 0, 2)))
     out.append((f"norm reduce l2-10 LayerNorm+Max {ln10}", norm_reduce_case(ln10, 0, 0, 2)))
+    # l2-5 Softmax+Norm: the softmax's statistics (softmax_stats_kernel, one pass over x) and the norm recomputing the
+    # softmax where it loads x (softmax_reduce_kernel, the statistics a row: STATS 1); the two kernels they replace
+    # are the along and reduce cases of sn5. Then the other ways the reduction reads the statistics: a value per
+    # element (STATS 0: the reduced dim before the softmax's, a dim after both) and per column (STATS 2: the same dim)
+    sn5 = (1, 5, 8192, 8192, 1)
+    out.append((f"softmax reduce l2-5 Softmax {sn5} dim -3 (before)", along_case(sn5, -3, 0)))
+    out.append((f"softmax reduce l2-5 Norm {sn5} dim -2 (before)", reduce_case(sn5, -2, 7)))
+    out.append((f"softmax reduce l2-5 Softmax+Norm {sn5} stats", softmax_reduce_case(sn5, -3, -2, 7, 0, True)))
+    out.append((f"softmax reduce l2-5 Softmax+Norm {sn5} reduce", softmax_reduce_case(sn5, -3, -2, 7, 0)))
+    per = (64, 512, 1024)
+    out.append((f"softmax reduce LogSoftmax+Sum {per} dims 1, 0", softmax_reduce_case(per, 1, 0, 0, 1)))
+    out.append((f"softmax reduce Softmax+Max {per} dims 2, 2", softmax_reduce_case(per, 2, 2, 2, 0)))
     return out
+
+
+def softmax_reduce_case(shape, sdim, dim, op, log, stats=False):
+    """softmax_reduce's second kernel, softmax_reduce_kernel (stats: its first, softmax_stats_kernel), as it launches
+    them."""
+    x = torch.empty(shape, device="meta")
+    st, grid, args, meta = with_compiled(wrappers.softmax_stats_setup, shape, x, sdim)
+    if stats:
+        return kernels.softmax_stats_kernel, [x, *args], meta, {"LOG": log}, meta["BLOCK_R"] * meta["BLOCK_C"], grid
+    out, grid, args, meta = with_compiled(wrappers.softmax_reduce_setup, shape, x, st, sdim, dim, False, op)
+    consts = {"OP": op, "LOG": log, "STATS": wrappers.softmax_stats_mode(shape, sdim, dim)}
+    return kernels.softmax_reduce_kernel, [x, *args], meta, consts, meta["BLOCK_R"] * meta["BLOCK_C"], grid
 
 
 def norm_reduce_case(shape, mode, dim, op):

@@ -78,6 +78,9 @@ def _plain_call(node: Node, in_shape: list[int], out_shape: list[int], small: bo
     if node.op == "NormReduce":
         mode, _, weight, bias = _norm(Node(p["norm"], [], []), w)
         return f"norm_reduce({x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[p['op']]})"
+    if node.op == "SoftmaxReduce":
+        log, op = ALONG_OPS[p["softmax"]], REDUCE_OPS[p["op"]]
+        return f"softmax_reduce({x[0]}, {p['sdim']}, {log}, {p['dim']}, {p['keepdim']}, {op})"
     if node.op in REDUCE_OPS:
         return f"reduce_dim({x[0]}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[node.op]})"
     if node.op in ALONG_OPS:
@@ -171,11 +174,12 @@ def view_layouts(p: Program) -> set[int]:
 
 
 NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm", "BatchNorm")
-PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, *NORMS, "NormReduce"])
+PROLOGUE_OPS = frozenset([*REDUCE_OPS, *ALONG_OPS, *NORMS, "NormReduce", "SoftmaxReduce"])
 
 
-def epilogue_ok(op: str) -> bool:
-    """Whether op's kernel can apply an epilogue: everything with a float output stored at a flat index."""
+def epilogue_ok(node: Node) -> bool:
+    """Whether a node's kernel can apply an epilogue: everything with a float output stored at a flat index."""
+    op = node.params["op"] if node.op == "SoftmaxReduce" else node.op  # the reduction's output
     fused = op in PROLOGUE_OPS and op not in ("ArgMax", "ArgMin", "NormReduce")  # NormReduce: partial results
     return fused or op in ("Matmul", "Bmm", "Linear", *LAYOUT_OPS) or op.startswith(("Conv", "AvgPool", "MaxPool"))
 
@@ -213,7 +217,7 @@ def fragments(p: Program, fuse: bool = True) -> list[Fragment]:
             if (
                 a is not None
                 and not anchors[a].epilogue
-                and epilogue_ok(p.nodes[a].op)
+                and epilogue_ok(p.nodes[a])
                 and t not in outputs
                 and all(c in g for c in consumers[t])
                 and p.tensors[t].shape == p.tensors[sink].shape
@@ -287,6 +291,8 @@ def _describe(p: Program, nodes: list[int]) -> str:
     def one(n: Node) -> str:
         if n.op == "NormReduce":
             return f"{n.params['norm']} -> " + one(Node(n.params["op"], [], [], n.params))
+        if n.op == "SoftmaxReduce":
+            return f"{n.params['softmax']}(dim={n.params['sdim']}) -> " + one(Node(n.params["op"], [], [], n.params))
         shown = {k: v for k, v in n.params.items() if k in ("dim", "keepdim", "num_groups")}
         return n.op + ("(" + ", ".join(f"{k}={v}" for k, v in shown.items()) + ")" if shown else "")
 
@@ -305,6 +311,11 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         loop = wrappers.long_column(*wrappers.split_at(shape, p["dim"])[1:])
         setup = f"along_setup({shape}, {x[0]}, {p['dim']}{cfg}{', loop=True' if loop else ''})"
         return ("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[node.op]}, setup
+    if node.op == "SoftmaxReduce":  # its first kernel, softmax_stats_kernel, is the wrapper's (_softmax_stats)
+        log, op = ALONG_OPS[p["softmax"]], REDUCE_OPS[p["op"]]
+        mode = wrappers.softmax_stats_mode(shape, p["sdim"], p["dim"])
+        setup = f"softmax_reduce_setup({shape}, {x[0]}, stats, {p['sdim']}, {p['dim']}, {p['keepdim']}, {op}{cfg})"
+        return "softmax_reduce_kernel", {"OP": op, "LOG": log, "STATS": mode}, setup
     if node.op == "NormReduce":  # the kernel stores partial results, norm_reduce_finish makes the output
         mode, _, weight, bias = _norm(Node(p["norm"], [], []), w)
         fixed = {"MODE": mode, "OP": REDUCE_OPS[p["op"]], "HAS_B": bias is not None}
@@ -338,17 +349,41 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
     return "pool_rows_kernel", {"IS_MAX": node.op.startswith("Max")}, call
 
 
-def _statistics(name: str, prologue: Side | None, x: str, mode: int, comment: str) -> tuple[str, str]:
-    """(kernel source, launch line) of a split norm's first kernel: norm_stats_kernel itself (the library's), or
-    with a prologue its variant computing the prologue on the values it loads, as the second kernel does."""
+def _statistics(
+    name: str,
+    base: str,
+    fixed: dict,
+    prologue: Side | None,
+    x: str,
+    comment: str,
+    grid: str = "grid",
+    meta: str = "meta",
+) -> tuple[str, str]:
+    """(kernel source, launch line) of the first kernel of a two-kernel anchor (a split norm's norm_stats_kernel, a
+    softmax's softmax_stats_kernel before softmax_reduce_kernel), launched on `grid` with `meta` and the wrapper's
+    stats_args: the library's kernel itself, or with a prologue its variant computing the prologue on the values it
+    loads, as the second kernel does."""
     if not prologue:
-        return "", f"    norm_stats_kernel[grid]({x}, *stats_args, MODE={mode}, **meta)"
+        consts = "".join(f"{c}={v}, " for c, v in fixed.items())
+        return "", f"    {base}[{grid}]({x}, *stats_args, {consts}**{meta})"
     kernel, still = fused_anchor_source(
-        "norm_stats_kernel", f"{name}_stats_kernel", {"MODE": mode}, prologue, None, f"statistics of: {comment}"
+        base, f"{name}_stats_kernel", fixed, prologue, None, f"statistics of: {comment}"
     )
     launch = ["*pro", "*stats_args"] + (["*pro_index"] if not all(prologue.dense) else [])
-    launch += [f"{c}={mode}" for c in still] + ["**meta"]  # MODE, if its branches are still there
-    return kernel + "\n\n", f"    {name}_stats_kernel[grid]({', '.join(launch)})"
+    launch += [f"{c}={fixed[c]}" for c in still] + [f"**{meta}"]  # MODE or LOG, if its branches are still there
+    return kernel + "\n\n", f"    {name}_stats_kernel[{grid}]({', '.join(launch)})"
+
+
+def _softmax_stats(name: str, node: Node, shape: tuple, x: str, prologue: Side | None, comment: str):
+    """(kernel source, wrapper lines) of a SoftmaxReduce's first kernel, softmax_stats_kernel (or its variant with the
+    prologue): the softmax's statistics, which the wrapper's softmax_reduce_setup then takes."""
+    fixed = {"LOG": ALONG_OPS[node.params["softmax"]]}
+    kernel, line = _statistics(name, "softmax_stats_kernel", fixed, prologue, x, comment, "stats_grid", "stats_meta")
+    sdim = node.params["sdim"]
+    lines = [f"    stats, stats_grid, stats_args, stats_meta = softmax_stats_setup({shape}, {x}, {sdim})"]
+    if prologue and not all(prologue.dense):  # an index of the kernel may be int32
+        lines.append("    stats_meta = leaf_wide(stats_meta, *pro)")
+    return kernel, lines + [line]
 
 
 def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tuple[str, str]:
@@ -381,6 +416,13 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     config = resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu) if dims else None)
     base, fixed, setup = _setup(node, shape, x, w, out_shape, config)
     split = base == "norm_apply_kernel"
+    comment = " -> ".join(
+        part for part in (_describe(p, f.prologue), _describe(p, [f.anchor]), _describe(p, f.epilogue)) if part
+    )
+    stats_src = ""  # a two-kernel anchor's first kernel
+    if base == "softmax_reduce_kernel":
+        stats_src, more = _softmax_stats(name, node, shape, x[0], prologue, comment)
+        lines += more
     lines.append(f"    out, grid, {'stats_args, ' if split else ''}args, meta = {setup}")
     final = anchor_out
     if f.epilogue:
@@ -395,9 +437,6 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     broadcast = [f"*{s}" for s, side in (("pro", prologue), ("epi", epilogue)) if side and not all(side.dense)]
     if broadcast and "WIDE" in getattr(kernels, base).arg_names:  # an index of this kernel may be int32
         lines.append(f"    meta = leaf_wide(meta, {', '.join(broadcast)})")
-    comment = " -> ".join(
-        part for part in (_describe(p, f.prologue), _describe(p, [f.anchor]), _describe(p, f.epilogue)) if part
-    )
     kernel, still = fused_anchor_source(base, f"{name}_kernel", fixed, prologue, epilogue, f"fused: {comment}")
     launch = ["*pro" if prologue else x[0], "*args"]
     launch += ["*epi"] if epilogue and epilogue.leaves else []
@@ -405,8 +444,9 @@ def _anchor_fragment(p: Program, f: Fragment, name: str, gpu: str | None) -> tup
     launch += ["*epi_index"] if epilogue and not all(epilogue.dense) else []
     launch += [f"{c}={fixed[c]}" for c in still] + ["**meta"]
     if split:
-        stats, line = _statistics(name, prologue, x[0], fixed["MODE"], comment)
-        kernel, lines = stats + kernel, lines + [line]
+        stats_src, line = _statistics(name, "norm_stats_kernel", {"MODE": fixed["MODE"]}, prologue, x[0], comment)
+        lines.append(line)
+    kernel = stats_src + kernel
     lines.append(f"    {name}_kernel[grid]({', '.join(launch)})")
     if base == "norm_reduce_kernel":
         p_ = node.params
@@ -541,12 +581,47 @@ def fold_norm_reduce(p: Program) -> Program:
     return Program(nodes, tensors, p.dtype, p.flops)
 
 
+def fold_softmax_reduce(p: Program) -> Program:
+    """The program with each softmax or log-softmax read only by a reduction (over any dim: its own or another) as one
+    SoftmaxReduce node: softmax_stats_kernel writes each softmax column's maximum and sum in one pass over x, and
+    softmax_reduce_kernel recomputes the softmax from x and them where it loads x, so the softmax's output, as large
+    as x, is neither written nor read back: x is read twice, where the softmax read it once or twice (a long column)
+    and wrote its output, which the reduction read back."""
+    readers: dict[int, list[int]] = {}
+    for k, n in enumerate(p.nodes):
+        for t in n.inputs:
+            readers.setdefault(t, []).append(k)
+    folded: dict[int, Node] = {}  # reduction node index -> the softmax it takes in
+    for n in p.nodes:
+        users = readers.get(n.outputs[0], [])
+        if n.op not in ("Softmax", "LogSoftmax") or len(users) != 1 or n.outputs[0] in p.outputs:
+            continue
+        op = p.nodes[users[0]].op
+        # an arg reduction of a half-precision softmax compares the rounded values (their ties): not recomputed
+        if op in REDUCE_OPS and (op not in ("ArgMax", "ArgMin") or p.tensors[n.outputs[0]].dtype == "float32"):
+            folded[users[0]] = n
+    if not folded:
+        return p
+    drop = {id(n) for n in folded.values()}
+    nodes = []
+    for k, n in enumerate(p.nodes):
+        if k in folded:
+            soft = folded[k]
+            params = {"softmax": soft.op, "sdim": soft.params["dim"], "op": n.op, **n.params}
+            nodes.append(Node("SoftmaxReduce", list(soft.inputs), list(n.outputs), params))
+        elif id(n) not in drop:
+            nodes.append(n)
+    gone = {n.outputs[0] for n in folded.values()}
+    tensors = {t: v for t, v in p.tensors.items() if t not in gone}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
     """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
     operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
     configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices)."""
     gpu = gpu_name() if gpu == "auto" else gpu
-    p = fold_norm_reduce(fold_layouts(p)) if fuse else p
+    p = fold_softmax_reduce(fold_norm_reduce(fold_layouts(p))) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
     views = view_layouts(p)

@@ -234,6 +234,156 @@ def along_loop_kernel(x_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: 
 
 
 @triton.jit
+def softmax_stats_kernel(x_ptr, stats_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: tl.constexpr, LOG: tl.constexpr,
+                         BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr):
+    """The statistics of a softmax (LOG 0) or log-softmax (LOG 1) along the middle extent of (O, R, I), for a
+    reduction that recomputes the values where it loads x (softmax_reduce_kernel), so that they are never written:
+    column c's maximum m at stats[c] and, at stats[n_cols + c], 1 / s (softmax: y = exp(x - m) * (1 / s)) or log s
+    (log-softmax: y = x - m - log s), s the column's sum of exp(x - m). One pass over x, online as along_loop_kernel's
+    first: a running maximum, and the running sum rescaled by exp(old max - new max) where it grows. BLOCK_C columns
+    side by side, BLOCK_R values of each a step. R, I and n_cols are constants (by keyword, as reduce_kernel's).
+    WIDE: int64 index math (x has 2^31 values or more); else int32."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    c = pid * BLOCK_C + tl.arange(0, BLOCK_C)
+    c_ok = c < n_cols
+    col = (c // I) * R * I + c % I  # flat index of each column's first value
+    top = tl.zeros([BLOCK_C], dtype=tl.float32) - float("inf")
+    total = tl.zeros([BLOCK_C], dtype=tl.float32)
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        mask = (r[:, None] < R) & c_ok[None, :]
+        x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=-float("inf")).to(tl.float32)
+        new_top = tl.maximum(top, tl.max(x, axis=0))
+        e = tl.where(mask, tl.exp(x - new_top[None, :]), 0.0)
+        total = total * tl.exp(top - new_top) + tl.sum(e, axis=0)
+        top = new_top
+    if LOG:
+        second = tl.log(total)
+    else:
+        second = 1.0 / total
+    tl.store(stats_ptr + c, top, mask=c_ok)
+    tl.store(stats_ptr + n_cols + c, second, mask=c_ok)
+
+
+@triton.jit
+def softmax_values(x, stats_ptr, st, r, mask, top, scale, R: tl.constexpr, NS: tl.constexpr, RS: tl.constexpr,
+                   LOG: tl.constexpr, STATS: tl.constexpr):
+    """Softmax (LOG 0: exp(x - m) * (1 / s)) or log-softmax (LOG 1: x - m - log s) values of a [rows, columns] tile
+    of x, from softmax_stats_kernel's statistics (m at index k, 1 / s or log s at NS + k). STATS, where a value's
+    are: 0 at st[column] + r * RS; 1 at st + r * RS (st a scalar: the tile's columns share theirs); 2 top and scale,
+    its column's, loaded once by the caller."""
+    if STATS == 0:
+        at = st[None, :] + r[:, None] * RS
+        top = tl.load(stats_ptr + at, mask=mask, other=0.0)
+        scale = tl.load(stats_ptr + NS + at, mask=mask, other=0.0)
+    elif STATS == 1:
+        at = st + r * RS
+        top = tl.load(stats_ptr + at, mask=r < R, other=0.0)[:, None]
+        scale = tl.load(stats_ptr + NS + at, mask=r < R, other=0.0)[:, None]
+    else:
+        top = top[None, :]
+        scale = scale[None, :]
+    if LOG:
+        y = x - top - scale
+    else:
+        y = tl.exp(x - top) * scale
+    return y
+
+
+@triton.jit
+def reduce_step(acc, best, y, mask, r0, OP: tl.constexpr):
+    """One step of a reduction along axis 0 of a [rows, columns] tile whose masked values are left out: acc and, for
+    an arg reduction, best (the first extreme's row, rows counted from r0) updated. OP as reduce_kernel's."""
+    if OP == 0 or OP == 1 or OP == 6:
+        acc += tl.sum(tl.where(mask, y, 0.0), axis=0)
+    elif OP == 7:
+        acc += tl.sum(tl.where(mask, y * y, 0.0), axis=0)
+    elif OP == 2 or OP == 4:
+        y = tl.where(mask, y, -float("inf"))
+        cand = tl.max(y, axis=0)
+        if OP == 4:  # strict: the first maximum wins, as in PyTorch
+            best = tl.where(cand > acc, tl.argmax(y, axis=0).to(tl.int64) + r0, best)
+        acc = tl.maximum(acc, cand)
+    else:
+        y = tl.where(mask, y, float("inf"))
+        cand = tl.min(y, axis=0)
+        if OP == 5:
+            best = tl.where(cand < acc, tl.argmin(y, axis=0).to(tl.int64) + r0, best)
+        acc = tl.minimum(acc, cand)
+    return acc, best
+
+
+@triton.jit
+def softmax_reduce_kernel(x_ptr, stats_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, SEG: tl.constexpr,
+                          SR: tl.constexpr, SI: tl.constexpr, NS: tl.constexpr, RS: tl.constexpr, OP: tl.constexpr,
+                          LOG: tl.constexpr, STATS: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+                          WIDE: tl.constexpr):
+    """A reduction of a softmax's (LOG 0) or log-softmax's (LOG 1) output that is never written: each value is
+    recomputed where x is loaded, from x and its softmax column's statistics (softmax_stats_kernel's over x viewed
+    as (SO, SR, SI) along the softmax's dim, NS columns): x is read twice in all (statistics, reduction), where the
+    softmax's kernel read it once or twice and wrote its output for reduce_kernel to read back. The reduction is
+    reduce_kernel's: the middle extent of (O, R, I), OP 0 sum, 1 mean, 2 amax, 3 amin, 4 argmax, 5 argmin, 6 var, 7
+    L2 norm; a program takes BLOCK_C columns of one segment of SEG consecutive ones and loops over R. RS: the
+    statistics' stride along the reduced dim. STATS, how a tile reads them: 0 a value per element; 1 a value per
+    row, where the columns of a segment differ only along the softmax's dim (SEG = SR) and so share theirs; 2 a
+    value per column, loaded once (the reduced dim is the softmax's, RS = 0). Sizes are constants (by keyword, as
+    reduce_kernel's). WIDE: int64 index math (x has 2^31 values or more); else int32."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    BLOCKS: tl.constexpr = (SEG + BLOCK_C - 1) // BLOCK_C  # programs per segment
+    k = pid % BLOCKS * BLOCK_C + tl.arange(0, BLOCK_C)
+    c = pid // BLOCKS * SEG + k
+    c_ok = k < SEG
+    col = (c // I) * R * I + c % I  # flat index of each column's first value
+    if STATS == 1:  # the statistics index of the segment's first column, which its columns share
+        first = pid // BLOCKS * SEG
+        col0 = (first // I) * R * I + first % I
+        st = (col0 // (SR * SI)) * SI + col0 % SI
+    else:
+        st = (col // (SR * SI)) * SI + col % SI
+    if STATS == 2:
+        top = tl.load(stats_ptr + st, mask=c_ok, other=0.0)
+        scale = tl.load(stats_ptr + NS + st, mask=c_ok, other=0.0)
+    else:
+        top = 0.0
+        scale = 0.0
+    acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+    if OP == 2 or OP == 4:
+        acc = acc - float("inf")
+    if OP == 3 or OP == 5:
+        acc = acc + float("inf")
+    best = tl.zeros([BLOCK_C], dtype=tl.int64)
+    for r0 in range(0, R, BLOCK_R):
+        r = r0 + tl.arange(0, BLOCK_R)
+        mask = (r[:, None] < R) & c_ok[None, :]
+        x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=0.0).to(tl.float32)
+        y = softmax_values(x, stats_ptr, st, r, mask, top, scale, R, NS, RS, LOG, STATS)
+        acc, best = reduce_step(acc, best, y, mask, r0, OP)
+    if OP == 6:  # second pass around the mean, as reduce_kernel's
+        mean = acc / R
+        acc = tl.zeros([BLOCK_C], dtype=tl.float32)
+        for r0 in range(0, R, BLOCK_R):
+            r = r0 + tl.arange(0, BLOCK_R)
+            mask = (r[:, None] < R) & c_ok[None, :]
+            x = tl.load(x_ptr + col[None, :] + r[:, None] * I, mask=mask, other=0.0).to(tl.float32)
+            y = softmax_values(x, stats_ptr, st, r, mask, top, scale, R, NS, RS, LOG, STATS)
+            d = tl.where(mask, y - mean[None, :], 0.0)
+            acc += tl.sum(d * d, axis=0)
+        acc = acc / (R - 1)
+    if OP == 1:
+        acc = acc / R
+    if OP == 7:
+        acc = tl.sqrt(acc)
+    if OP == 4 or OP == 5:
+        tl.store(out_ptr + c, best, mask=c_ok)
+    else:
+        tl.store(out_ptr + c, acc.to(out_ptr.dtype.element_ty), mask=c_ok)
+
+
+@triton.jit
 def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
                     CPG: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_W: tl.constexpr,
                     HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):

@@ -30,6 +30,9 @@ def _prod(xs) -> int:
 def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: list[int]):
     """(library kernel, the sizes its launch configuration depends on) of an operator, or None if not tuned."""
     x = list(in_shapes[0]) if in_shapes else []
+    if op == "SoftmaxReduce":  # its reduction's kernel (the statistics' kernel takes the wrapper's tile)
+        d = params["dim"] % len(x)
+        return "softmax_reduce_kernel", (_prod(x[:d] + x[d + 1 :]), x[d])
     if op in REDUCE or op in ALONG:
         d = params["dim"] % len(x)
         kernel = "reduce_kernel" if op in REDUCE else "along_dim_kernel"
@@ -118,7 +121,7 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
             for m, n, k in tiles
             for w, s in ((4, 3), (8, 3), (4, 4))
         ]
-    if kernel == "reduce_kernel":
+    if kernel in ("reduce_kernel", "softmax_reduce_kernel"):
         return warps + [
             {"BLOCK_R": r, "BLOCK_C": c, "num_warps": 4} for r, c in ((16, 64), (64, 16), (256, 4), (8, 256))
         ]

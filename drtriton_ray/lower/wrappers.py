@@ -7,8 +7,8 @@ import triton
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
                                         conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_reduce_kernel,
                                         norm_stats_kernel,
-                                        pool_rows_kernel, reduce_kernel, row_norm_kernel, strided_copy_kernel,
-                                        transpose_tile_kernel,
+                                        pool_rows_kernel, reduce_kernel, row_norm_kernel, softmax_reduce_kernel,
+                                        softmax_stats_kernel, strided_copy_kernel, transpose_tile_kernel,
                                         triangle_kernel)
 
 
@@ -200,6 +200,66 @@ def along_dim_long(x, dim, op, config=None):
     """along_dim for long columns (long_column): along_loop_kernel."""
     out, grid, args, meta = along_setup(x.shape, x, dim, config, True)
     along_loop_kernel[grid](x, *args, OP=op, **meta)
+    return out
+
+
+def softmax_stats_mode(shape, sdim, dim):
+    """How softmax_reduce_kernel reads the statistics of a softmax along sdim reduced over dim (its STATS): 2, a value
+    per column (the same dim); 1, a value per row, where every other dim after sdim has size 1 (consecutive columns
+    step along sdim and share their statistics); 0, a value per element."""
+    sdim, dim = sdim % len(shape), dim % len(shape)
+    if sdim == dim:
+        return 2
+    return 1 if all(shape[d] == 1 for d in range(sdim + 1, len(shape)) if d != dim) else 0
+
+
+def softmax_stats_setup(shape, like, dim, config=None):
+    """(statistics, grid, arguments after the input, launch constants) of softmax_stats_kernel along dim of a `shape`
+    input (device: like's): two float32 values a column."""
+    outer, extent, inner = split_at(shape, dim)
+    stats = torch.empty(2 * outer * inner, device=like.device, dtype=torch.float32)
+    # compiled, 32 columns side by side where they lie side by side in memory (a 128-byte line a row, as
+    # along_loop_kernel's); interpreted, as many rows as the tile holds
+    block_r = min(triton.next_power_of_2(extent), tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
+    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
+    meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
+    meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
+    sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
+    return stats, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (stats,), {**meta, **sizes}
+
+
+def softmax_reduce_setup(shape, like, stats, sdim, dim, keepdim, op, config=None):
+    """(out, grid, arguments after the input, launch constants) of softmax_reduce_kernel: the reduction over dim (op as
+    reduce_setup's) of a softmax along sdim of a `shape` input, from x and its statistics (softmax_stats_setup's)."""
+    sdim, dim = sdim % len(shape), dim % len(shape)
+    outer, extent, inner = split_at(shape, dim)
+    s_outer, s_extent, s_inner = split_at(shape, sdim)
+    out_shape = list(shape)
+    if keepdim:
+        out_shape[dim] = 1
+    else:
+        del out_shape[dim]
+    out = torch.empty(out_shape, device=like.device, dtype=torch.int64 if op in (4, 5) else like.dtype)
+    mode = softmax_stats_mode(shape, sdim, dim)
+    seg = s_extent if mode == 1 else outer * inner  # columns a program's block stays within
+    block_r = min(triton.next_power_of_2(extent), tile_elements(like) // 64)
+    block_c = min(triton.next_power_of_2(seg), tile_elements(like) // block_r)
+    meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
+    meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
+    # the statistics' stride along the reduced dim: x's, less the softmax's dim where that is inside it
+    stride = 0 if mode == 2 else inner if dim > sdim else inner // s_extent
+    sizes = {"R": extent, "I": inner, "SEG": seg, "SR": s_extent, "SI": s_inner, "NS": s_outer * s_inner, "RS": stride}
+    grid = (outer * inner // seg * triton.cdiv(seg, meta["BLOCK_C"]),)
+    return out, grid, (stats, out), {**meta, **sizes}
+
+
+def softmax_reduce(x, sdim, log, dim, keepdim, op, config=None):
+    """A reduction (op as reduce_dim's) over dim of the softmax (log: log-softmax) along sdim of x, its only reader:
+    the softmax's statistics in one pass over x, then the reduction recomputing the softmax where it loads x."""
+    stats, grid, args, meta = softmax_stats_setup(x.shape, x, sdim)
+    softmax_stats_kernel[grid](x, *args, LOG=log, **meta)
+    out, grid, args, meta = softmax_reduce_setup(x.shape, x, stats, sdim, dim, keepdim, op, config)
+    softmax_reduce_kernel[grid](x, *args, OP=op, LOG=log, STATS=softmax_stats_mode(x.shape, sdim, dim), **meta)
     return out
 
 
