@@ -64,6 +64,11 @@ VARIANTS = {
     # split_norm (few long rows: 33's GroupNorm, 40's BatchNorm): both kernels' warps, and twice the tile
     "split w8": {"split_norm": {"num_warps": 8}},
     "split 4096 w8": {"split_norm": {"BLOCK": 4096, "num_warps": 8}},
+    # elementwise kernels (--programs 31,39,28,14,15): a broadcast one's tile before 2048 values (1024), 4096 (32
+    # values a thread) and 2048 (its default again: the run's noise); a dense one's 1024 default against 2048, 4096
+    "ew 1024": {"elementwise": {"BLOCK": 1024}},
+    "ew 4096": {"elementwise": {"BLOCK": 4096}},
+    "ew 2048": {"elementwise": {"BLOCK": 2048}},
 }
 
 

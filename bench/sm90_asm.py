@@ -88,10 +88,13 @@ def stats(kernel, elements: int) -> dict:
         "ptx div/rem.32": count(r"(?:div|rem)\.[su]32", ptx),
         "ld.global": count(r"ld\.global", ptx),
         "cp.async": count(r"cp\.async\.(?:ca|cg)", ptx),
-        "ld.global.v2/v4": count(r"ld\.global(?:\.\w+)*\.v[24]", ptx),
+        "ld.global.v2/v4": count(r"ld\.global(?:\.[\w:]+)*\.v[24]", ptx),
         "st.global": count(r"st\.global", ptx),
         "st.global.v2/v4": count(r"st\.global(?:\.\w+)*\.v[24]", ptx),
         "shfl": count(r"shfl\.sync", ptx),
+        "16-bit int": count(r"\.[su]16(?:x2)?\b", ptx),  # LLVM narrows index math it can bound; the GPU emulates it
+        "LDG.128": count(r"LDG[.\w]*\.128", sass),  # 16-byte vector loads and stores (SASS)
+        "STG.128": count(r"STG[.\w]*\.128", sass),
         "ex2/lg2": count(r"ex2\.approx|lg2\.approx", ptx),
         "sass": len(body),
         "sass loops": count(r"\bBRA\b", sass),
@@ -169,7 +172,9 @@ def elementwise_case(shape, leaf_shapes, body="t9 = v0 - v1"):
     columns = short_runs(shape, leaf_shapes, dense)
     fn = generated(fused_kernel_source("ew_kernel", dense, [body], "t9", columns), "ew_kernel")
     leaves = [torch.empty(s, device="meta") for s in leaf_shapes]
-    out, grid, args, meta = wrappers.elementwise_args(shape, torch.float32, dense, *leaves, columns=columns)
+    out, grid, args, meta = with_compiled(
+        wrappers.elementwise_args, shape, torch.float32, dense, *leaves, columns=columns
+    )
     elements = meta.get("BLOCK", 1) * meta.get("BLOCK_R", 1) * meta.get("BLOCK_C", 1)
     return fn, list(args), meta, {}, elements, grid
 
@@ -323,6 +328,45 @@ def fused_cases():
             ),
         ),
     ]
+
+
+def program_cases():
+    """(name, case) of the level-2 elementwise programs (seed 7, paper profile) that trailed torch.compile, lowered
+    whole (fused_case: their one generated kernel, its real body) and launched as on a GPU: broadcast leaves of a
+    short innermost dim (31, 14), a row and a column vector (28, 15), and a dense one for reference (39)."""
+    programs = [
+        (
+            "l2-31 Maximum+Hardswish",
+            [("Maximum", [0, 1], 2, {}), ("Hardswish", [2], 3, {})],
+            {0: (8192, 1, 1, 7, 1), 1: (8192, 1, 7, 1), 2: (8192, 8192, 1, 7, 1), 3: (8192, 8192, 1, 7, 1)},
+        ),
+        (
+            "l2-14 Mul+Tanh",
+            [("Mul", [0, 1], 2, {}), ("Tanh", [2], 3, {})],
+            {0: (7305, 1, 1, 1, 6), 1: (7305, 1, 1, 8192, 6), 2: (7305, 1, 1, 8192, 6), 3: (7305, 1, 1, 8192, 6)},
+        ),
+        (
+            "l2-28 Mul+Exp",
+            [("Mul", [0, 1], 2, {}), ("Exp", [2], 3, {})],
+            {0: (8192,), 1: (7498, 1, 7, 1, 1), 2: (7498, 1, 7, 1, 8192), 3: (7498, 1, 7, 1, 8192)},
+        ),
+        (
+            "l2-15 Add+Hardsigmoid",
+            [("Add", [0, 1], 2, {}), ("Hardsigmoid", [2], 3, {})],
+            {0: (32, 1, 1, 1, 1), 1: (2048, 8192), 2: (32, 1, 1, 2048, 8192), 3: (32, 1, 1, 2048, 8192)},
+        ),
+        (
+            "l2-39 HardTanh+Div",
+            [("HardTanh", [0], 1, {"lo": -0.172, "hi": 0.559}), ("Div", [0, 1], 2, {})],
+            {0: (6, 8192, 1, 7339, 1), 1: (6, 8192, 1, 7339, 1), 2: (6, 8192, 1, 7339, 1)},
+        ),
+    ]
+    out = []
+    for name, nodes, shapes in programs:
+        last = nodes[-1][2]
+        case = fused_case([(op, ins, o, params, []) for op, ins, o, params in nodes], shapes, [last])
+        out.append((f"ew {name} {shapes[last]}", case))
+    return out
 
 
 def row_norm_case(shape, mode, groups, config=None):
@@ -532,7 +576,7 @@ def main():
     ap.add_argument("--dump", help="a folder for each kernel's PTX and SASS")
     ap.add_argument("--only", default="", help="only the cases whose name contains this")
     args = ap.parse_args()
-    everything = cases() + layout_cases() + fused_cases() + norm_cases()
+    everything = cases() + layout_cases() + program_cases() + fused_cases() + norm_cases()
     for name, (fn, launch, meta, consts, elements, grid) in everything:
         if args.only not in name:
             continue

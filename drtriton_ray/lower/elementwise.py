@@ -118,12 +118,15 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
     strides s{k}_0..s{k}_4 over the row's and the column's indices, so the divisions happen once a row and once a
     column, not per element, where they can cost more than the memory traffic of a memory-bound kernel. The columns
     are d4, or with `columns` 2 the two innermost dims (d3, d4): where d4 is short (a (8192, 8192, 7) output), rows
-    of d4 values leave most of a tile's lanes idle and its stores short. WIDE (outputs of 2^31 elements or more)
+    of d4 values leave most of a tile's lanes idle and its stores short. A leaf that does not vary along the columns
+    loads once a row (leaf_tile); one that steps through (d3, d4) as through one dim is read at the column times its
+    stride (col_offset), so a contiguous one loads as 16-byte vectors. WIDE (indices or offsets that reach 2^31)
     computes indices in int64, int32 otherwise.
 
-    The dims and strides are tl.constexpr, passed positionally as before: a generated module runs one program of
-    fixed shapes, so they cost one compile per shape, and divisions by them become multiplies and shifts, a 0 stride
-    drops its term, and known strides and row lengths let the compiler prove loads and stores aligned."""
+    The element count, dims and strides are tl.constexpr, passed positionally as before: a generated module runs one
+    program of fixed shapes, so they cost one compile per shape, and divisions by them become multiplies and shifts,
+    a 0 stride drops its term, known strides and row lengths let the compiler prove loads and stores aligned, and a
+    tile's masks fold away where the tiles fit the output exactly (tile_block)."""
     ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
     broadcast = [k for k, d in enumerate(dense) if not d]
     if not broadcast:
@@ -135,7 +138,7 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
         strides = [", ".join(f"s{k}_{j}: tl.constexpr" for j in range(5)) + "," for k in broadcast]
         head = [
             f"def {name}(",
-            f"    out_ptr, {ptrs}, n,",
+            f"    out_ptr, {ptrs}, n: tl.constexpr,",
             "    d1: tl.constexpr, d2: tl.constexpr, d3: tl.constexpr, d4: tl.constexpr,",
             *(f"    {line}" for line in strides),
             "    BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.constexpr,",
@@ -145,24 +148,28 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
         if columns == 2:
             head += [
                 "    # rows over (d0, d1, d2), columns over (d3, d4): d4 is short, a row holds many runs of it",
-                "    rows, cols, offs, mask = row_block(n, d3 * d4, BLOCK_R, BLOCK_C, WIDE)",
+                "    rows, cols, row_mask, col_mask = tile_block(n // (d3 * d4), d3 * d4, BLOCK_R, BLOCK_C, WIDE)",
                 "    i0, i1, i2 = rows // (d2 * d1), rows // d2 % d1, rows % d2",
-                "    i3, i4 = cols // d4, cols % d4",
+                "    offs, mask = rows[:, None] * (d3 * d4) + cols[None, :], row_mask[:, None] & col_mask[None, :]",
             ]
         else:
             head += [
-                "    rows, cols, offs, mask = row_block(n, d4, BLOCK_R, BLOCK_C, WIDE)",
+                "    rows, cols, row_mask, col_mask = tile_block(n // d4, d4, BLOCK_R, BLOCK_C, WIDE)",
                 "    i0, i1, i2, i3 = unravel4(rows, d1, d2, d3)",
+                "    offs, mask = rows[:, None] * d4 + cols[None, :], row_mask[:, None] & col_mask[None, :]",
             ]
     lines = ["@triton.jit", *head]
     for k, d in enumerate(dense):
         if d:
-            offset = "offs"
-        elif columns == 2:
-            offset = f"(i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2)[:, None] + (i3 * s{k}_3 + i4 * s{k}_4)[None, :]"
+            lines.append(f"    v{k} = tl.load(in{k}_ptr + offs, mask=mask, other=0.0).to(tl.float32)")
+            continue
+        if columns == 2:
+            row, col = f"i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2", f"col_offset(cols, d4, s{k}_3, s{k}_4)"
+            varies = f"s{k}_3 + s{k}_4"
         else:
-            offset = f"(i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2 + i3 * s{k}_3)[:, None] + cols[None, :] * s{k}_4"
-        lines.append(f"    v{k} = tl.load(in{k}_ptr + {offset}, mask=mask, other=0.0).to(tl.float32)")
+            row, col = f"i0 * s{k}_0 + i1 * s{k}_1 + i2 * s{k}_2 + i3 * s{k}_3", f"cols * s{k}_4"
+            varies = f"s{k}_4"
+        lines.append(f"    v{k} = leaf_tile(in{k}_ptr, {row}, {col}, row_mask, col_mask, {varies})")
     lines += [f"    {line}" for line in body]
     lines.append(f"    tl.store(out_ptr + offs, ({result}).to(out_ptr.dtype.element_ty), mask=mask)")
     return "\n".join(lines) + "\n"

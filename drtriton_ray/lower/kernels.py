@@ -46,6 +46,57 @@ def row_block(n, d4, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr, WIDE: tl.cons
 
 
 @triton.jit
+def tile_block(n_rows: tl.constexpr, n_cols: tl.constexpr, BLOCK_R: tl.constexpr, BLOCK_C: tl.constexpr,
+               WIDE: tl.constexpr):
+    """This program's tile of a constant (n_rows, n_cols) view (a broadcast elementwise kernel's output), the tiles of
+    a band of BLOCK_R rows next to one another: BLOCK_R row and BLOCK_C column indices and a mask for each, so a leaf
+    that varies along the rows alone loads once a row (leaf_tile). A mask is all true where the tiles fit that side
+    exactly, and folds away. The column tile's start, pid % col_blocks * BLOCK_C, is written as a difference: the
+    remainder's small bound let LLVM narrow the columns' divisions to 16-bit ones, which the GPU emulates."""
+    pid = tl.program_id(0)
+    if WIDE:
+        pid = pid.to(tl.int64)
+    col_blocks: tl.constexpr = (n_cols + BLOCK_C - 1) // BLOCK_C
+    band = pid // col_blocks
+    rows = band * BLOCK_R + tl.arange(0, BLOCK_R)
+    cols = pid * BLOCK_C - band * (col_blocks * BLOCK_C) + tl.arange(0, BLOCK_C)
+    if n_rows % BLOCK_R == 0:
+        row_mask = tl.full([BLOCK_R], True, tl.int1)
+    else:
+        row_mask = rows < n_rows
+    if n_cols % BLOCK_C == 0:
+        col_mask = tl.full([BLOCK_C], True, tl.int1)
+    else:
+        col_mask = cols < n_cols
+    return rows, cols, row_mask, col_mask
+
+
+@triton.jit
+def col_offset(cols, d4: tl.constexpr, s3: tl.constexpr, s4: tl.constexpr):
+    """A leaf's offset at columns that span two dims (d3, d4), its strides s3 and s4: where it steps through both as
+    through one (s3 = d4 * s4: contiguous there if s4 is 1, so its loads vectorise) cols * s4, else a division and a
+    modulo by the constant d4 (multiplies and shifts), once a column of the tile."""
+    if s3 == d4 * s4:
+        off = cols * s4
+    else:
+        off = cols // d4 * s3 + cols % d4 * s4
+    return off
+
+
+@triton.jit
+def leaf_tile(ptr, row_off, col_off, row_mask, col_mask, COLS: tl.constexpr):
+    """A broadcast leaf's values on a tile, at row_off[:, None] + col_off[None, :], in float32. COLS: whether it
+    varies along the columns (the sum of its strides there); where it does not, it loads once a row and broadcasts
+    along it, not once a tile element (each lane of a row would load the one value)."""
+    if COLS == 0:
+        x = tl.load(ptr + row_off, mask=row_mask, other=0.0)[:, None]
+    else:
+        mask = row_mask[:, None] & col_mask[None, :]
+        x = tl.load(ptr + (row_off[:, None] + col_off[None, :]), mask=mask, other=0.0)
+    return x.to(tl.float32)
+
+
+@triton.jit
 def unravel4(rows, d1, d2, d3):
     """A row index over (d0, d1, d2, d3) to its four indices (d0 implied by the quotient)."""
     i3 = rows % d3

@@ -90,8 +90,10 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs, columns=True)
     # int64 index math where an index or an input's offset passes int32: the kernel's strides are constants, and a
-    # constant past int32 times an int32 index does not compile
-    meta = {"BLOCK": 1024, **(config or {}), "WIDE": max(n, *(extent(t) for t in inputs)) >= 2**31}
+    # constant past int32 times an int32 index does not compile. A broadcast kernel's tile is 2048 values compiled
+    # (16 a thread, which share their rows' and columns' index math), 1024 otherwise, unless tuned.
+    block = 2048 if index and compiled(out) else 1024
+    meta = {"BLOCK": block, **(config or {}), "WIDE": max(n, *(extent(t) for t in inputs)) >= 2**31}
     if not index:
         return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
     # a broadcast input: tiles of rows x columns, BLOCK in all, the columns along d4 (or d3 x d4); over two dims,
@@ -100,6 +102,8 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     run = index[3] * (index[2] if columns == 2 else 1)
     meta["BLOCK_C"] = min(triton.next_power_of_2(run), block if columns == 1 else max(1, block // 4))
     meta["BLOCK_R"], grid = row_tiles(n, run, meta["BLOCK_C"], block)
+    # int64 also where the last tiles' padding takes an index past int32 (tile_block's rows and columns)
+    meta["WIDE"] = meta["WIDE"] or grid[0] * meta["BLOCK_R"] * meta["BLOCK_C"] >= 2**31
     return out, grid, (out, *tensors, n, *index), meta
 
 
