@@ -321,19 +321,23 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     block = min(triton.next_power_of_2(seg), tile)
     meta = tuned({"BLOCK_N": max(1, min(triton.next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
     tiles = triton.cdiv(segs, meta["BLOCK_N"]) * triton.cdiv(seg, meta["BLOCK"])
-    # compiled, up to 12 programs per SM, 4 tiles each at least. A program streams its share no faster than its own
+    # compiled, up to 8 programs per SM, 4 tiles each at least. A program streams its share no faster than its own
     # loads in flight allow, so a grid just past a wave (544 programs where 528 fit at once) ends in a second wave of
-    # a few programs that take as long as the first, most SMs idle. 12 an SM is whole waves whether 2, 3, 4 or 6
-    # programs fit on one (the statistics kernel's registers allow 3 or 4 at 4 warps), and the splits a row are
-    # rounded down so as not to pass it. Interpreted (its cost is per program and step), 8, which still splits a row
-    programs = 12 * sm_count(like) if compiled(like) else 8
+    # a few programs that take as long as the first, most SMs idle. 8 an SM is one wave of both kernels at 4 warps and
+    # up to 64 registers (the statistics kernel's shifted sums take 56 on sm_90, the normalisation 32-38), 32 warps
+    # and 64 KB of loads in flight an SM, and whole waves where 4 or 2 fit; the splits a row are rounded down so as not
+    # to pass it. Interpreted (its cost is per program and step), 8, which still splits a row
+    programs = 8 * sm_count(like) if compiled(like) else 8
     split_tiles = max(triton.cdiv(tiles, max(1, programs // rows)), 4 if compiled(like) else 1)
     splits = triton.cdiv(tiles, split_tiles)
     meta = {**meta, "BLOCK_SPLITS": triton.next_power_of_2(splits)}
     part = torch.empty(rows * meta["BLOCK_SPLITS"] * 3, device=like.device, dtype=torch.float32)
-    geometry = (segs, seg, seg_stride, row_stride, tiles, split_tiles)
-    args = (part, like if weight is None else weight, like if bias is None else bias, out, *geometry, groups, eps)
-    return out, (rows, splits), (part, *geometry), args, meta
+    # the geometry is both kernels' constants, passed by keyword (a fused kernel lists constexprs after its other
+    # arguments): a tile's divisions become multiplies and shifts
+    geometry = {"SEGS": segs, "SEG": seg, "SEG_STRIDE": seg_stride, "ROW_STRIDE": row_stride, "TILES": tiles,
+                "SPLIT_TILES": split_tiles}
+    args = (part, like if weight is None else weight, like if bias is None else bias, out, groups, eps)
+    return out, (rows, splits), (part,), args, {**meta, **geometry}
 
 
 def norm_reduce_rows(length):

@@ -44,17 +44,33 @@ def _error(got, want):
     return ((got.double() - want).abs() / (want.abs() + want.pow(2).mean().sqrt())).max().item()
 
 
-@pytest.mark.parametrize("distribution", ["normal", "large", "offset"])
+def _drawn(shape, distribution):
+    """x of a test distribution: the verifier's (normal, x1e4, 1e4 + 10 * normal), or a mean that drifts along the
+    row (a ramp to 1e3, channels 100 apart): the statistics kernel's shift, its first tile's mean, then lies far from
+    the mean of the rest of its share, where shifted sums of squares would cancel if anything does."""
+    x = torch.randn(shape)
+    if distribution == "large":
+        return x * 1e4
+    if distribution == "offset":
+        return 1e4 + 10 * x
+    if distribution == "ramp":
+        return x + torch.linspace(0, 1e3, x.numel()).view(shape)
+    if distribution == "channels":
+        return x + 100 * torch.arange(shape[1]).view(1, -1, *([1] * (len(shape) - 2)))
+    return x
+
+
+@pytest.mark.parametrize("distribution", ["normal", "large", "offset", "ramp", "channels"])
 def test_split_norm_matches_torch(tiled, distribution):
     """Every mode and layout, under the interpreter's and a GPU's tiles, with several splits a row: within float32
     rounding of a float64 reference, also on the verifier's stress inputs (x1e4, and 1e4 + 10 * normal, where a
-    variance from a sum of squares would cancel). A stress case may err as far as float32 inputs do at that offset
-    (|x| 1e4: 1e-3 rounding against a spread of 10), a quarter of the verifier's 1e-3 tolerance at most."""
+    variance from a sum of squares would cancel) and on drifting means (_drawn). A stress case may err as far as
+    float32 inputs do at that offset (|x| 1e4: 1e-3 rounding against a spread of 10), a quarter of the verifier's
+    1e-3 tolerance at most."""
     torch.manual_seed(0)
     splits = []
     for mode, groups, shape, reference in CASES:
-        x = torch.randn(shape)
-        x = x * 1e4 if distribution == "large" else 1e4 + 10 * x if distribution == "offset" else x
+        x = _drawn(shape, distribution)
         w, b = _weights(mode, shape)
         splits.append(tiled.split_norm_setup(shape, x, w, b, mode, groups)[1][1])
         got = tiled.split_norm(x, w, b, mode, groups)
