@@ -285,6 +285,47 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: 
 
 
 @triton.jit
+def row_norm_persistent_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: tl.constexpr,
+                               MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                               BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """A layer or RMS norm (MODE 0, 1: weights over the row) of rows of L <= BLOCK values, BLOCK_ROWS rows a tile,
+    each row whole in registers: x is read once, out written once. Persistent: program p takes row blocks p, p +
+    grid, ..., loads the weights once, and loads its next block before it normalises this one, so that those loads
+    are in flight under this block's reductions, epilogue and stores (a program per row waits for its row, then
+    computes with nothing in flight). The sizes are constants; WIDE: int64 index math (the rows a last prefetch
+    reaches past n_rows included, x's offsets pass 2^31)."""
+    j = tl.arange(0, BLOCK)
+    j_ok = j < L
+    if HAS_W:
+        w = tl.load(w_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    if HAS_B:
+        b = tl.load(b_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    step = tl.num_programs(0) * BLOCK_ROWS
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    if WIDE:
+        rows = rows.to(tl.int64)
+    m = (rows < n_rows)[:, None] & j_ok[None, :]
+    x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
+    for _ in range(tl.program_id(0) * BLOCK_ROWS, n_rows, step):
+        nxt = rows + step
+        m_next = (nxt < n_rows)[:, None] & j_ok[None, :]
+        x_next = tl.load(x_ptr + nxt[:, None] * L + j[None, :], mask=m_next, other=0.0).to(tl.float32)
+        if MODE == 1:
+            y = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / L + eps))[:, None]
+        else:  # the variance around the mean, from the rows in registers: no cancellation, no second read
+            d = tl.where(m, x - (tl.sum(x, axis=1) / L)[:, None], 0.0)
+            y = d * (1.0 / tl.sqrt(tl.sum(d * d, axis=1) / L + eps))[:, None]
+        if HAS_W:
+            y = y * w[None, :]
+        if HAS_B:
+            y = y + b[None, :]
+        tl.store(out_ptr + rows[:, None] * L + j[None, :], y.to(out_ptr.dtype.element_ty), mask=m)
+        x = x_next
+        rows = nxt
+        m = m_next
+
+
+@triton.jit
 def norm_reduce_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, O: tl.constexpr, R: tl.constexpr, M: tl.constexpr,
                        L: tl.constexpr, SPLIT: tl.constexpr, MODE: tl.constexpr, OP: tl.constexpr,
                        HAS_B: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):

@@ -7,7 +7,8 @@ import triton
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
                                         conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_reduce_kernel,
                                         norm_stats_kernel,
-                                        pool_rows_kernel, reduce_kernel, row_norm_kernel, strided_copy_kernel,
+                                        pool_rows_kernel, reduce_kernel, row_norm_kernel,
+                                        row_norm_persistent_kernel, strided_copy_kernel,
                                         transpose_tile_kernel,
                                         triangle_kernel)
 
@@ -284,6 +285,46 @@ def batch_norm(x, weight, bias, config=None):
 def sm_count(t):
     """Streaming multiprocessors of t's GPU (a nominal H100's 132 off CUDA)."""
     return torch.cuda.get_device_properties(t.device).multi_processor_count if t.is_cuda else 132
+
+
+def whole_rows(length):
+    """Whether a layer or RMS norm's rows of `length` values take row_norm_persistent_kernel: rows that are one tile
+    already (past tile_elements' 4096, up to 8192: 16 values a thread at 16 warps, twice for the next block's)."""
+    return 4096 < length <= 8192
+
+
+def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None):
+    """(out, grid, arguments after the input, launch constants) of row_norm_persistent_kernel: a layer or RMS norm
+    (mode 0, 1) over the last dims (weight's). Compiled, blocks of 2 rows at 16 warps (32 values a thread, and as many
+    for the next block's), 2 programs per SM (1 fits at its sm_90 registers: two waves, one program per SM left over
+    at most a block apart); interpreted, a program per block of as many rows as tile_elements holds."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    length = weight.numel()
+    rows = numel // length
+    block = triton.next_power_of_2(length)
+    if compiled(like):
+        meta = {"BLOCK_ROWS": 2, "BLOCK": block, "num_warps": 16}
+    else:
+        meta = {"BLOCK_ROWS": max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
+    meta = tuned(meta, config, like)
+    blocks = triton.cdiv(rows, meta["BLOCK_ROWS"])
+    grid = (min(blocks, 2 * sm_count(like)) if compiled(like) else blocks,)
+    # the last prefetch reaches a grid's rows past n_rows (masked, but its offsets are computed)
+    meta["WIDE"] = meta.get("WIDE", False) or (rows + grid[0] * meta["BLOCK_ROWS"]) * length >= 2**31
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    args = (weight, like if bias is None else bias, out, eps)
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    return out, grid, args, {**meta, "n_rows": rows, "L": length}
+
+
+def row_norm_persistent(x, weight, bias, mode, config=None):
+    """A layer or RMS norm over rows of 4097 to 8192 values (whole_rows): persistent programs, x read once."""
+    out, grid, args, meta = row_norm_persistent_setup(x.shape, x, weight, bias, mode, config)
+    row_norm_persistent_kernel[grid](x, *args, MODE=mode, HAS_W=True, HAS_B=bias is not None, **meta)
+    return out
 
 
 def few_long_rows(rows, length):
