@@ -126,3 +126,17 @@ def test_persistent_norm_choice_and_launch(monkeypatch):
     x = torch.empty(262140, 8192, device="meta")  # 2^31 - 32768 values: the last prefetch reaches past 2^31
     assert wrappers.row_norm_persistent_setup(x.shape, x, w, w, 0)[3]["WIDE"]
     assert {"BLOCK_ROWS": 1, "num_warps": 16} in tuning.candidates("row_norm_persistent_kernel", (47694, 8192))
+
+
+def test_persistent_norm_search_variants():
+    """The search's per-shape tuning (search/sources.py: setup_variants) varies the persistent kernel's launch config
+    where the fused wrapper calls its setup: one variant per tuning candidate."""
+    from drtriton_ray.search.sources import setup_variants
+
+    rec = _handmade(*CASES["layer-norm-cos"])
+    code = lower_program(Program.from_json(rec.dag), rec.source)
+    variants = setup_variants(code, 5)
+    assert [note for _, note in variants] == [
+        f"row_norm_persistent_kernel {c}" for c in tuning.candidates("row_norm_persistent_kernel", None)
+    ]
+    assert all("row_norm_persistent_setup(" in v and "config=" in v for v, _ in variants)
