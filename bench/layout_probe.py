@@ -40,8 +40,8 @@ from lowering_profile import load_candidate  # noqa: E402 - bench/, the script's
 
 # level-2 indices (seed 7, paper profile): 13 LogSoftmax+Transpose, 41 Transpose+ELU, 2 Transpose+AvgPool1d,
 # 42 Transpose+Max, 10 LayerNorm+Max, 23 LogSoftmax+Softmax, 31 Maximum+Hardswish, 14 Mul+Tanh; the norms
-# (--programs 18,5,7,33,40): 18 ReLU+GroupNorm, 5 Softmax+Norm, 7 Hardsigmoid+LayerNorm, 33 Clamp+GroupNorm,
-# 40 BatchNorm+Abs
+# (--programs 18,5,7,33,40,57,38): 18 ReLU+GroupNorm, 5 Softmax+Norm, 7 Hardsigmoid+LayerNorm, 33 Clamp+GroupNorm,
+# 40 BatchNorm+Abs, 57 LayerNorm+Cos, 38 GroupNorm+Hardswish
 PROGRAMS = "13,41,2,42,10,23,31,14"
 KINDS = ("fused", "unfused", "eager", "compile")
 # the fused module again with configs forced on one kernel (lower/tuning.py FORCED), where the program has it:
@@ -69,6 +69,11 @@ VARIANTS = {
     "ew 1024": {"elementwise": {"BLOCK": 1024}},
     "ew 4096": {"elementwise": {"BLOCK": 4096}},
     "ew 2048": {"elementwise": {"BLOCK": 2048}},
+    # row_norm_persistent_kernel (layer norms over rows of 4097-8192 values: 7's, 57's): a row a block, 8 warps,
+    # and the path before it, a row_norm_kernel program per row ("whole_rows": False, see variant_sources)
+    "persistent 1 row w16": {"row_norm_persistent_kernel": {"BLOCK_ROWS": 1}},
+    "persistent 1 row w8": {"row_norm_persistent_kernel": {"BLOCK_ROWS": 1, "num_warps": 8}},
+    "norm per row (before)": {"whole_rows": False},
 }
 
 
@@ -131,14 +136,19 @@ def probe(rec, args, tmp: Path) -> dict:
 
 def variant_sources(prog, source: str, fused: str) -> dict[str, str]:
     """{variant: the fused module lowered with its forced configs} for the variants that change this program's."""
-    out = {}
+    from drtriton_ray.lower import wrappers
+
+    out, whole_rows = {}, wrappers.whole_rows
     for name, forced in VARIANTS.items():
         tuning.FORCED.clear()
-        tuning.FORCED.update(forced)
+        tuning.FORCED.update({k: v for k, v in forced.items() if k != "whole_rows"})
+        if forced.get("whole_rows") is False:  # the lowering's choice of row_norm_persistent_kernel turned off
+            wrappers.whole_rows = lambda length: False
         try:
             text = lower_program(prog, source)
         finally:
             tuning.FORCED.clear()
+            wrappers.whole_rows = whole_rows
         if text != fused:
             out[name] = text
     return out

@@ -8,7 +8,8 @@ instructions per tile element. What it shows is static: no timing.
                                                             # broadcast elementwise, copies, triu, pooling, fused
     PYTHONPATH=. python3 bench/sm90_asm.py --only pool      # the cases whose name contains "pool"
     PYTHONPATH=. python3 bench/sm90_asm.py --only fused     # fused anchors (prologue/epilogue) with broadcast leaves
-    PYTHONPATH=. python3 bench/sm90_asm.py --only norm      # row_norm_kernel's tiles, split_norm (the norm probe's)
+    PYTHONPATH=. python3 bench/sm90_asm.py --only norm      # the norm probe's: row_norm_kernel's tiles, the persistent
+                                                            # row norm, split_norm, norm_reduce
     PYTHONPATH=. python3 bench/sm90_asm.py --only softmax   # a softmax read by a reduction (softmax_reduce_kernel)
     PYTHONPATH=. python3 bench/sm90_asm.py --dump /tmp/asm  # also writes each kernel's PTX and SASS there
 
@@ -31,7 +32,7 @@ import triton  # noqa: E402
 from triton.backends.compiler import GPUTarget  # noqa: E402
 from triton.compiler import ASTSource  # noqa: E402
 
-from drtriton_ray.lower import kernels, wrappers  # noqa: E402
+from drtriton_ray.lower import kernels, tuning, wrappers  # noqa: E402
 
 
 def specialize(fn, args: list, consts: dict):
@@ -387,21 +388,27 @@ def split_norm_case(shape, mode, groups):
     return kernels.norm_stats_kernel, [x, *stats], meta, {"MODE": mode}, meta["BLOCK_N"] * meta["BLOCK"], grid
 
 
-def forced_fused(forced: dict, *case):
-    """fused_case with configs forced per kernel (tuning.FORCED), as bench/layout_probe.py's variants force them."""
-    from drtriton_ray.lower import tuning
-
+def forced_fused(forced: dict, *case, per_row: bool = False):
+    """fused_case with configs forced per kernel (tuning.FORCED), as bench/layout_probe.py's variants force them;
+    per_row: a layer norm of rows that row_norm_persistent_kernel takes lowered as before it, a row_norm_kernel
+    program per row block (wrappers.whole_rows made to say no)."""
     tuning.FORCED.update(forced)
+    whole_rows = wrappers.whole_rows
+    if per_row:
+        wrappers.whole_rows = lambda length: False
     try:
         return fused_case(*case)
     finally:
         tuning.FORCED.clear()
+        wrappers.whole_rows = whole_rows
 
 
 def norm_cases():
-    """(name, case) of the norm probe's programs (bench/layout_probe.py --programs 18,5,7,33,40): row_norm_kernel
-    over 32768-long rows (GroupNorm of 2 groups) and 7503-long ones (LayerNorm) under its default tile and the
-    probe's forced ones, the fused kernels as the lowering emits them, and split_norm's kernels of BatchNorm."""
+    """(name, case) of the norm probe's programs (bench/layout_probe.py --programs 18,5,7,33,40,57,38):
+    row_norm_kernel over 32768-long rows (GroupNorm of 2 groups) and 7503-long ones (LayerNorm) under its default tile
+    and the probe's forced ones, the fused kernels as the lowering emits them (the LayerNorm's as before
+    row_norm_persistent_kernel too), the persistent kernel's and split_norm's (persistent_norm_cases,
+    split_norm_cases), norm_reduce_kernel's."""
     tiles = {
         "default": None,
         "4096 w4": {"BLOCK": 4096, "BLOCK_ROWS": 1, "num_warps": 4},
@@ -429,9 +436,43 @@ def norm_cases():
     for name, cfg in tiles.items():
         forced = {"row_norm_kernel": cfg} if cfg else {}
         out.append((f"norm fused l2-18 ReLU+GroupNorm {name}", forced_fused(forced, *relu_gn)))
-        out.append((f"norm fused l2-7 Hardsigmoid+LayerNorm {name}", forced_fused(forced, *sig_ln)))
+        before = forced_fused(forced, *sig_ln, per_row=True)
+        out.append((f"norm fused l2-7 Hardsigmoid+LayerNorm {name} (per row, before)", before))
+    out += persistent_norm_cases(sig_ln) + split_norm_cases()
+    # l2-10 LayerNorm+Max: the norm's rows (8192 values) reduced over dim 0, one pass over x (norm_reduce_kernel),
+    # the splits combined by reduce_kernel; the two kernels it replaces are the row norm and reduce cases of ln10
+    ln10 = (8192, 8, 1, 1, 8192)
+    out.append((f"norm reduce l2-10 LayerNorm {ln10} row norm (before)", row_norm_case(ln10, 0, 1)))
+    out.append((f"norm reduce l2-10 Max {ln10} dim 0 (before)", reduce_case(ln10, 0, 2)))
+    out.append((f"norm reduce l2-10 LayerNorm+Max {ln10}", norm_reduce_case(ln10, 0, 0, 2)))
+    return out
+
+
+def persistent_norm_cases(sig_ln):
+    """(name, case) of row_norm_persistent_kernel (l2-7 Hardsigmoid+LayerNorm, sig_ln, and l2-57 LayerNorm+Cos over
+    rows of 8192) under its default and its tuning candidates, and l2-57 as it was lowered before, a row_norm_kernel
+    program a row."""
+    ln = (7949, 6, 1, 1, 8192)
+    ln_cos = (
+        [("LayerNorm", [0], 1, {"k": 1}, [3, 4]), ("Cos", [1], 2, {}, [])],
+        {0: ln, 1: ln, 2: ln, 3: (8192,), 4: (8192,)},
+        [2],
+        (3, 4),
+    )
+    out = [(f"norm fused l2-57 LayerNorm+Cos {ln} (per row, before)", forced_fused({}, *ln_cos, per_row=True))]
+    for cfg in [{}] + tuning.candidates("row_norm_persistent_kernel", None):
+        forced = {"row_norm_persistent_kernel": cfg}
+        name = ", ".join(f"{k} {v}" for k, v in cfg.items()) or "default"
+        out.append((f"norm persistent fused l2-7 Hardsigmoid+LayerNorm {name}", forced_fused(forced, *sig_ln)))
+        out.append((f"norm persistent fused l2-57 LayerNorm+Cos {ln} {name}", forced_fused(forced, *ln_cos)))
+    return out
+
+
+def split_norm_cases():
+    """(name, case) of split_norm's kernels (statistics, then normalisation) of the level-2 programs with few long
+    rows: l2-40 BatchNorm+Abs, l2-33 Clamp+GroupNorm(1), l2-38 GroupNorm(1)+Hardswish."""
     bn = (2048, 32, 1, 1, 8192)
-    out.append((f"norm split l2-40 BatchNorm {bn} stats", split_norm_case(bn, 4, 1)))
+    out = [(f"norm split l2-40 BatchNorm {bn} stats", split_norm_case(bn, 4, 1))]
     abs_bn = (
         [("BatchNorm", [0], 1, {}, [3, 4]), ("Abs", [1], 2, {}, [])],
         {0: bn, 1: bn, 2: bn, 3: (32,), 4: (32,)},
@@ -466,6 +507,15 @@ def norm_cases():
     per = (64, 512, 1024)
     out.append((f"softmax reduce LogSoftmax+Sum {per} dims 1, 0", softmax_reduce_case(per, 1, 0, 0, 1)))
     out.append((f"softmax reduce Softmax+Max {per} dims 2, 2", softmax_reduce_case(per, 2, 2, 2, 0)))
+    g38 = (6, 7949, 1, 1, 8192)
+    gn_hs = (
+        [("GroupNorm", [0], 1, {"num_groups": 1}, [3, 4]), ("Hardswish", [1], 2, {}, [])],
+        {0: g38, 1: g38, 2: g38, 3: (7949,), 4: (7949,)},
+        [2],
+        (3, 4),
+    )
+    out.append((f"norm split fused l2-38 GroupNorm+Hardswish {g38} stats", fused_case(*gn_hs, stats=True)))
+    out.append((f"norm split fused l2-38 GroupNorm+Hardswish {g38} apply", fused_case(*gn_hs)))
     return out
 
 

@@ -61,6 +61,12 @@ def is_split_norm(node: Node, shape) -> bool:
     return dims is not None and dims[0] == "split_norm"
 
 
+def is_persistent_norm(node: Node, shape) -> bool:
+    """Whether a layer or RMS norm over `shape` has many rows of 4097 to 8192 values: row_norm_persistent_kernel."""
+    dims = kernel_dims(node.op, node.params, [list(shape)], []) if node.op in NORM_MODES else None
+    return dims is not None and dims[0] == "row_norm_persistent_kernel"
+
+
 def split_small(config: dict | None) -> tuple[bool, dict | None]:
     """(whether a conv launches conv_small_kernel, the config for its wrapper): the emitter's choice, not a launch
     constant."""
@@ -75,6 +81,9 @@ def _plain_call(node: Node, in_shape: list[int], out_shape: list[int], small: bo
     if is_split_norm(node, in_shape):
         mode, groups, weight, bias = _norm(node, w)
         return f"split_norm({x[0]}, {weight}, {bias}, {mode}, {groups})"
+    if is_persistent_norm(node, in_shape):
+        mode, _, weight, bias = _norm(node, w)
+        return f"row_norm_persistent({x[0]}, {weight}, {bias}, {mode})"
     if node.op == "NormReduce":
         mode, _, weight, bias = _norm(Node(p["norm"], [], []), w)
         return f"norm_reduce({x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[p['op']]})"
@@ -328,6 +337,11 @@ def _setup(node: Node, shape: tuple, x: list[str], w: list[str], out_shape: tupl
         mode, groups, weight, bias = _norm(node, w)
         fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
         return "norm_apply_kernel", fixed, f"split_norm_setup({shape}, {x[0]}, {weight}, {bias}, {mode}, {groups}{cfg})"
+    if is_persistent_norm(node, shape):
+        mode, _, weight, bias = _norm(node, w)
+        fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
+        setup = f"row_norm_persistent_setup({shape}, {x[0]}, {weight}, {bias}, {mode}{cfg})"
+        return "row_norm_persistent_kernel", fixed, setup
     if node.op in NORM_MODES and node.op != "BatchNorm":
         mode, groups, weight, bias = _norm(node, w)
         fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}

@@ -486,6 +486,47 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: 
 
 
 @triton.jit
+def row_norm_persistent_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: tl.constexpr,
+                               MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                               BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """A layer or RMS norm (MODE 0, 1: weights over the row) of rows of L <= BLOCK values, BLOCK_ROWS rows a tile,
+    each row whole in registers: x is read once, out written once. Persistent: program p takes row blocks p, p +
+    grid, ..., loads the weights once, and loads its next block before it normalises this one, so that those loads
+    are in flight under this block's reductions, epilogue and stores (a program per row waits for its row, then
+    computes with nothing in flight). The sizes are constants; WIDE: int64 index math (the rows a last prefetch
+    reaches past n_rows included, x's offsets pass 2^31)."""
+    j = tl.arange(0, BLOCK)
+    j_ok = j < L
+    if HAS_W:
+        w = tl.load(w_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    if HAS_B:
+        b = tl.load(b_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    step = tl.num_programs(0) * BLOCK_ROWS
+    rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
+    if WIDE:
+        rows = rows.to(tl.int64)
+    m = (rows < n_rows)[:, None] & j_ok[None, :]
+    x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
+    for _ in range(tl.program_id(0) * BLOCK_ROWS, n_rows, step):
+        nxt = rows + step
+        m_next = (nxt < n_rows)[:, None] & j_ok[None, :]
+        x_next = tl.load(x_ptr + nxt[:, None] * L + j[None, :], mask=m_next, other=0.0).to(tl.float32)
+        if MODE == 1:
+            y = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / L + eps))[:, None]
+        else:  # the variance around the mean, from the rows in registers: no cancellation, no second read
+            d = tl.where(m, x - (tl.sum(x, axis=1) / L)[:, None], 0.0)
+            y = d * (1.0 / tl.sqrt(tl.sum(d * d, axis=1) / L + eps))[:, None]
+        if HAS_W:
+            y = y * w[None, :]
+        if HAS_B:
+            y = y + b[None, :]
+        tl.store(out_ptr + rows[:, None] * L + j[None, :], y.to(out_ptr.dtype.element_ty), mask=m)
+        x = x_next
+        rows = nxt
+        m = m_next
+
+
+@triton.jit
 def norm_reduce_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, O: tl.constexpr, R: tl.constexpr, M: tl.constexpr,
                        L: tl.constexpr, SPLIT: tl.constexpr, MODE: tl.constexpr, OP: tl.constexpr,
                        HAS_B: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
@@ -577,10 +618,11 @@ def batch_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, N, C, S, eps, BLOCK_C: tl.co
 
 
 @triton.jit
-def norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+def norm_tile(row, t, SEGS: tl.constexpr, SEG: tl.constexpr, SEG_STRIDE: tl.constexpr, ROW_STRIDE: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
     """Tile t of a split norm's row: BLOCK_N of its SEGS segments x BLOCK of each one's SEG contiguous values (segment
     n of row r starts at r * ROW_STRIDE + n * SEG_STRIDE). Returns the segment and value indices, offsets and mask;
-    the divisions are per tile, not per value."""
+    the divisions are per tile, not per value, and by constants (multiplies and shifts)."""
     seg_blocks = (SEG + BLOCK - 1) // BLOCK
     n = (t // seg_blocks) * BLOCK_N + tl.arange(0, BLOCK_N)
     j = (t % seg_blocks) * BLOCK + tl.arange(0, BLOCK)
@@ -589,51 +631,64 @@ def norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N: tl.constexpr, 
 
 
 @triton.jit
-def norm_stats_kernel(x_ptr, part_ptr, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, TILES, SPLIT_TILES,
-                      MODE: tl.constexpr, BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+def tile_count(t, SEGS: tl.constexpr, SEG: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
+    """How many of norm_tile's values of tile t are in the row (its mask's count), from the geometry: a scalar."""
+    seg_blocks = (SEG + BLOCK - 1) // BLOCK
+    segs = tl.minimum(SEGS - (t // seg_blocks) * BLOCK_N, BLOCK_N)
+    return segs * tl.minimum(SEG - (t % seg_blocks) * BLOCK, BLOCK)
+
+
+@triton.jit
+def norm_stats_kernel(x_ptr, part_ptr, SEGS: tl.constexpr, SEG: tl.constexpr, SEG_STRIDE: tl.constexpr,
+                      ROW_STRIDE: tl.constexpr, TILES: tl.constexpr, SPLIT_TILES: tl.constexpr, MODE: tl.constexpr,
+                      BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
     """First kernel of a norm over few long rows (split_norm): program (row, split) takes SPLIT_TILES of the row's
     TILES tiles and writes their statistics (mean, M2: the sum of squared deviations from that mean, count) to
-    part[row, split] (BLOCK_SPLITS per row). One pass: Welford's update per lane, then the lanes merged as in Chan et
-    al. (deviations only, never a sum of squares less a squared sum, which cancels where |mean| >> std). MODE 1 (RMS
-    norm) keeps the sum of squares in M2, its mean 0. A row is SEGS segments of SEG values: see split_norm_setup."""
+    part[row, split] (BLOCK_SPLITS per row). One pass of shifted sums: each lane adds its values' deviations from a
+    shift, the mean of the program's first tile, and their squares (a subtract, an add and an FMA a value: no
+    division, no per-lane count; the count is a scalar a tile, from the geometry). M2 = sum(d^2) - sum(d)^2 / n
+    cancels only as far as the program's mean lies from the shift, in units of its spread: a constant offset
+    (|mean| >> std) is gone with the shift. MODE 1 (RMS norm) keeps the sum of squares in M2, its mean 0. A row is
+    SEGS segments of SEG values: see split_norm_setup. The geometry is constant (by keyword, as the wrapper passes a
+    fused kernel's constexprs): a tile's divisions are multiplies and shifts, the loop's bound is known."""
     row = tl.program_id(0).to(tl.int64)
     t0 = tl.program_id(1) * SPLIT_TILES
     if MODE == 1:
         shift = 0.0
-    else:  # a shift near the mean (the first tile's): the running means hold deviations, which round far less
+    else:  # a shift near the mean: the sums hold deviations, which round far less than the values
         n, j, offs, mask = norm_tile(row, t0, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        shift = tl.sum(x) / tl.sum(mask.to(tl.float32))
-    mean = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
-    m2 = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
-    count = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+        shift = tl.sum(x) / tile_count(t0, SEGS, SEG, BLOCK_N, BLOCK)
+    total = 0.0
+    acc = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
+    sq = tl.zeros([BLOCK_N, BLOCK], dtype=tl.float32)
     for t in range(t0, tl.minimum(t0 + SPLIT_TILES, TILES)):
         n, j, offs, mask = norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
-        count += tl.where(mask, 1.0, 0.0)
+        total += tile_count(t, SEGS, SEG, BLOCK_N, BLOCK)
         if MODE == 1:
-            m2 += x * x
+            sq += x * x
         else:
-            delta = x - shift - mean
-            mean += tl.where(mask, delta / tl.maximum(count, 1.0), 0.0)
-            m2 += tl.where(mask, delta * (x - shift - mean), 0.0)
-    total = tl.sum(count)
-    mean_all = tl.sum(count * mean) / total
-    d = mean - mean_all
+            d = tl.where(mask, x - shift, 0.0)
+            acc += d
+            sq += d * d
+    mean = tl.sum(acc) / total
     part = part_ptr + (row * BLOCK_SPLITS + tl.program_id(1)) * 3
-    tl.store(part, shift + mean_all)
-    tl.store(part + 1, tl.sum(m2 + count * d * d))
+    tl.store(part, shift + mean)
+    tl.store(part + 1, tl.maximum(tl.sum(sq) - mean * tl.sum(acc), 0.0))
     tl.store(part + 2, total)
 
 
 @triton.jit
-def norm_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, TILES, SPLIT_TILES,
-                      G, eps, MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+def norm_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, G, eps, SEGS: tl.constexpr, SEG: tl.constexpr,
+                      SEG_STRIDE: tl.constexpr, ROW_STRIDE: tl.constexpr, TILES: tl.constexpr,
+                      SPLIT_TILES: tl.constexpr, MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
                       BLOCK_SPLITS: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK: tl.constexpr):
     """Second kernel of split_norm: program (row, split) merges the row's partial statistics (a few, from
     norm_stats_kernel; Chan's merge around the first part's mean) and normalises the same tiles. MODE: 0 layer norm
     (weights over the row), 1 RMS norm, 2 group norm (row = one group, a segment per channel: weights per segment),
-    3 instance norm (no weights), 4 batch norm (row = one channel: one weight)."""
+    3 instance norm (no weights), 4 batch norm (row = one channel: one weight). The geometry is constant, as in
+    norm_stats_kernel."""
     row = tl.program_id(0).to(tl.int64)
     t0 = tl.program_id(1) * SPLIT_TILES
     s = tl.arange(0, BLOCK_SPLITS)

@@ -44,6 +44,8 @@ def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: li
         rows = x[1] if op == "BatchNorm" else rows or _prod(x[: len(x) - params.get("k", 1)])
         if wrappers.few_long_rows(rows, _prod(x) // rows):
             return "split_norm", (rows, _prod(x) // rows)
+        if op in ("LayerNorm", "RMSNorm") and wrappers.whole_rows(_prod(x) // rows):
+            return "row_norm_persistent_kernel", (rows, _prod(x) // rows)
         return ("batch_norm_kernel" if op == "BatchNorm" else "row_norm_kernel"), (rows, _prod(x) // rows)
     if op in ("Matmul", "Bmm", "Linear"):
         k = x[-1]
@@ -137,6 +139,8 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
         # long rows (a group norm of few groups): a row in one tile or a few, so its passes re-read it from cache
         whole = ((8192, 8), (16384, 16), (32768, 16))
         return warps + tiles + [{"BLOCK": b, "BLOCK_ROWS": 1, "num_warps": w} for b, w in whole]
+    if kernel == "row_norm_persistent_kernel":  # rows a block at 16 warps (registers for this block and the next)
+        return [{"BLOCK_ROWS": r, "num_warps": w} for r, w in ((1, 16), (2, 16), (1, 8))]
     if kernel == "split_norm":  # its two kernels' tile (BLOCK_N segments x BLOCK values) and warps
         return warps + [{"BLOCK": b, "num_warps": w} for b, w in ((1024, 4), (4096, 8), (8192, 8))]
     if kernel == "batch_norm_kernel":

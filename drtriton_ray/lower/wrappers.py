@@ -7,7 +7,8 @@ import triton
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
                                         conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_reduce_kernel,
                                         norm_stats_kernel,
-                                        pool_rows_kernel, reduce_kernel, row_norm_kernel, softmax_reduce_kernel,
+                                        pool_rows_kernel, reduce_kernel, row_norm_kernel,
+                                        row_norm_persistent_kernel, softmax_reduce_kernel,
                                         softmax_stats_kernel, strided_copy_kernel, transpose_tile_kernel,
                                         triangle_kernel)
 
@@ -350,6 +351,46 @@ def sm_count(t):
     return torch.cuda.get_device_properties(t.device).multi_processor_count if t.is_cuda else 132
 
 
+def whole_rows(length):
+    """Whether a layer or RMS norm's rows of `length` values take row_norm_persistent_kernel: rows that are one tile
+    already (past tile_elements' 4096, up to 8192: 16 values a thread at 16 warps, twice for the next block's)."""
+    return 4096 < length <= 8192
+
+
+def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None):
+    """(out, grid, arguments after the input, launch constants) of row_norm_persistent_kernel: a layer or RMS norm
+    (mode 0, 1) over the last dims (weight's). Compiled, blocks of 2 rows at 16 warps (32 values a thread, and as many
+    for the next block's), 2 programs per SM (1 fits at its sm_90 registers: two waves, one program per SM left over
+    at most a block apart); interpreted, a program per block of as many rows as tile_elements holds."""
+    numel = 1
+    for d in shape:
+        numel *= d
+    length = weight.numel()
+    rows = numel // length
+    block = triton.next_power_of_2(length)
+    if compiled(like):
+        meta = {"BLOCK_ROWS": 2, "BLOCK": block, "num_warps": 16}
+    else:
+        meta = {"BLOCK_ROWS": max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
+    meta = tuned(meta, config, like)
+    blocks = triton.cdiv(rows, meta["BLOCK_ROWS"])
+    grid = (min(blocks, 2 * sm_count(like)) if compiled(like) else blocks,)
+    # the last prefetch reaches a grid's rows past n_rows (masked, but its offsets are computed)
+    meta["WIDE"] = meta.get("WIDE", False) or (rows + grid[0] * meta["BLOCK_ROWS"]) * length >= 2**31
+    out = torch.empty(shape, device=like.device, dtype=like.dtype)
+    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    args = (weight, like if bias is None else bias, out, eps)
+    # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
+    return out, grid, args, {**meta, "n_rows": rows, "L": length}
+
+
+def row_norm_persistent(x, weight, bias, mode, config=None):
+    """A layer or RMS norm over rows of 4097 to 8192 values (whole_rows): persistent programs, x read once."""
+    out, grid, args, meta = row_norm_persistent_setup(x.shape, x, weight, bias, mode, config)
+    row_norm_persistent_kernel[grid](x, *args, MODE=mode, HAS_W=True, HAS_B=bias is not None, **meta)
+    return out
+
+
 def few_long_rows(rows, length):
     """Whether a norm's rows (channels for batch norm) are too few and long for a program each (row_norm_kernel,
     batch_norm_kernel): under two per SM of a 132-SM GPU, most SMs idle while each program streams its row three
@@ -385,19 +426,23 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     block = min(triton.next_power_of_2(seg), tile)
     meta = tuned({"BLOCK_N": max(1, min(triton.next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
     tiles = triton.cdiv(segs, meta["BLOCK_N"]) * triton.cdiv(seg, meta["BLOCK"])
-    # compiled, up to 12 programs per SM, 4 tiles each at least. A program streams its share no faster than its own
+    # compiled, up to 8 programs per SM, 4 tiles each at least. A program streams its share no faster than its own
     # loads in flight allow, so a grid just past a wave (544 programs where 528 fit at once) ends in a second wave of
-    # a few programs that take as long as the first, most SMs idle. 12 an SM is whole waves whether 2, 3, 4 or 6
-    # programs fit on one (the statistics kernel's registers allow 3 or 4 at 4 warps), and the splits a row are
-    # rounded down so as not to pass it. Interpreted (its cost is per program and step), 8, which still splits a row
-    programs = 12 * sm_count(like) if compiled(like) else 8
+    # a few programs that take as long as the first, most SMs idle. 8 an SM is one wave of both kernels at 4 warps and
+    # up to 64 registers (the statistics kernel's shifted sums take 56 on sm_90, the normalisation 32-38), 32 warps
+    # and 64 KB of loads in flight an SM, and whole waves where 4 or 2 fit; the splits a row are rounded down so as not
+    # to pass it. Interpreted (its cost is per program and step), 8, which still splits a row
+    programs = 8 * sm_count(like) if compiled(like) else 8
     split_tiles = max(triton.cdiv(tiles, max(1, programs // rows)), 4 if compiled(like) else 1)
     splits = triton.cdiv(tiles, split_tiles)
     meta = {**meta, "BLOCK_SPLITS": triton.next_power_of_2(splits)}
     part = torch.empty(rows * meta["BLOCK_SPLITS"] * 3, device=like.device, dtype=torch.float32)
-    geometry = (segs, seg, seg_stride, row_stride, tiles, split_tiles)
-    args = (part, like if weight is None else weight, like if bias is None else bias, out, *geometry, groups, eps)
-    return out, (rows, splits), (part, *geometry), args, meta
+    # the geometry is both kernels' constants, passed by keyword (a fused kernel lists constexprs after its other
+    # arguments): a tile's divisions become multiplies and shifts
+    geometry = {"SEGS": segs, "SEG": seg, "SEG_STRIDE": seg_stride, "ROW_STRIDE": row_stride, "TILES": tiles,
+                "SPLIT_TILES": split_tiles}
+    args = (part, like if weight is None else weight, like if bias is None else bias, out, groups, eps)
+    return out, (rows, splits), (part,), args, {**meta, **geometry}
 
 
 def norm_reduce_rows(length):

@@ -416,6 +416,7 @@ CONFIGURED_CALLS = {
     **dict.fromkeys(("reduce_dim", "reduce_setup"), "reduce_kernel"),
     **dict.fromkeys(("along_dim", "along_setup"), "along_dim_kernel"),
     **dict.fromkeys(("layer_norm", "rms_norm", "group_norm", "instance_norm", "row_norm_setup"), "row_norm_kernel"),
+    **dict.fromkeys(("row_norm_persistent", "row_norm_persistent_setup"), "row_norm_persistent_kernel"),
     **dict.fromkeys(("batch_norm", "batch_norm_setup"), "batch_norm_kernel"),
     **dict.fromkeys(("split_norm", "split_norm_setup"), "split_norm"),
     **dict.fromkeys(("matmul", "linear", "matmul_setup", "linear_setup"), "matmul_kernel"),

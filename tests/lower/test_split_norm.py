@@ -44,17 +44,33 @@ def _error(got, want):
     return ((got.double() - want).abs() / (want.abs() + want.pow(2).mean().sqrt())).max().item()
 
 
-@pytest.mark.parametrize("distribution", ["normal", "large", "offset"])
+def _drawn(shape, distribution):
+    """x of a test distribution: the verifier's (normal, x1e4, 1e4 + 10 * normal), or a mean that drifts along the
+    row (a ramp to 1e3, channels 100 apart): the statistics kernel's shift, its first tile's mean, then lies far from
+    the mean of the rest of its share, where shifted sums of squares would cancel if anything does."""
+    x = torch.randn(shape)
+    if distribution == "large":
+        return x * 1e4
+    if distribution == "offset":
+        return 1e4 + 10 * x
+    if distribution == "ramp":
+        return x + torch.linspace(0, 1e3, x.numel()).view(shape)
+    if distribution == "channels":
+        return x + 100 * torch.arange(shape[1]).view(1, -1, *([1] * (len(shape) - 2)))
+    return x
+
+
+@pytest.mark.parametrize("distribution", ["normal", "large", "offset", "ramp", "channels"])
 def test_split_norm_matches_torch(tiled, distribution):
     """Every mode and layout, under the interpreter's and a GPU's tiles, with several splits a row: within float32
     rounding of a float64 reference, also on the verifier's stress inputs (x1e4, and 1e4 + 10 * normal, where a
-    variance from a sum of squares would cancel). A stress case may err as far as float32 inputs do at that offset
-    (|x| 1e4: 1e-3 rounding against a spread of 10), a quarter of the verifier's 1e-3 tolerance at most."""
+    variance from a sum of squares would cancel) and on drifting means (_drawn). A stress case may err as far as
+    float32 inputs do at that offset (|x| 1e4: 1e-3 rounding against a spread of 10), a quarter of the verifier's
+    1e-3 tolerance at most."""
     torch.manual_seed(0)
     splits = []
     for mode, groups, shape, reference in CASES:
-        x = torch.randn(shape)
-        x = x * 1e4 if distribution == "large" else 1e4 + 10 * x if distribution == "offset" else x
+        x = _drawn(shape, distribution)
         w, b = _weights(mode, shape)
         splits.append(tiled.split_norm_setup(shape, x, w, b, mode, groups)[1][1])
         got = tiled.split_norm(x, w, b, mode, groups)
@@ -157,3 +173,59 @@ def test_split_norm_tuning_candidates_keep_values(tmp_path, split_everywhere, mo
     )
     assert best is None and all(t == 1.0 for t in times.values()), times
     assert len(times) == len(tuning.candidates(*kd)) + 1
+
+
+@pytest.mark.parametrize("affine", ["none", "weight", "both"])
+def test_split_group_norm_affine_or_not(tiled, affine):
+    """A group norm over few long groups without weights, with a weight only, with both: PyTorch's values (the
+    normalisation's HAS_W and HAS_B branches), a group's channels split over several programs."""
+    torch.manual_seed(0)
+    shape = (2, 6, 100, 100)
+    x = _drawn(shape, "channels")
+    w = torch.randn(6) if affine != "none" else None
+    b = torch.randn(6) if affine == "both" else None
+    assert tiled.split_norm_setup(shape, x, w, b, 2, 2)[1][1] > 1
+    got = tiled.split_norm(x, w, b, 2, 2)
+    want = F.group_norm(x.double(), 2, *(t.double() if t is not None else None for t in (w, b)))
+    assert _error(got.cpu(), want.cpu()) < 1e-5
+
+
+LEVEL2 = {  # the level-2 programs with few long rows (seed 7, paper profile), in small: split_norm without forcing
+    "clamp-group-norm": (  # l2-s7-000033: GroupNorm(1) over (8, 7296, 1, 8192, 1); here 2 groups of 32768
+        [("Clamp", [0], 1, {"lo": -0.622, "hi": 0.489}, []), ("GroupNorm", [1], 2, {"num_groups": 1}, [3, 4])],
+        {0: (2, 64, 1, 512, 1), 1: (2, 64, 1, 512, 1), 2: (2, 64, 1, 512, 1), 3: (64,), 4: (64,)},
+        [2],
+        (3, 4),
+    ),
+    "batch-norm-abs": (  # l2-s7-000040: BatchNorm over (2048, 32, 1, 1, 8192); here 4 channels of 32768
+        [("BatchNorm", [0], 1, {}, [3, 4]), ("Abs", [1], 2, {}, [])],
+        {0: (8, 4, 1, 1, 4096), 1: (8, 4, 1, 1, 4096), 2: (8, 4, 1, 1, 4096), 3: (4,), 4: (4,)},
+        [2],
+        (3, 4),
+    ),
+    "group-norm-hardswish": (  # l2-s7-000038: GroupNorm(1) over (6, 7949, 1, 1, 8192); here 3 groups of 20480
+        [("GroupNorm", [0], 1, {"num_groups": 1}, [3, 4]), ("Hardswish", [1], 2, {}, [])],
+        {0: (3, 40, 1, 1, 512), 1: (3, 40, 1, 1, 512), 2: (3, 40, 1, 1, 512), 3: (40,), 4: (40,)},
+        [2],
+        (3, 4),
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(LEVEL2))
+def test_split_norm_level2_programs(name, tmp_path):
+    """The level-2 norms that were slower than torch.compile, in small: lowered through split_norm by the shape alone
+    (few long rows), the elementwise op fused into both kernels or the second; PyTorch's values under the
+    interpreter's tiles (check_lowering, the verifier's static rules too) and a GPU's, in train and eval mode (the
+    batch norm's statistics are the batch's in both: training=True)."""
+    rec = _handmade(*LEVEL2[name])
+    src = lower_program(Program.from_json(rec.dag), rec.source)
+    assert "split_norm_setup(" in src and "row_norm_kernel" not in src and "batch_norm_kernel" not in src
+    check_lowering(rec, tmp_path)
+    gpu_tiles = src.replace("def compiled(t):\n    ", "def compiled(t):\n    return True\n    ")
+    model, new, inputs = model_pair(rec.source, _import(gpu_tiles, tmp_path / f"gpu_{name.replace('-', '_')}.py"))
+    with torch.no_grad():
+        for mode in ("train", "eval"):
+            model.train(mode == "train")
+            new.train(mode == "train")
+            torch.testing.assert_close(new(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
