@@ -556,43 +556,51 @@ def fold_layouts(p: Program) -> Program:
     return Program(nodes, tensors, p.dtype, p.flops)
 
 
+def _fold_into_reader(p: Program, fold) -> Program:
+    """The program with each node whose output only one node reads (and is not a program output) merged with that
+    reader where `fold(node, reader)` gives the node replacing both; the node's output is gone."""
+    readers: dict[int, list[int]] = {}
+    for k, n in enumerate(p.nodes):
+        for t in n.inputs:
+            readers.setdefault(t, []).append(k)
+    folded: dict[int, Node] = {}  # reader's index -> the node replacing it and the node it reads
+    dropped, gone = set(), set()
+    for n in p.nodes:
+        users = readers.get(n.outputs[0], [])
+        if len(users) != 1 or n.outputs[0] in p.outputs:
+            continue
+        merged = fold(n, p.nodes[users[0]])
+        if merged is not None:
+            folded[users[0]] = merged
+            dropped.add(id(n))
+            gone.add(n.outputs[0])
+    if not folded:
+        return p
+    nodes = [folded.get(k, n) for k, n in enumerate(p.nodes) if id(n) not in dropped]
+    tensors = {t: v for t, v in p.tensors.items() if t not in gone}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
 def fold_norm_reduce(p: Program) -> Program:
     """The program with each layer or RMS norm read only by a reduction over an outer dim (one that is not
     normalised) as one NormReduce node: norm_reduce_kernel normalises each row where it loads it and reduces across
     rows, so x is read once and the normalised tensor, as large as x, is neither written nor read back. Rows of up to
     8192 values (one tile each, wrappers.norm_reduce_rows); sums, means, extrema and L2 norms."""
-    readers: dict[int, list[int]] = {}
-    for k, n in enumerate(p.nodes):
-        for t in n.inputs:
-            readers.setdefault(t, []).append(k)
-    folded: dict[int, Node] = {}  # reduction node index -> the norm it takes in
-    for n in p.nodes:
-        users = readers.get(n.outputs[0], [])
-        if n.op not in ("LayerNorm", "RMSNorm") or len(users) != 1 or n.outputs[0] in p.outputs:
-            continue
-        r, shape = p.nodes[users[0]], p.tensors[n.inputs[0]].shape
-        k = n.params.get("k", 1)
+
+    def fold(n: Node, r: Node):
+        if n.op not in ("LayerNorm", "RMSNorm") or r.op not in ("Sum", "Mean", "Max", "Min", "Norm"):
+            return None
+        shape, k = p.tensors[n.inputs[0]].shape, n.params.get("k", 1)
         if (
-            r.op in ("Sum", "Mean", "Max", "Min", "Norm")
-            and r.params["dim"] % len(shape) < len(shape) - k
+            r.params["dim"] % len(shape) < len(shape) - k
             and len(n.weights) == (2 if n.op == "LayerNorm" else 1)
             and wrappers.norm_reduce_rows(math.prod(shape[len(shape) - k :]))
         ):
-            folded[users[0]] = n
-    if not folded:
-        return p
-    drop = {id(n) for n in folded.values()}
-    nodes = []
-    for k, n in enumerate(p.nodes):
-        if k in folded:
-            norm = folded[k]
-            params = {"norm": norm.op, "op": n.op, "dim": n.params["dim"], "keepdim": n.params["keepdim"]}
-            nodes.append(Node("NormReduce", list(norm.inputs), list(n.outputs), params, list(norm.weights)))
-        elif id(n) not in drop:
-            nodes.append(n)
-    gone = {n.outputs[0] for n in folded.values()}
-    tensors = {t: v for t, v in p.tensors.items() if t not in gone}
-    return Program(nodes, tensors, p.dtype, p.flops)
+            params = {"norm": n.op, "op": r.op, "dim": r.params["dim"], "keepdim": r.params["keepdim"]}
+            return Node("NormReduce", list(n.inputs), list(r.outputs), params, list(n.weights))
+        return None
+
+    return _fold_into_reader(p, fold)
 
 
 def fold_softmax_reduce(p: Program) -> Program:
@@ -601,33 +609,17 @@ def fold_softmax_reduce(p: Program) -> Program:
     softmax_reduce_kernel recomputes the softmax from x and them where it loads x, so the softmax's output, as large
     as x, is neither written nor read back: x is read twice, where the softmax read it once or twice (a long column)
     and wrote its output, which the reduction read back."""
-    readers: dict[int, list[int]] = {}
-    for k, n in enumerate(p.nodes):
-        for t in n.inputs:
-            readers.setdefault(t, []).append(k)
-    folded: dict[int, Node] = {}  # reduction node index -> the softmax it takes in
-    for n in p.nodes:
-        users = readers.get(n.outputs[0], [])
-        if n.op not in ("Softmax", "LogSoftmax") or len(users) != 1 or n.outputs[0] in p.outputs:
-            continue
-        op = p.nodes[users[0]].op
+
+    def fold(n: Node, r: Node):
+        if n.op not in ("Softmax", "LogSoftmax") or r.op not in REDUCE_OPS:
+            return None
         # an arg reduction of a half-precision softmax compares the rounded values (their ties): not recomputed
-        if op in REDUCE_OPS and (op not in ("ArgMax", "ArgMin") or p.tensors[n.outputs[0]].dtype == "float32"):
-            folded[users[0]] = n
-    if not folded:
-        return p
-    drop = {id(n) for n in folded.values()}
-    nodes = []
-    for k, n in enumerate(p.nodes):
-        if k in folded:
-            soft = folded[k]
-            params = {"softmax": soft.op, "sdim": soft.params["dim"], "op": n.op, **n.params}
-            nodes.append(Node("SoftmaxReduce", list(soft.inputs), list(n.outputs), params))
-        elif id(n) not in drop:
-            nodes.append(n)
-    gone = {n.outputs[0] for n in folded.values()}
-    tensors = {t: v for t, v in p.tensors.items() if t not in gone}
-    return Program(nodes, tensors, p.dtype, p.flops)
+        if r.op in ("ArgMax", "ArgMin") and p.tensors[n.outputs[0]].dtype != "float32":
+            return None
+        params = {"softmax": n.op, "sdim": n.params["dim"], "op": r.op, **r.params}
+        return Node("SoftmaxReduce", list(n.inputs), list(r.outputs), params)
+
+    return _fold_into_reader(p, fold)
 
 
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
