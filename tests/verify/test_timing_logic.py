@@ -1,12 +1,26 @@
-"""timing.measure's logic on CPU: CUDA events and synchronisation replaced by host-clock fakes (the GPU tests
-check the real thing). Window sizing, the lead call, fresh inputs per call, the exclusive section, and the
-host-clock cross-check."""
-
-import time
+"""timing.measure's logic on CPU: CUDA events, synchronisation and the host clock replaced by a virtual clock that
+only the fake kernels move (the GPU tests check the real thing), so the numbers are exact whatever the machine's load.
+Window sizing, the lead call, fresh inputs per call, the exclusive section, and the host-clock cross-check."""
 
 import pytest
 
 from drtriton_ray.verify import timing
+
+
+class Clock:
+    """Seconds that pass only when a fake kernel runs (spin) or a fake synchronisation waits."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, ms: float) -> None:
+        self.now += ms / 1e3
+
+
+CLOCK = Clock()
 
 
 class FakeEvent:
@@ -14,22 +28,21 @@ class FakeEvent:
         self.t = None
 
     def record(self):
-        self.t = time.perf_counter()
+        self.t = CLOCK()
 
     def elapsed_time(self, other):
         return (other.t - self.t) * 1e3
 
 
 def spin(ms: float) -> None:
-    end = time.perf_counter() + ms / 1e3
-    while time.perf_counter() < end:
-        pass
+    CLOCK.advance(ms)
 
 
 @pytest.fixture
 def fake_cuda(monkeypatch):
     state = {"sync_ms": 0.0}
     monkeypatch.setattr(timing, "_Event", FakeEvent)
+    monkeypatch.setattr(timing, "_perf_counter", CLOCK)
     monkeypatch.setattr(timing, "_synchronize", lambda: spin(state["sync_ms"]))
     monkeypatch.setattr(timing, "DEVICE", "cpu")
     monkeypatch.setattr(timing, "L2_FLUSH_BYTES", 1 << 12)
@@ -72,7 +85,7 @@ def test_short_calls_are_timed_in_windows_with_a_lead_call(fake_cuda):
     assert entered[:4] == [("shared", 0), ("/shared", 1), ("shared", 1), ("/shared", 3)]
     assert entered[4] == ("exclusive", 3) and entered[5][0] == "/exclusive" and len(entered) == 6
     assert 2 <= t.calls <= timing.MAX_CALLS and t.trials == 20
-    assert t.median_ms == pytest.approx(0.25, rel=0.5) and not t.host_suspect
+    assert t.median_ms == pytest.approx(0.25) and not t.host_suspect  # the virtual clock: exact
     assert len(set(seen)) == len(seen)  # every call had its own freshly made inputs
 
 
@@ -81,7 +94,7 @@ def test_long_calls_one_per_trial(fake_cuda):
     t = timing.measure(fn, make_args, trials=20, warmup=1, warmup_ms=0)
     assert t.calls == 1
     assert len(seen) == 1 + 1 + timing.REWARM + 3 + 20  # first call, warm-up, re-warm, probe, a call per trial: no lead
-    assert t.median_ms == pytest.approx(2.5, rel=0.3)
+    assert t.median_ms == pytest.approx(2.5)
 
 
 def test_timing_says_where_its_seconds_go(fake_cuda):
@@ -90,7 +103,8 @@ def test_timing_says_where_its_seconds_go(fake_cuda):
     assert set(t.parts) == {"first", "warm", "rewarm", "probe", "inputs", "flush", "window"}
     # each step's calls of 2.5 ms: one first call, one warm-up call, the re-warm's, the probe's 3, 10 trials' windows
     for part, calls in (("first", 1), ("warm", 1), ("rewarm", timing.REWARM), ("probe", 3), ("window", 10)):
-        assert t.parts[part] >= calls * 2.5e-3, part
+        assert t.parts[part] == pytest.approx(calls * 2.5e-3), part
+    assert t.parts["inputs"] == t.parts["flush"] == 0.0  # no fake kernel runs there
 
 
 def test_work_the_events_miss_makes_the_host_clock_the_measurement(fake_cuda):
