@@ -6,6 +6,10 @@ wall time the GPU was busy (NVML), and where a task's seconds go.
 
     python bench/search_throughput.py --device cuda --problems 6 --workers 1,4 --out search_throughput.json
 
+`--synth PROFILE` takes the level's programs from synthesis at that size profile instead (`small`: kernels of
+microseconds, whose checks and timing cost the GPU little beside compiling them; KernelBench's sizes make the GPU the
+limit), drawn with `--seed`.
+
 Fragments are distinct (by hash), in program order; `--variants N` adds N launch-config variants of each
 lowering candidate (the search's `configs` source: several candidates share a fragment's reference times);
 `--max-candidates` caps the total. Capture runs in the pool's
@@ -39,19 +43,34 @@ from drtriton_ray.search.sources import Budget, LoweringSource, config_variants 
 from drtriton_ray.verify import Limits, Task, WorkerPool  # noqa: E402
 
 
+def synth_programs(level: int, count: int, profile: str, seed: int) -> list[tuple[str, str]]:
+    """(name, source) of `count` programs of a level drawn by synthesis at a size profile (validated on the CPU)."""
+    from drtriton_ray.synth import Sampler, SynthConfig, SynthesisError
+
+    sampler, out = Sampler(SynthConfig(level=level, profile=profile, device="cpu"), seed), []
+    for k in range(count):
+        try:
+            r = sampler.sample(k)
+        except SynthesisError as e:
+            print(f"program {k}: not drawn ({e})", file=sys.stderr)
+            continue
+        out.append((f"{r.id}_{'+'.join(r.ops)}", r.source))
+    return out
+
+
 def fragment_tasks(
-    paths: list[Path], device: str, k: int, cap: int, trials: int, variants: int, profile: bool = False
+    programs: list[tuple[str, str]], device: str, k: int, cap: int, trials: int, variants: int, profile: bool = False
 ) -> list[Task]:
     """Per distinct lowerable fragment of the programs, its lowering candidate and up to `variants` launch-config
     variants of it (the search's `configs` source), as the search would submit them."""
     tasks, seen = [], set()
     source = LoweringSource()
     with WorkerPool(device, size=1, limits=Limits(task_timeout_s=600), name="capture") as pool:
-        for path in paths:
+        for stem, text in programs:
             try:
-                graph = capture_program(path.read_text(), pool)
+                graph = capture_program(text, pool)
             except CaptureError as e:
-                print(f"{path.name}: not captured ({e})", file=sys.stderr)
+                print(f"{stem}: not captured ({e})", file=sys.stderr)
                 continue
             fragments = [f for f in enumerate_fragments(graph, k) if not f.skip and f.hash not in seen]
             seen.update(f.hash for f in fragments)
@@ -60,7 +79,7 @@ def fragment_tasks(
                 f = by_hash[c.fragment]
                 codes = [c.code] + [code for code, _ in (config_variants(c.code, variants) if variants else [])]
                 for j, code in enumerate(codes):
-                    name, seed = f"{path.stem}/{f.name}/{j}", len(tasks)
+                    name, seed = f"{stem}/{f.name}/{j}", len(tasks)
                     tasks.append(
                         Task(
                             f.source,
@@ -117,6 +136,7 @@ def main() -> int:
     ap.add_argument("--kernelbench", type=Path, default=Path(".kernelbench/KernelBench"))
     ap.add_argument("--level", type=int, default=2)
     ap.add_argument("--problems", type=int, default=6, help="seeded subset of the level's problems")
+    ap.add_argument("--synth", default=None, metavar="PROFILE", help="synthesized programs of this size profile")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--k", type=int, default=3)
     ap.add_argument("--max-candidates", type=int, default=48)
@@ -132,9 +152,12 @@ def main() -> int:
     ap.add_argument("--mps", action="store_true", help="each pool size again under CUDA MPS (an experiment)")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
-    paths = problems(args.kernelbench, args.level, args.problems, args.seed)
+    if args.synth:
+        programs = synth_programs(args.level, args.problems, args.synth, args.seed)
+    else:
+        programs = [(p.stem, p.read_text()) for p in problems(args.kernelbench, args.level, args.problems, args.seed)]
     tasks = fragment_tasks(
-        paths,
+        programs,
         args.device,
         args.k,
         args.max_candidates,
@@ -142,7 +165,7 @@ def main() -> int:
         args.variants,
         args.profile and args.device.startswith("cuda"),
     )
-    print(f"{len(tasks)} candidates from {len(paths)} problems", file=sys.stderr)
+    print(f"{len(tasks)} candidates from {len(programs)} problems", file=sys.stderr)
     results = run_modes(tasks, args.device, args.workers.split(","), args.mps)
     summary = report_modes(Console(), results, len(tasks))
     base = results[f"pool{args.workers.split(',')[0]}"]

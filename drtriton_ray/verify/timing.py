@@ -105,14 +105,16 @@ def measure(
             _warm(fn, make_args, warmup, warmup_ms)
         with exclusive():
             with _clock(parts, "rewarm"):
-                _warm(fn, make_args, REWARM, 0.0)
+                _warm(fn, make_args, REWARM, REWARM_MS)
             timing = _timed(fn, make_args, trials, calls, lead, parts)
     timing.parts = parts
     return timing
 
 
-# Calls made again inside the exclusive section after the warm-up: other workers' kernels ran in between.
-REWARM = 2
+# Calls made again inside the exclusive section after the warm-up (other workers' kernels ran in between): at least
+# one, and at least REWARM_MS of them. Every call here is GPU time no other worker of the GPU can use.
+REWARM = 1
+REWARM_MS = 1.0
 
 
 def _warm(fn, make_args, warmup: int, warmup_ms: float) -> None:
@@ -128,50 +130,49 @@ def _warm(fn, make_args, warmup: int, warmup_ms: float) -> None:
 
 
 def _timed(fn, make_args, trials, calls, lead, parts: dict) -> Timing:
+    """The trials' windows. Unless `calls` is given, a probe window of one call sizes them; where one call fills a
+    window (calls of WINDOW_MS or more, whose every call is seconds of exclusive GPU time over a search) the probe is
+    the first trial, not a call spent on sizing alone."""
     with _clock(parts, "probe"):
         flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
-        calls = _window_calls(fn, make_args, flush) if calls is None else calls
+        probe = None if calls is not None else _window(fn, [make_args()], 0, flush)
+        calls = calls if probe is None else _window_calls(probe[0], make_args)
     lead = int(calls > 1 if lead is None else lead)
-    events, hosts, totals = [], [], []
-    for _ in range(max(trials, MIN_TRIALS)):
+    runs = [probe] if probe is not None and calls == 1 and not lead else []
+    while len(runs) < max(trials, MIN_TRIALS):
         with _clock(parts, "inputs"):
             sets = [make_args() for _ in range(calls + lead)]  # fresh values and addresses for every call
-        with _clock(parts, "flush"):
-            flush.zero_()
-            _synchronize()
-        with _clock(parts, "window"):
-            first, start, end = (_Event(enable_timing=True) for _ in range(3))
-            t0 = _perf_counter()
-            first.record()
-            if lead:
-                fn(*sets[0])  # the lead call: the GPU runs it while the host starts the window
-            start.record()
-            for args in sets[lead:]:
-                fn(*args)
-            end.record()
-            _synchronize()  # device-wide: waits for every stream, not just the current one
-            hosts.append((_perf_counter() - t0) * 1e3)
-            totals.append(first.elapsed_time(end))
-            events.append(start.elapsed_time(end))
-            del sets
+        runs.append(_window(fn, sets, lead, flush, parts))
+        del sets
+    events, hosts, totals = (list(x) for x in zip(*runs))
     return _summary(events, hosts, totals, calls, lead)
 
 
-def _window_calls(fn, make_args, flush) -> int:
-    """Calls per window: about WINDOW_MS of back-to-back calls by a probe of one call, within MAX_CALLS and
-    WINDOW_BYTES of input copies."""
-    probe = []
-    for _ in range(3):
-        args = make_args()
+def _window(fn, sets: list, lead: int, flush, parts: Optional[dict] = None) -> tuple[float, float, float]:
+    """One trial: the L2 flushed, then the calls back to back on their own input sets (the first a lead call when
+    `lead`); (event ms of the calls after the lead, host ms of all, event ms of all)."""
+    with _clock(parts if parts is not None else {}, "flush"):
         flush.zero_()
         _synchronize()
-        start, end = _Event(enable_timing=True), _Event(enable_timing=True)
+    with _clock(parts if parts is not None else {}, "window"):
+        first, start, end = (_Event(enable_timing=True) for _ in range(3))
+        t0 = _perf_counter()
+        first.record()
+        if lead:
+            fn(*sets[0])  # the lead call: the GPU runs it while the host starts the window
         start.record()
-        fn(*args)
+        for args in sets[lead:]:
+            fn(*args)
         end.record()
-        _synchronize()
-        probe.append(start.elapsed_time(end))
-    one = max(statistics.median(probe), 1e-3)
+        _synchronize()  # device-wide: waits for every stream, not just the current one
+        host = (_perf_counter() - t0) * 1e3
+    return start.elapsed_time(end), host, first.elapsed_time(end)
+
+
+def _window_calls(one_ms: float, make_args) -> int:
+    """Calls per window: about WINDOW_MS of back-to-back calls of `one_ms` each, within MAX_CALLS and WINDOW_BYTES of
+    input copies."""
+    one = max(one_ms, 1e-3)
     return max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one), WINDOW_BYTES // max(_nbytes(make_args()), 1) - 1))
 
 

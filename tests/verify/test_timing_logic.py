@@ -92,17 +92,28 @@ def test_short_calls_are_timed_in_windows_with_a_lead_call(fake_cuda):
 def test_long_calls_one_per_trial(fake_cuda):
     fn, make_args, seen, _ = counting(2.5)
     t = timing.measure(fn, make_args, trials=20, warmup=1, warmup_ms=0)
-    assert t.calls == 1
-    assert len(seen) == 1 + 1 + timing.REWARM + 3 + 20  # first call, warm-up, re-warm, probe, a call per trial: no lead
+    assert t.calls == 1 and t.trials == 20
+    # first call, warm-up, re-warm, a call per trial (no lead): the probe's call is the first trial's
+    assert len(seen) == 1 + 1 + timing.REWARM + 20
     assert t.median_ms == pytest.approx(2.5)
+
+
+def test_a_probe_that_sizes_a_window_of_several_calls_is_not_a_trial(fake_cuda):
+    fn, make_args, seen, _ = counting(0.5)
+    t = timing.measure(fn, make_args, trials=10, warmup=1, warmup_ms=0)
+    assert t.calls == 4 and t.trials == 10
+    # first call, warm-up, re-warm (1 ms of 0.5 ms calls), the probe's call, 10 windows of a lead call and 4
+    assert len(seen) == 1 + 1 + 2 + 1 + 10 * 5
+    assert t.parts["probe"] == pytest.approx(0.5e-3)
 
 
 def test_timing_says_where_its_seconds_go(fake_cuda):
     fn, make_args, _, _ = counting(2.5)
     t = timing.measure(fn, make_args, trials=10, warmup=1, warmup_ms=0)
     assert set(t.parts) == {"first", "warm", "rewarm", "probe", "inputs", "flush", "window"}
-    # each step's calls of 2.5 ms: one first call, one warm-up call, the re-warm's, the probe's 3, 10 trials' windows
-    for part, calls in (("first", 1), ("warm", 1), ("rewarm", timing.REWARM), ("probe", 3), ("window", 10)):
+    # each step's calls of 2.5 ms: one first call, one warm-up call, the re-warm's, the probe's (the first trial), the
+    # other 9 trials' windows
+    for part, calls in (("first", 1), ("warm", 1), ("rewarm", timing.REWARM), ("probe", 1), ("window", 9)):
         assert t.parts[part] == pytest.approx(calls * 2.5e-3), part
     assert t.parts["inputs"] == t.parts["flush"] == 0.0  # no fake kernel runs there
 
