@@ -8,6 +8,7 @@ paths before a change, other tiles), where the program launches that kernel (13'
 
     PYTHONPATH=. python3 bench/layout_probe.py --out layout_probe.json        # on a CUDA machine, under 3 minutes
     PYTHONPATH=. python3 bench/layout_probe.py --programs 13,41 --no-compile  # a subset, without torch.compile
+    PYTHONPATH=. python3 bench/layout_probe.py --ops Exp,Abs                  # level 1: those operators' programs
     PYTHONPATH=. python3 bench/layout_probe.py --smoke                        # CPU, interpreter, small profile
 
 --smoke draws the same indices at the small profile on the CPU, runs the generated modules in the Triton
@@ -69,6 +70,9 @@ VARIANTS = {
     "ew 1024": {"elementwise": {"BLOCK": 1024}},
     "ew 4096": {"elementwise": {"BLOCK": 4096}},
     "ew 2048": {"elementwise": {"BLOCK": 2048}},
+    # level 1's unary kernels over 537M values (--ops Exp,Cos,Abs: 0.52-0.86x torch.compile in the verifier): warps
+    "ew w8": {"elementwise": {"num_warps": 8}},
+    "ew 4096 w8": {"elementwise": {"BLOCK": 4096, "num_warps": 8}},
     # row_norm_persistent_kernel (layer norms over rows of 4097-8192 values: 7's, 57's): a row a block, 8 warps,
     # and the path before it, a row_norm_kernel program per row ("whole_rows": False, see variant_sources)
     "persistent 1 row w16": {"row_norm_persistent_kernel": {"BLOCK_ROWS": 1}},
@@ -184,6 +188,7 @@ def table(rows: list[dict], title: str) -> Table:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--programs", default=PROGRAMS, help="comma-separated level-2 indices")
+    ap.add_argument("--ops", default=None, help="comma-separated operators: their level-1 programs instead")
     ap.add_argument("--profile", default=None, help="size profile (paper; small with --smoke)")
     ap.add_argument("--seed", type=int, default=7)
     ap.add_argument("--no-compile", action="store_true", help="skip torch.compile (its compiles take most of a run)")
@@ -197,11 +202,18 @@ def main() -> None:
     if not args.smoke:
         os.environ.pop("TRITON_INTERPRET", None)
     device = "cpu" if args.smoke else "cuda"
-    sampler = Sampler(SynthConfig(level=2, profile=profile, device=device), args.seed)
+    if args.ops:  # level 1: each operator's program 0, as bench/lowering.py draws it
+        draws = [
+            (op, Sampler(SynthConfig(level=1, profile=profile, ops=(op,), device=device), args.seed), 0)
+            for op in args.ops.split(",")
+        ]
+    else:
+        sampler = Sampler(SynthConfig(level=2, profile=profile, device=device), args.seed)
+        draws = [(x, sampler, int(x)) for x in args.programs.split(",")]
     tmp, rows, start = Path(tempfile.mkdtemp()), [], time.monotonic()
-    for k in (int(x) for x in args.programs.split(",")):
+    for label, sampler, k in draws:
         if time.monotonic() - start > args.budget_s:
-            print(f"budget spent: program {k} and those after it not probed", flush=True)
+            print(f"budget spent: program {label} and those after it not probed", flush=True)
             break
         rows.append(probe(sampler.sample(k), args, tmp))
         r = rows[-1]

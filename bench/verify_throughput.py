@@ -206,6 +206,8 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | N
         "reference": [r for p in pools for r in p.reference_log],
         "busy": busy.share,
         "section": {k: sum(p.section_seconds[k] for p in pools) for k in pools[0].section_seconds},
+        "job_s": sum(sum(p.job_seconds) for p in pools),
+        "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
     }
 
 
@@ -238,6 +240,8 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
         "start-up s (mean)",
         "reference jobs s",
         "GPU section: exclusive / draining / shared / idle",
+        "workers busy",
+        "jobs' own share",
     ):
         table.add_column(col)
     summary = {}
@@ -257,6 +261,10 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
             "startup_s": mean(s["spawn_to_ready"] for s in r["startup"]),
             "reference_s": ref_s,
             "section_share": section_share(r["section"]),
+            # jobs in flight over the workers' serving seconds; the workers' own task and reference seconds over the
+            # jobs' (the rest: dispatch, the parent's static checks of the task, the answer's trip back)
+            "workers_busy": r["job_s"] / r["worker_s"] if r.get("worker_s") else None,
+            "jobs_own_share": (sum(v.duration_s for v in vs) + ref_s) / r["job_s"] if r.get("job_s") else None,
         }
         s = summary[mode]
         table.add_row(
@@ -271,6 +279,8 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
             f"{s['startup_s']:.1f}",
             f"{ref_s:.1f}",
             " / ".join(f"{v:.0%}" for v in s["section_share"].values()),
+            "n/a" if s["workers_busy"] is None else f"{s['workers_busy']:.0%}",
+            "n/a" if s["jobs_own_share"] is None else f"{s['jobs_own_share']:.0%}",
         )
     console.print(table)
     # where the seconds go: worker start-up parts and the task phases, per candidate, averaged

@@ -259,6 +259,9 @@ class WorkerPool:
         # (problem sha256, GPU model) -> what the first worker to load the problem learnt of it (Task.problem_check)
         self.problem_checks: dict[tuple[str, str], dict] = {}
         self.reference_log: list[dict] = []  # one entry per reference job: times, phases, error
+        # seconds from sending each answered job to its answer: beside the pool's wall time, the share its workers
+        # were busy; beside the workers' own durations, what dispatch and the answer's trip cost
+        self.job_seconds: list[float] = []
         self.startup_log: list[dict] = []  # one entry per worker start: the worker's phases + spawn-to-ready
         self.solo_log: list[dict] = []  # one entry per job run again alone after a memory failure
         self.worker_memory: dict[str, dict] = {}  # worker name -> GPU peak and held GiB over its jobs
@@ -448,8 +451,8 @@ class WorkerPool:
         return out
 
     def _map_distinct(self, tasks: list[Task]) -> list[Verdict]:
-        s = _Schedule(tasks, [static_verdict(t) for t in tasks])
-        s.queue.extend(i for i, v in enumerate(s.results) if v is None)
+        s = _Schedule(tasks, [None] * len(tasks))
+        s.queue.extend(range(len(tasks)))
         while s.queue or s.busy or s.solo:
             if s.solo and not s.busy:  # everything else has ended: the GPU's memory is this job's
                 self._start_alone(s)
@@ -488,8 +491,9 @@ class WorkerPool:
         for slot in range(len(self._workers)):
             if not s.queue or slot in s.busy:
                 continue
-            w = self._ready(self._workers[slot])
-            i = self._next(s, w)
+            i = self._take(s, self._ready(self._workers[slot]))
+            if i is None:
+                continue
             key = s.keys[i]
             if self._needs_reference(s.tasks[i], key) and key not in s.measuring and key not in s.failed:
                 s.measuring.add(key)
@@ -497,6 +501,18 @@ class WorkerPool:
                 self._send(s, slot, "reference", i)
             else:
                 self._send(s, slot, "task", i)
+
+    def _take(self, s: _Schedule, w: _Worker) -> Optional[int]:
+        """The next queued task that passes the parent's static gate (static_verdict), those that fail it answered on
+        the way. The gate runs as tasks go out, so its seconds (AST rules: ~15 ms a candidate) overlap with the
+        workers' instead of all coming before the first task starts."""
+        while s.queue:
+            i = self._next(s, w)
+            verdict = static_verdict(s.tasks[i])
+            if verdict is None:
+                return i
+            s.results[i] = verdict
+        return None
 
     def _next(self, s: _Schedule, w: _Worker) -> int:
         """Off the queue: the first task whose problem the pool knows (self-test done) or no busy worker is loading,
@@ -544,6 +560,7 @@ class WorkerPool:
                 if message.problem_check is not None and not message.retire:
                     self.problem_checks.setdefault(job.key, message.problem_check)
                 del s.busy[slot]
+                self.job_seconds.append(time.perf_counter() - job.start)
                 self._grant(s.section.drop(slot), s.busy)
                 if isinstance(message, VerdictReady):
                     self._accept_verdict(s, job, w, Verdict.from_dict(message.verdict), message.retire)

@@ -102,8 +102,9 @@ def test_a_probe_that_sizes_a_window_of_several_calls_is_not_a_trial(fake_cuda):
     fn, make_args, seen, _ = counting(0.5)
     t = timing.measure(fn, make_args, trials=10, warmup=1, warmup_ms=0)
     assert t.calls == 4 and t.trials == 10
-    # first call, warm-up, re-warm (1 ms of 0.5 ms calls), the probe's call, 10 windows of a lead call and 4
-    assert len(seen) == 1 + 1 + 2 + 1 + 10 * 5
+    # first call, warm-up, re-warm (batches of 1 and 2 calls of 0.5 ms: 1 ms), the probe's call, 10 windows of a
+    # lead call and 4
+    assert len(seen) == 1 + 1 + 3 + 1 + 10 * 5
     assert t.parts["probe"] == pytest.approx(0.5e-3)
 
 
@@ -154,3 +155,13 @@ def test_inductor_config_benchmarks_alone_hold_the_section(monkeypatch):
     with pytest.raises(RuntimeError), timing.autotune_in(section):
         raise RuntimeError("a compile error")
     assert CachingAutotuner.benchmark_all_configs is benchmark
+
+
+def test_the_warm_up_of_long_calls_stops_soon_after_its_time(fake_cuda):
+    """The host sees the GPU's work at synchronisations only: calls longer than the warm-up's 25 ms are not queued
+    16 at a time before the clock is read."""
+    fn, make_args, seen, _ = counting(15.0)
+    t = timing.measure(fn, make_args, trials=10, warmup=2, warmup_ms=25.0)
+    assert t.parts["warm"] == pytest.approx(3 * 15e-3)  # a batch of 1 (15 ms < 25 ms), then one of 2
+    assert t.parts["rewarm"] == pytest.approx(15e-3)
+    assert len(seen) == 1 + 3 + 1 + 10  # the probe's call is the first of the 10 trials
