@@ -753,18 +753,26 @@ def run_task(task: Task, ctx: WorkerContext) -> Verdict:
     return verdict
 
 
+# A worker keeps up to this much of its allocator's cache between jobs. Handing back less frees nothing another
+# worker needs, and costs each small job (a search's fragments) the cudaMalloc of all its blocks, the flush buffer's
+# 256 MiB among them, and a cudaFree of them after it, which waits for the device.
+KEEP_CACHED_BYTES = 2 << 30
+
+
 def release_memory(device: str, compiled: bool = False) -> tuple[float, float]:
-    """After a task, when its models, inputs and outputs are garbage: hand every cached block back to the driver (the
-    pool's other workers share this GPU), and with `compiled` drop torch.compile's graphs too. Returns the GiB this
-    process reserved at its peak since the last call and still holds now (0, 0 on CPU, where there is nothing to
-    hand back)."""
+    """After a job, when its models, inputs and outputs are garbage: hand the cached blocks back to the driver (the
+    pool's other workers share this GPU) where they are more than KEEP_CACHED_BYTES, and with `compiled` drop
+    torch.compile's graphs and hand them back whatever their size. Returns the GiB this process reserved at its peak
+    since the last call and still holds now (0, 0 on CPU, where there is nothing to hand back)."""
     if not device.startswith("cuda"):
         return 0.0, 0.0
-    gc.collect()
+    peak = torch.cuda.max_memory_reserved(device)
     if compiled:
         torch._dynamo.reset()
-    free_cache(device)
-    peak, held = torch.cuda.max_memory_reserved(device), torch.cuda.memory_reserved(device)
+    if compiled or torch.cuda.memory_reserved(device) > KEEP_CACHED_BYTES:
+        gc.collect()
+        free_cache(device)
+    held = torch.cuda.memory_reserved(device)
     torch.cuda.reset_peak_memory_stats(device)
     return peak / 2**30, held / 2**30
 
