@@ -75,7 +75,7 @@ VARIANTS = {
     "ew 4096 w8": {"elementwise": {"BLOCK": 4096, "num_warps": 8}},
     # row_norm_persistent_kernel (layer norms over rows of 4097-8192 values: 7's, 57's): a row a block, 8 warps,
     # and the path before it, a row_norm_kernel program per row ("whole_rows": False, see variant_sources)
-    "persistent 1 row w16": {"row_norm_persistent_kernel": {"BLOCK_ROWS": 1}},
+    "persistent 2 rows w16": {"row_norm_persistent_kernel": {"BLOCK_ROWS": 2}},  # the default before a row a block
     "persistent 1 row w8": {"row_norm_persistent_kernel": {"BLOCK_ROWS": 1, "num_warps": 8}},
     "norm per row (before)": {"whole_rows": False},
 }
