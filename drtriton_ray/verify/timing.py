@@ -101,11 +101,9 @@ def measure(
         with first(), _clock(parts, "first"):
             fn(*make_args())  # compile / autotune outside the exclusive section
             _synchronize()
-        with (warm or first)(), _clock(parts, "warm"):
-            _warm(fn, make_args, warmup, warmup_ms)
+        parts["warm"] = _warm(fn, make_args, warmup, warmup_ms, warm or first)
         with exclusive():
-            with _clock(parts, "rewarm"):
-                _warm(fn, make_args, REWARM, REWARM_MS)
+            parts["rewarm"] = _warm(fn, make_args, REWARM, REWARM_MS)
             timing = _timed(fn, make_args, trials, calls, lead, parts)
     timing.parts = parts
     return timing
@@ -117,20 +115,25 @@ REWARM = 1
 REWARM_MS = 1.0
 
 
-def _warm(fn, make_args, warmup: int, warmup_ms: float) -> None:
-    """At least `warmup` calls and at least `warmup_ms` of back-to-back work. The host clock sees the work only at a
-    synchronisation, so the calls go in batches of 1, 2, 4 ... 16, each followed by one: calls longer than the
-    warm-up stop it after a few calls, where a fixed batch of 16 queued 16 of them (0.24 s of GPU a candidate at
-    KernelBench sizes, for a 25 ms warm-up)."""
-    t_end = _perf_counter() + warmup_ms / 1e3
-    n, batch = 0, 1
-    while n < warmup or _perf_counter() < t_end:
-        k = batch if _perf_counter() < t_end else warmup - n  # time is up: only the calls the count still asks
-        for _ in range(k):
-            fn(*make_args())
+def _warm(fn, make_args, warmup: int, warmup_ms: float, section=nullcontext) -> float:
+    """At least `warmup` calls and at least `warmup_ms` of back-to-back work; returns the seconds of work. The host
+    clock sees the work only at a synchronisation, so the calls go in batches of 1, 2, 4 ... 16, each followed by one:
+    calls longer than the warm-up stop it after a few calls, where a fixed batch of 16 queued 16 of them (0.24 s of
+    GPU a candidate at KernelBench sizes, for a 25 ms warm-up). Each batch holds `section` (the pool's shared one)
+    alone, so a worker waiting to time waits for one batch, not for a whole warm-up of thousands of short calls; the
+    time spent waiting for it is not warm-up."""
+    n, batch, worked = 0, 1, 0.0
+    while n < warmup or worked < warmup_ms / 1e3:
+        k = batch if worked < warmup_ms / 1e3 else warmup - n  # time is up: only the calls the count still asks
+        with section():
+            t0 = _perf_counter()
+            for _ in range(k):
+                fn(*make_args())
+            _synchronize()
+            worked += _perf_counter() - t0
         n += k
-        _synchronize()
         batch = min(2 * batch, 16)
+    return worked
 
 
 def _timed(fn, make_args, trials, calls, lead, parts: dict) -> Timing:
