@@ -73,26 +73,44 @@ def output_scale(r):
     return torch.where(count > 0, total / count.clamp_min(1.0), 0.0).sqrt().clamp_min(tiny)
 
 
+def _work_dtype(dtype):
+    """Where values are compared: float32 for float32 and half outputs, float64 for the rest (float64; integers and
+    bools, compared exactly, which float32 could not do past 2^24). Near the tolerance's edge a candidate and its
+    reference agree to 1e-3 of their size, so their float32 difference is exact (Sterbenz) and the bound
+    tol * (|r| + scale) is off by a few float32 roundings, 1e-7 of it: float64 changes no verdict there, and its
+    temporaries doubled the comparison's memory traffic (a GPU pass per temporary)."""
+    import torch
+
+    return torch.float32 if dtype.is_floating_point and dtype != torch.float64 else torch.float64
+
+
 def _values(c, r, tol: float) -> tuple[int, int, float, float, float]:
     """Elements off, NaN/Inf where the reference is finite, max abs error, max error relative to the output's scale,
     and that scale, of two flat tensors. An element is close as torch.isclose(c, r, rtol=tol, atol=tol * scale,
     equal_nan=True) has it; the counts stay on the device until one read at the end (a read per count and chunk
-    made comparing most of a fragment's checks on a GPU shared by several workers)."""
+    made comparing most of a fragment's checks on a GPU shared by several workers). The scale is summed in float64
+    (squares of float32 values overflow float32), the values compared in _work_dtype."""
     import torch
 
     zero = torch.zeros((), dtype=torch.float64, device=r.device)
     scale = output_scale(r) if tol else zero
+    work = _work_dtype(r.dtype)
+    bound0 = (tol * scale).to(work)  # the absolute part of the bound, a 0-d tensor on the device
     bad, nonfinite, max_abs = zero.clone(), zero.clone(), zero.clone()
     for start in range(0, c.numel(), CHUNK):
-        c64 = c[start : start + CHUNK].to(torch.float64)
-        r64 = r[start : start + CHUNK].to(torch.float64)
-        finite_c, finite_r = torch.isfinite(c64), torch.isfinite(r64)
-        diff = (c64 - r64).abs()
-        within = torch.isfinite(diff) & (diff <= tol * scale + tol * r64.abs())
-        close = within | (c64 == r64) | (c64.isnan() & r64.isnan())
-        max_abs = torch.maximum(max_abs, torch.where(finite_c & finite_r, diff, 0.0).max())
+        cw = c[start : start + CHUNK].to(work)
+        rw = r[start : start + CHUNK].to(work)
+        finite_r = torch.isfinite(rw)
+        diff = (cw - rw).abs()
+        # a finite difference within the bound (an infinite one is not, even where the reference's Inf makes the bound
+        # infinite), or equal values (equal infinities)
+        close = torch.isfinite(diff) & (diff <= rw.abs().mul_(tol).add_(bound0))
+        close |= cw == rw
+        close |= cw.isnan() & rw.isnan()
+        both = finite_r & torch.isfinite(cw)
+        max_abs = torch.maximum(max_abs, torch.where(both, diff, 0.0).max().to(torch.float64))
         bad += (~close).sum()
-        nonfinite += (~finite_c & finite_r).sum()
+        nonfinite += (~torch.isfinite(cw) & finite_r).sum()
     bad_n, nonfinite_n, max_abs_v, scale_v = torch.stack([bad, nonfinite, max_abs, scale]).tolist()
     return int(bad_n), int(nonfinite_n), max_abs_v, max_abs_v / scale_v if scale_v else 0.0, scale_v
 

@@ -53,3 +53,56 @@ def test_rounding_noise_and_headroom_see_intermediates():
     with Headroom() as h:
         torch.exp2(torch.tensor([10.0, 60.0]))
     assert not h.exceeded()
+
+
+def _float64_values(c, r, tol):
+    """The comparison worked in float64 throughout, as it was: the yardstick for the float32 one."""
+    c64, r64 = c.reshape(-1).to(torch.float64), r.reshape(-1).to(torch.float64)
+    finite_r = torch.isfinite(r64)
+    scale = cmp.output_scale(r.reshape(-1)).item() if tol else 0.0
+    diff = (c64 - r64).abs()
+    within = torch.isfinite(diff) & (diff <= tol * scale + tol * r64.abs())
+    close = within | (c64 == r64) | (c64.isnan() & r64.isnan())
+    return int((~close).sum()), int((~torch.isfinite(c64) & finite_r).sum())
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("magnitude", [1e-30, 1.0, 1e4, 1e30])
+def test_float32_work_gives_the_float64_verdicts(dtype, magnitude):
+    """Every element's verdict as the float64 comparison's, whatever the dtype and the magnitudes: values off by
+    factors well inside and well outside the tolerance, mixed signs and scales, NaN and Inf on either side and both,
+    zeros. The errors are kept away from the tolerance's edge (0.3x and 3x of it), where the two may round apart."""
+    g = torch.Generator().manual_seed(int(magnitude > 1) + 7)
+    n = 4000
+    scale = min(magnitude, 10.0) if dtype == torch.float16 else magnitude  # float16 ends at 65504
+    r = torch.randn(n, generator=g, dtype=torch.float64) * torch.pow(10.0, torch.rand(n, generator=g) * 4 - 2)
+    r = (r * scale).to(dtype)
+    tol = cmp.tolerance(dtype)
+    rs = cmp.output_scale(r).item()
+    factor = torch.where(torch.rand(n, generator=g) < 0.5, 0.3, 3.0).to(torch.float64)
+    sign = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).to(torch.float64)
+    c = (r.to(torch.float64) + sign * factor * tol * (r.to(torch.float64).abs() + rs)).to(dtype)
+    for i, (cv, rv) in enumerate(
+        [
+            (float("nan"), 1.0),
+            (1.0, float("nan")),
+            (float("nan"), float("nan")),
+            (float("inf"), float("inf")),
+            (float("inf"), 1.0),
+            (1.0, float("inf")),
+            (-float("inf"), float("inf")),
+            (0.0, 0.0),
+        ]
+    ):
+        c[i], r[i] = cv, rv
+    bad, nonfinite, max_abs, _, _ = cmp._values(c, r, tol)
+    assert (bad, nonfinite) == _float64_values(c, r, tol)
+    assert 0 < bad < n and nonfinite == 2  # NaN and Inf against a finite 1.0
+
+
+def test_integer_outputs_compare_exactly_past_float32():
+    """Integers (argmax indices) compare exactly, also past 2^24 where float32 merges neighbours."""
+    r = torch.tensor([2**24 + 1, 2**40 + 3, 5], dtype=torch.int64)
+    c = torch.tensor([2**24, 2**40 + 3, 5], dtype=torch.int64)
+    result = cmp.compare(c, r)
+    assert result.status == Status.VALUE_MISMATCH and result.detail.startswith("output 0: 1/3 elements off")
