@@ -43,10 +43,11 @@ def elementwise_launcher(p: Program, k: int, tmp: Path):
     spec.loader.exec_module(mod)
     mod.DTYPE = getattr(torch, p.dtype)
     args = line.split("timed(", 1)[1].rstrip(")").split(", ")
-    base = mod.elementwise_args
+    setup = "flat_args" if hasattr(mod, "flat_args") else "elementwise_args"  # dense inputs only: the flat wrapper
+    base = getattr(mod, setup)
 
     def call(env, config):
-        mod.elementwise_args = functools.partial(base, config=config)
+        setattr(mod, setup, functools.partial(base, config=config))
         return mod.timed(*(env[a] for a in args))
 
     return call

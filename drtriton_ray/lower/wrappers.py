@@ -84,6 +84,16 @@ def row_tiles(n, d4, block_c, block=1024):
     return block_r, (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
 
 
+def flat_args(shape, dtype, *inputs, config=None):
+    """(output, grid, arguments, launch constants) of a fused elementwise kernel whose inputs all have the output's
+    shape (passed contiguous): flat indices, BLOCK values a program (1024 unless tuned)."""
+    out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
+    n = out.numel()
+    tensors = [t.contiguous() for t in inputs]
+    meta = {"BLOCK": 1024, **(config or {}), "WIDE": max(n, *(extent(t) for t in tensors)) >= 2**31}
+    return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n), meta
+
+
 def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args);
     columns: the innermost coalesced dims its tiles' columns span (fused_kernel_source's)."""
