@@ -163,14 +163,7 @@ def reduce_kernel(x_ptr, out_ptr, R: tl.constexpr, I: tl.constexpr, n_cols: tl.c
         else:
             best = tl.where(x < acc, r[:, None], best)
             acc = tl.minimum(acc, x)
-    if OP == 2 or OP == 4:
-        total = tl.max(acc, axis=0)
-    elif OP == 3 or OP == 5:
-        total = tl.min(acc, axis=0)
-    else:
-        total = tl.sum(acc, axis=0)
-    if OP == 4 or OP == 5:  # of the lanes holding the best value, the first row
-        first = tl.min(tl.where(acc == total[None, :], best, R), axis=0).to(tl.int64)
+    total, first = reduce_lanes(acc, best, R, OP)  # across the lanes (argmax/argmin: the best's first row)
     if OP == 6:  # second pass around the mean: no catastrophic cancellation
         mean = total / R
         acc = tl.zeros([BLOCK_R, BLOCK_C], dtype=tl.float32)
