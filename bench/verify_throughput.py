@@ -206,7 +206,7 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | N
         "reference": [r for p in pools for r in p.reference_log],
         "busy": busy.share,
         "section": {k: sum(p.section_seconds[k] for p in pools) for k in pools[0].section_seconds},
-        "job_s": sum(sum(p.job_seconds) for p in pools),
+        "job_s": sum(p.job_seconds for p in pools),
         "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
     }
 

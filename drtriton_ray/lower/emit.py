@@ -285,11 +285,9 @@ def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None =
     columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense)
     extra = (f", config={config!r}" if config else "") + (f", columns={columns}" if columns > 1 else "")
     # all inputs of the output's shape: the flat wrapper, which needs none of the broadcast tiles' helpers
-    setup = (
-        f"flat_args({shape}, DTYPE, {args}{extra})"
-        if all(dense)
-        else (f"elementwise_args({shape}, DTYPE, {dense}, {args}{extra})")
-    )
+    setup = f"flat_args({shape}, DTYPE, {args}{extra})"
+    if not all(dense):
+        setup = f"elementwise_args({shape}, DTYPE, {dense}, {args}{extra})"
     wrapper = "\n".join(
         [
             f"def {name}({args}):",

@@ -96,7 +96,8 @@ def flat_args(shape, dtype, *inputs, config=None):
 
 def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     """(output, grid, arguments, launch constants) of a fused elementwise kernel over `inputs` (see leaf_args);
-    columns: the innermost coalesced dims its tiles' columns span (fused_kernel_source's)."""
+    columns: the innermost coalesced dims its tiles' columns span (fused_kernel_source's). Generated solutions take
+    flat_args where every input is dense, which needs none of the broadcast helpers this one carries."""
     out = torch.empty(shape, device=inputs[0].device, dtype=dtype)
     n = out.numel()
     tensors, index = leaf_args(shape, dense, *inputs, columns=True)

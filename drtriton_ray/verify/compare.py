@@ -100,17 +100,16 @@ def _values(c, r, tol: float) -> tuple[int, int, float, float, float]:
     for start in range(0, c.numel(), CHUNK):
         cw = c[start : start + CHUNK].to(work)
         rw = r[start : start + CHUNK].to(work)
-        finite_r = torch.isfinite(rw)
+        finite_c, finite_r = torch.isfinite(cw), torch.isfinite(rw)
         diff = (cw - rw).abs()
         # a finite difference within the bound (an infinite one is not, even where the reference's Inf makes the bound
         # infinite), or equal values (equal infinities)
         close = torch.isfinite(diff) & (diff <= rw.abs().mul_(tol).add_(bound0))
         close |= cw == rw
         close |= cw.isnan() & rw.isnan()
-        both = finite_r & torch.isfinite(cw)
-        max_abs = torch.maximum(max_abs, torch.where(both, diff, 0.0).max().to(torch.float64))
+        max_abs = torch.maximum(max_abs, torch.where(finite_c & finite_r, diff, 0.0).max().to(torch.float64))
         bad += (~close).sum()
-        nonfinite += (~torch.isfinite(cw) & finite_r).sum()
+        nonfinite += (~finite_c & finite_r).sum()
     bad_n, nonfinite_n, max_abs_v, scale_v = torch.stack([bad, nonfinite, max_abs, scale]).tolist()
     return int(bad_n), int(nonfinite_n), max_abs_v, max_abs_v / scale_v if scale_v else 0.0, scale_v
 

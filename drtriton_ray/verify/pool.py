@@ -259,9 +259,9 @@ class WorkerPool:
         # (problem sha256, GPU model) -> what the first worker to load the problem learnt of it (Task.problem_check)
         self.problem_checks: dict[tuple[str, str], dict] = {}
         self.reference_log: list[dict] = []  # one entry per reference job: times, phases, error
-        # seconds from sending each answered job to its answer: beside the pool's wall time, the share its workers
-        # were busy; beside the workers' own durations, what dispatch and the answer's trip cost
-        self.job_seconds: list[float] = []
+        # seconds from sending each answered job to its answer, summed: beside the pool's wall time, the share its
+        # workers were busy; beside the workers' own durations, what dispatch and the answer's trip cost
+        self.job_seconds = 0.0
         self.startup_log: list[dict] = []  # one entry per worker start: the worker's phases + spawn-to-ready
         self.solo_log: list[dict] = []  # one entry per job run again alone after a memory failure
         self.worker_memory: dict[str, dict] = {}  # worker name -> GPU peak and held GiB over its jobs
@@ -560,7 +560,7 @@ class WorkerPool:
                 if message.problem_check is not None and not message.retire:
                     self.problem_checks.setdefault(job.key, message.problem_check)
                 del s.busy[slot]
-                self.job_seconds.append(time.perf_counter() - job.start)
+                self.job_seconds += time.perf_counter() - job.start
                 self._grant(s.section.drop(slot), s.busy)
                 if isinstance(message, VerdictReady):
                     self._accept_verdict(s, job, w, Verdict.from_dict(message.verdict), message.retire)

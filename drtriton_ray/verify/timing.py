@@ -142,8 +142,12 @@ def _timed(fn, make_args, trials, calls, lead, parts: dict) -> Timing:
     the first trial, not a call spent on sizing alone."""
     with _clock(parts, "probe"):
         flush = torch.empty(L2_FLUSH_BYTES // 4, dtype=torch.float32, device=DEVICE)
-        probe = None if calls is not None else _window(fn, [make_args()], 0, flush)
-        calls = calls if probe is None else _window_calls(probe[0], make_args)
+        probe = None
+        if calls is None:
+            args = make_args()
+            probe = _window(fn, [args], 0, flush)
+            calls = _window_calls(probe[0], _nbytes(args))
+            del args
     lead = int(calls > 1 if lead is None else lead)
     runs = [probe] if probe is not None and calls == 1 and not lead else []
     while len(runs) < max(trials, MIN_TRIALS):
@@ -157,11 +161,13 @@ def _timed(fn, make_args, trials, calls, lead, parts: dict) -> Timing:
 
 def _window(fn, sets: list, lead: int, flush, parts: Optional[dict] = None) -> tuple[float, float, float]:
     """One trial: the L2 flushed, then the calls back to back on their own input sets (the first a lead call when
-    `lead`); (event ms of the calls after the lead, host ms of all, event ms of all)."""
-    with _clock(parts if parts is not None else {}, "flush"):
+    `lead`); (event ms of the calls after the lead, host ms of all, event ms of all). `parts`: where the flush's and
+    the window's seconds go (None: the caller clocks them)."""
+    parts = {} if parts is None else parts
+    with _clock(parts, "flush"):
         flush.zero_()
         _synchronize()
-    with _clock(parts if parts is not None else {}, "window"):
+    with _clock(parts, "window"):
         first, start, end = (_Event(enable_timing=True) for _ in range(3))
         t0 = _perf_counter()
         first.record()
@@ -176,11 +182,11 @@ def _window(fn, sets: list, lead: int, flush, parts: Optional[dict] = None) -> t
     return start.elapsed_time(end), host, first.elapsed_time(end)
 
 
-def _window_calls(one_ms: float, make_args) -> int:
+def _window_calls(one_ms: float, nbytes: int) -> int:
     """Calls per window: about WINDOW_MS of back-to-back calls of `one_ms` each, within MAX_CALLS and WINDOW_BYTES of
-    input copies."""
+    input copies of `nbytes` each."""
     one = max(one_ms, 1e-3)
-    return max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one), WINDOW_BYTES // max(_nbytes(make_args()), 1) - 1))
+    return max(1, min(MAX_CALLS, math.ceil(WINDOW_MS / one), WINDOW_BYTES // max(nbytes, 1) - 1))
 
 
 def _summary(events, hosts, totals, calls, lead) -> Timing:
