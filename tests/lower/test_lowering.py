@@ -692,3 +692,29 @@ def compile_for_hopper(script: str, *args: str) -> str:
         pytest.skip("no Triton CUDA backend here: " + r.stderr[-300:])
     assert r.returncode == 0, r.stderr[-3000:]
     return r.stdout
+
+
+def test_family_rows_subset():
+    """bench/lowering.py's per-family table: a program counts in each non-elementwise family it has, and in the
+    subset row (issue 29's elementwise/norm programs) only when it has no other family."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+    import lowering as bench
+
+    def prog(name, vs_compile):
+        return {
+            "level": 2,
+            "name": f"id {name}",
+            "status": "correct",
+            "kernels": 1,
+            "speedup_vs_eager": 2.0,
+            "speedup_vs_compile": vs_compile,
+        }
+
+    rows = bench.family_rows([prog("Exp+LayerNorm", 2.0), prog("ReLU+Tanh", 0.5), prog("Conv2d+ReLU", 4.0)])
+    subset = rows[(2, bench.SUBSET)]
+    assert subset["programs"] == 2 and subset["compile"] == pytest.approx(1.0)
+    assert rows[(2, "conv/transposed conv")]["programs"] == 1 and (2, "pooling") not in rows
+    assert rows[(2, "elementwise")]["programs"] == 1
