@@ -207,6 +207,8 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | N
         "busy": busy.share,
         "section": {k: sum(p.section_seconds[k] for p in pools) for k in pools[0].section_seconds},
         "job_s": sum(p.job_seconds for p in pools),
+        "loop": {k: sum(p.loop_seconds[k] for p in pools) for k in pools[0].loop_seconds},
+        "holds": {k: [h for p in pools for h in p.section_holds[k]] for k in pools[0].section_holds},
         "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
     }
 
@@ -283,23 +285,101 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
             "n/a" if s["jobs_own_share"] is None else f"{s['jobs_own_share']:.0%}",
         )
     console.print(table)
-    # where the seconds go: worker start-up parts and the task phases, per candidate, averaged
+    console.print(job_table(results, summary))
+    console.print(hold_table(results, summary))
+    # where the seconds go: worker start-up parts and the task phases, per candidate, averaged (a row each)
     phases = sorted({k for r in results.values() for v in r["verdicts"] for k in v.phases})
     starts = sorted({k for r in results.values() for s in r["startup"] for k in s})
     t2 = Table(title="seconds per candidate (mean): worker start-up parts, task phases")
-    t2.add_column("mode")
-    for col in [f"start:{k}" for k in starts] + phases + ["task total"]:
-        t2.add_column(col)
+    t2.add_column("part")
+    for mode in results:
+        t2.add_column(mode, justify="right")
+    for k in starts:
+        t2.add_row(f"start:{k}", *(f"{mean(s.get(k, 0.0) for s in r['startup']):.2f}" for r in results.values()))
+    for k in phases:
+        t2.add_row(k, *(f"{mean(v.phases.get(k, 0.0) for v in r['verdicts']):.3f}" for r in results.values()))
+    t2.add_row("task total", *(f"{mean(v.duration_s for v in r['verdicts']):.3f}" for r in results.values()))
     for mode, r in results.items():
         vs = r["verdicts"]
-        row = [f"{mean(s.get(k, 0.0) for s in r['startup']):.2f}" for k in starts]
-        row += [f"{mean(v.phases.get(k, 0.0) for v in vs):.3f}" for k in phases]
-        row.append(f"{mean(v.duration_s for v in vs):.2f}")
-        t2.add_row(mode, *row)
         summary[mode]["phases"] = {k: mean(v.phases.get(k, 0.0) for v in vs) for k in phases}
         summary[mode]["startup_parts"] = {k: mean(s.get(k, 0.0) for s in r["startup"]) for k in starts}
     console.print(t2)
     return summary
+
+
+def hold_table(results: dict, summary: dict) -> Table:
+    """The GPU section's holds as the parent saw them (grant to release, ms): how many, and how long."""
+    table = Table(title="GPU section holds, grant to release (ms)")
+    for col in ("mode", "kind", "holds", "per candidate", "mean", "median", "p90", "max", "total s"):
+        table.add_column(col, justify="right")
+    for mode, r in results.items():
+        for kind, holds in (r.get("holds") or {}).items():
+            if not holds:
+                continue
+            ms = sorted(1e3 * h for h in holds)
+            row = {
+                "holds": len(ms),
+                "mean": statistics.mean(ms),
+                "median": ms[len(ms) // 2],
+                "p90": ms[int(0.9 * (len(ms) - 1))],
+                "max": ms[-1],
+                "total_s": sum(ms) / 1e3,
+            }
+            summary[mode].setdefault("holds", {})[kind] = row
+            per = len(ms) / max(1, len(r["verdicts"]))
+            table.add_row(
+                mode,
+                kind,
+                str(len(ms)),
+                f"{per:.1f}",
+                *(f"{row[k]:.2f}" for k in ("mean", "median", "p90", "max", "total_s")),
+            )
+    return table
+
+
+def job_table(results: dict, summary: dict) -> Table:
+    """A candidate's job, from the parent's send to its receipt of the answer, in parts (mean seconds): the worker's
+    own work, its waits for the GPU section (held back by the arbiter; the rest, messages and the parent's loop),
+    after the task (memory handed back, device check), and the remainder (dispatch, the answer's trip, the parent
+    busy elsewhere); beside them, the share of the parent loop's time at work and in the static gate."""
+    table = Table(title="a candidate's job seconds (mean), and the parent's loop")
+    for col in (
+        "mode",
+        "job",
+        "own work",
+        "section: queued",
+        "section: messages",
+        "after task",
+        "rest",
+        "loop busy",
+        "loop static",
+    ):
+        table.add_column(col, justify="right")
+    for mode, r in results.items():
+        vs, loop = r["verdicts"], r.get("loop") or {}
+        ref_s = sum(x["phases"].get("total", 0.0) for x in r["reference"])
+        job = (r["job_s"] - ref_s) / len(vs) if vs and r.get("job_s") else 0.0
+        wait = mean(v.phases.get("gate_wait", 0.0) for v in vs)
+        queued = mean(v.phases.get("gate_queued", 0.0) for v in vs)
+        after = mean(v.phases.get("after_task", 0.0) for v in vs)
+        own = mean(v.duration_s for v in vs) - wait
+        busy = (loop.get("map", 0.0) - loop.get("waiting", 0.0)) / loop["map"] if loop.get("map") else None
+        static = loop.get("static", 0.0) / loop["map"] if loop.get("map") else None
+        parts = {
+            "job": job,
+            "own": own,
+            "queued": queued,
+            "messages": wait - queued,
+            "after": after,
+            "rest": job - own - wait - after,
+            "loop_busy": busy,
+            "loop_static": static,
+        }
+        summary[mode]["job_parts"] = parts
+        cells = [f"{parts[k]:.3f}" for k in ("job", "own", "queued", "messages", "after", "rest")]
+        cells += ["n/a" if x is None else f"{x:.0%}" for x in (busy, static)]
+        table.add_row(mode, *cells)
+    return table
 
 
 def timing_report(console: Console, results: dict, repeats: list[float], workers_mode: str) -> dict:

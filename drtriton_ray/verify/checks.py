@@ -73,6 +73,7 @@ class GpuSection:
     def __init__(self, conn=None):
         self.conn = conn
         self.waited = 0.0  # seconds spent waiting for grants
+        self.queued = 0.0  # the part of them the pool's arbiter held the requests back (the rest: messages, loop)
         self.held_exclusive = 0.0  # seconds spent holding the section exclusive
 
     @contextmanager
@@ -87,6 +88,7 @@ class GpuSection:
             raise RuntimeError(f"verifier pool protocol: expected a grant, got {type(message).__name__}")
         t1 = time.perf_counter()
         self.waited += t1 - t0
+        self.queued += min(message.queued_s, t1 - t0)
         try:
             yield
         finally:
@@ -226,17 +228,23 @@ class _Run:
 
     @contextmanager
     def phase(self, name: str):
-        """Seconds spent per phase (gate waits reported apart, as gate_wait), into verdict.phases; the seconds the
-        phase held the GPU section exclusive are also counted in `exclusive_held` (part of the phase's own)."""
+        """Seconds spent per phase (gate waits reported apart, as gate_wait, and of those the arbiter's queueing as
+        gate_queued), into verdict.phases; the seconds the phase held the GPU section exclusive are also counted in
+        `exclusive_held` (part of the phase's own)."""
         gate = self.ctx.gate
-        t0, waited, held = time.perf_counter(), gate.waited, gate.held_exclusive
+        t0, waited, queued, held = time.perf_counter(), gate.waited, gate.queued, gate.held_exclusive
         try:
             yield
         finally:
             phases = self.verdict.phases
             w = gate.waited - waited
             phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0 - w
-            for key, seconds in (("gate_wait", w), ("exclusive_held", gate.held_exclusive - held)):
+            parts = (
+                ("gate_wait", w),
+                ("gate_queued", gate.queued - queued),
+                ("exclusive_held", gate.held_exclusive - held),
+            )
+            for key, seconds in parts:
                 if seconds:
                     phases[key] = phases.get(key, 0.0) + seconds
 

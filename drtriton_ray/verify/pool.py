@@ -153,6 +153,8 @@ class SectionArbiter:
         self.queue: deque = deque()  # (slot, kind)
         self.seconds = dict.fromkeys(SECTION_STATES, 0.0)
         self._since = time.perf_counter()
+        self.holds: dict[str, list[float]] = {"shared": [], "exclusive": []}  # each hold's seconds, grant to release
+        self._granted: dict[int, tuple[str, float]] = {}  # slot -> (kind, when granted)
 
     def state(self) -> str:
         if self.writer is not None:
@@ -173,6 +175,9 @@ class SectionArbiter:
 
     def release(self, slot: int) -> list[int]:
         self._tick()
+        if slot in self._granted:
+            kind, since = self._granted.pop(slot)
+            self.holds[kind].append(self._since - since)
         self.readers.discard(slot)
         if self.writer == slot:
             self.writer = None
@@ -199,6 +204,7 @@ class SectionArbiter:
                 self.writer = slot
             else:
                 self.readers.add(slot)
+            self._granted[slot] = (kind, time.perf_counter())
             self.queue.popleft()
             granted.append(slot)
         return granted
@@ -268,6 +274,10 @@ class WorkerPool:
         self.duplicates = 0  # tasks answered with a copy of an identical task's verdict
         # seconds the GPU section spent in each state over every map() call (SectionArbiter.seconds)
         self.section_seconds = dict.fromkeys(SECTION_STATES, 0.0)
+        # the parent's own loop over every map() call: its seconds in all, waiting for messages, in the static gate;
+        # the rest of "map" is the loop at work, which delays each grant and each next job it has not got to yet
+        self.loop_seconds = {"map": 0.0, "waiting": 0.0, "static": 0.0}
+        self.section_holds: dict[str, list[float]] = {"shared": [], "exclusive": []}  # SectionArbiter.holds, all maps
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -453,6 +463,7 @@ class WorkerPool:
     def _map_distinct(self, tasks: list[Task]) -> list[Verdict]:
         s = _Schedule(tasks, [None] * len(tasks))
         s.queue.extend(range(len(tasks)))
+        t0 = time.perf_counter()
         while s.queue or s.busy or s.solo:
             if s.solo and not s.busy:  # everything else has ended: the GPU's memory is this job's
                 self._start_alone(s)
@@ -460,6 +471,9 @@ class WorkerPool:
                 self._fill(s)
             if s.busy:
                 self._wait(s)
+        self.loop_seconds["map"] += time.perf_counter() - t0
+        for kind, holds in s.section.holds.items():
+            self.section_holds[kind] += holds
         for state, seconds in s.section.close().items():
             self.section_seconds[state] += seconds
         for i, v in enumerate(s.results):  # tasks that ran before their problem's (complete) reference times came
@@ -508,7 +522,9 @@ class WorkerPool:
         workers' instead of all coming before the first task starts."""
         while s.queue:
             i = self._next(s, w)
+            t0 = time.perf_counter()
             verdict = static_verdict(s.tasks[i])
+            self.loop_seconds["static"] += time.perf_counter() - t0
             if verdict is None:
                 return i
             s.results[i] = verdict
@@ -532,7 +548,10 @@ class WorkerPool:
         conns = {self._workers[slot].conn: slot for slot in s.busy}
         running = [j.deadline for j in s.busy.values() if j.waiting_since is None]
         timeout = max(0.0, min(running) - time.perf_counter()) if running else None
-        for conn in wait(list(conns), timeout):
+        t0 = time.perf_counter()
+        ready = wait(list(conns), timeout)
+        self.loop_seconds["waiting"] += time.perf_counter() - t0
+        for conn in ready:
             if conns[conn] in s.busy:
                 self._serve(conns[conn], s)
         now = time.perf_counter()
@@ -574,11 +593,13 @@ class WorkerPool:
             job = busy.get(slot)
             if job is None:
                 continue
+            queued = 0.0
             if job.waiting_since is not None:
-                job.deadline += now - job.waiting_since
+                queued = now - job.waiting_since
+                job.deadline += queued
                 job.waiting_since = None
             try:
-                self._workers[slot].conn.send(Granted())
+                self._workers[slot].conn.send(Granted(queued))
             except (OSError, ValueError):
                 pass  # it died meanwhile: its EOF ends the job
 

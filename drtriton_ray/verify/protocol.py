@@ -30,6 +30,8 @@ class RunCapture:
 class Granted:
     """The section the worker asked for is its own now."""
 
+    queued_s: float = 0.0  # seconds the arbiter held the request back behind other holders (the rest of a wait: pipes)
+
 
 @dataclass
 class Stop:

@@ -224,8 +224,11 @@ def _serve(conn, ctx, device: str, limits) -> None:
                 return
             continue
         verdict = run_task(message.task, ctx)
+        t0 = time.perf_counter()
         verdict.gpu_peak_gib, verdict.gpu_held_gib = release_memory(device)
         poisoned = _device_poisoned(device, verdict)
+        # after the task's own clock (duration_s): handing memory back and the device check, the job's last step
+        verdict.phases["after_task"] = time.perf_counter() - t0
         if poisoned and verdict.status == Status.RUNTIME_ERROR.value:
             verdict.status = Status.DEVICE_ERROR.value
         # A tampered process cannot be trusted to grade the next candidate either.

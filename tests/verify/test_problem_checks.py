@@ -71,6 +71,24 @@ def test_verdict_reports_phase_times(pool, source):
     assert Verdict.from_dict(v.to_dict()).phases == v.phases
 
 
+def test_pool_accounts_for_a_jobs_seconds(pool, source):
+    """Where a job's seconds go, as bench/search_throughput.py reports them: the worker's time after the task, its
+    section waits split into the arbiter's queueing (never more than the wait) and the rest, every hold the arbiter
+    granted, and the parent loop's own seconds (waiting for messages and the static gate within its whole)."""
+    holds = {k: len(v) for k, v in pool.section_holds.items()}
+    before = dict(pool.loop_seconds)
+    tasks = [Task(source("problems", "relu"), source("candidates", "good_relu") + f"\n# {k}\n") for k in range(3)]
+    verdicts = pool.map(tasks)
+    assert all(v.correct for v in verdicts)
+    for v in verdicts:
+        assert v.phases["after_task"] >= 0
+        assert 0 <= v.phases.get("gate_queued", 0.0) <= v.phases.get("gate_wait", 0.0) + 1e-9
+    assert len(pool.section_holds["shared"]) > holds["shared"]  # the trials' parts, each held shared
+    assert all(h >= 0 for h in pool.section_holds["shared"])
+    spent = {k: pool.loop_seconds[k] - before[k] for k in before}
+    assert spent["map"] > 0 and 0 < spent["static"] and spent["waiting"] + spent["static"] <= spent["map"]
+
+
 def test_gate_grants_shared_together_and_exclusive_alone():
     g = SectionArbiter()
     assert g.request(0, "shared") == [0]
@@ -106,6 +124,7 @@ def test_gate_clocks_its_occupancy(monkeypatch):
     at(6.0), g.release(1)  # exclusive 4-6
     at(7.0)
     assert g.close() == {"exclusive": 2.0, "draining": 1.0, "shared": 2.0, "idle": 2.0}
+    assert g.holds == {"shared": [3.0], "exclusive": [2.0]}  # each hold from its grant to its release
 
 
 def test_reference_times_fill_speedups():
