@@ -209,8 +209,19 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | N
         "job_s": sum(p.job_seconds for p in pools),
         "loop": {k: sum(p.loop_seconds[k] for p in pools) for k in pools[0].loop_seconds},
         "holds": {k: [h for p in pools for h in p.section_holds[k]] for k in pools[0].section_holds},
+        "by_label": merge_labels(p.section_by_label for p in pools),
+        "jobs": [j for p in pools for j in p.job_log],
         "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
     }
+
+
+def merge_labels(tables) -> dict:
+    out: dict = {}
+    for table in tables:
+        for label, (n, seconds, longest) in table.items():
+            row = out.setdefault(label, [0, 0.0, 0.0])
+            row[0], row[1], row[2] = row[0] + n, row[1] + seconds, max(row[2], longest)
+    return out
 
 
 def spread(values: list[float]) -> float:
@@ -308,11 +319,13 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
 
 
 def hold_table(results: dict, summary: dict) -> Table:
-    """The GPU section's holds as the parent saw them (grant to release, ms): how many, and how long."""
+    """The GPU section's holds as the parent saw them (grant to release, ms): how many, how long; then the phases
+    that held it longest in all (a long shared hold keeps every worker that waits to time waiting)."""
     table = Table(title="GPU section holds, grant to release (ms)")
-    for col in ("mode", "kind", "holds", "per candidate", "mean", "median", "p90", "max", "total s"):
+    for col in ("mode", "kind / phase", "holds", "per candidate", "mean", "median", "p90", "max", "total s"):
         table.add_column(col, justify="right")
     for mode, r in results.items():
+        n = max(1, len(r["verdicts"]))
         for kind, holds in (r.get("holds") or {}).items():
             if not holds:
                 continue
@@ -326,14 +339,13 @@ def hold_table(results: dict, summary: dict) -> Table:
                 "total_s": sum(ms) / 1e3,
             }
             summary[mode].setdefault("holds", {})[kind] = row
-            per = len(ms) / max(1, len(r["verdicts"]))
-            table.add_row(
-                mode,
-                kind,
-                str(len(ms)),
-                f"{per:.1f}",
-                *(f"{row[k]:.2f}" for k in ("mean", "median", "p90", "max", "total_s")),
-            )
+            cells = [f"{row[k]:.2f}" for k in ("mean", "median", "p90", "max", "total_s")]
+            table.add_row(mode, kind, str(len(ms)), f"{len(ms) / n:.1f}", *cells)
+        top = sorted((r.get("by_label") or {}).items(), key=lambda kv: -kv[1][1])[:8]
+        summary[mode]["holds_by_label"] = {k: {"holds": c, "s": t, "max_ms": 1e3 * m} for k, (c, t, m) in top}
+        for label, (count, seconds, longest) in top:
+            cells = [f"{1e3 * seconds / count:.2f}", "", "", f"{1e3 * longest:.2f}", f"{seconds:.2f}"]
+            table.add_row(mode, label, str(count), f"{count / n:.1f}", *cells)
     return table
 
 
@@ -341,24 +353,16 @@ def job_table(results: dict, summary: dict) -> Table:
     """A candidate's job, from the parent's send to its receipt of the answer, in parts (mean seconds): the worker's
     own work, its waits for the GPU section (held back by the arbiter; the rest, messages and the parent's loop),
     after the task (memory handed back, device check), and the remainder (dispatch, the answer's trip, the parent
-    busy elsewhere); beside them, the share of the parent loop's time at work and in the static gate."""
-    table = Table(title="a candidate's job seconds (mean), and the parent's loop")
-    for col in (
-        "mode",
-        "job",
-        "own work",
-        "section: queued",
-        "section: messages",
-        "after task",
-        "rest",
-        "loop busy",
-        "loop static",
-    ):
+    busy elsewhere); reference jobs (how many, their mean seconds and remainder); the share of the parent loop's
+    time at work and in the static gate."""
+    table = Table(title="a candidate's job seconds (mean), reference jobs, and the parent's loop")
+    columns = ("mode", "job", "own work", "section: queued", "section: messages", "after task", "rest")
+    for col in columns + ("reference jobs: n / s / rest", "loop busy", "loop static"):
         table.add_column(col, justify="right")
     for mode, r in results.items():
-        vs, loop = r["verdicts"], r.get("loop") or {}
-        ref_s = sum(x["phases"].get("total", 0.0) for x in r["reference"])
-        job = (r["job_s"] - ref_s) / len(vs) if vs and r.get("job_s") else 0.0
+        vs, loop, jobs = r["verdicts"], r.get("loop") or {}, r.get("jobs") or []
+        refs = [j for j in jobs if j["kind"] == "reference"]
+        job = mean(j["seconds"] for j in jobs if j["kind"] == "task")
         wait = mean(v.phases.get("gate_wait", 0.0) for v in vs)
         queued = mean(v.phases.get("gate_queued", 0.0) for v in vs)
         after = mean(v.phases.get("after_task", 0.0) for v in vs)
@@ -372,11 +376,15 @@ def job_table(results: dict, summary: dict) -> Table:
             "messages": wait - queued,
             "after": after,
             "rest": job - own - wait - after,
+            "reference_jobs": len(refs),
+            "reference_s": mean(j["seconds"] for j in refs),
+            "reference_rest": mean(j["seconds"] - j["own"] for j in refs),
             "loop_busy": busy,
             "loop_static": static,
         }
         summary[mode]["job_parts"] = parts
         cells = [f"{parts[k]:.3f}" for k in ("job", "own", "queued", "messages", "after", "rest")]
+        cells.append(f"{len(refs)} / {parts['reference_s']:.2f} / {parts['reference_rest']:.2f}")
         cells += ["n/a" if x is None else f"{x:.0%}" for x in (busy, static)]
         table.add_row(mode, *cells)
     return table

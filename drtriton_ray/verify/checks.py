@@ -74,6 +74,7 @@ class GpuSection:
         self.conn = conn
         self.waited = 0.0  # seconds spent waiting for grants
         self.queued = 0.0  # the part of them the pool's arbiter held the requests back (the rest: messages, loop)
+        self.label = ""  # the innermost phase now running (_Run.phase): sent with each request
         self.held_exclusive = 0.0  # seconds spent holding the section exclusive
 
     @contextmanager
@@ -82,7 +83,7 @@ class GpuSection:
             yield
             return
         t0 = time.perf_counter()
-        self.conn.send(Acquire(kind))
+        self.conn.send(Acquire(kind, self.label))
         message = self.conn.recv()
         if not isinstance(message, Granted):
             raise RuntimeError(f"verifier pool protocol: expected a grant, got {type(message).__name__}")
@@ -233,9 +234,11 @@ class _Run:
         `exclusive_held` (part of the phase's own)."""
         gate = self.ctx.gate
         t0, waited, queued, held = time.perf_counter(), gate.waited, gate.queued, gate.held_exclusive
+        outer, gate.label = gate.label, name
         try:
             yield
         finally:
+            gate.label = outer
             phases = self.verdict.phases
             w = gate.waited - waited
             phases[name] = phases.get(name, 0.0) + time.perf_counter() - t0 - w

@@ -154,7 +154,9 @@ class SectionArbiter:
         self.seconds = dict.fromkeys(SECTION_STATES, 0.0)
         self._since = time.perf_counter()
         self.holds: dict[str, list[float]] = {"shared": [], "exclusive": []}  # each hold's seconds, grant to release
-        self._granted: dict[int, tuple[str, float]] = {}  # slot -> (kind, when granted)
+        self.by_label: dict[str, list[float]] = {}  # "kind label" -> [holds, seconds, longest]
+        self._granted: dict[int, tuple[str, str, float]] = {}  # slot -> (kind, label, when granted)
+        self._labels: dict[int, str] = {}  # slot -> the label of its queued request
 
     def state(self) -> str:
         if self.writer is not None:
@@ -168,16 +170,19 @@ class SectionArbiter:
         self.seconds[self.state()] += now - self._since
         self._since = now
 
-    def request(self, slot: int, kind: str) -> list[int]:
+    def request(self, slot: int, kind: str, label: str = "") -> list[int]:
         self._tick()
         self.queue.append((slot, kind))
+        self._labels[slot] = label
         return self._grant()
 
     def release(self, slot: int) -> list[int]:
         self._tick()
         if slot in self._granted:
-            kind, since = self._granted.pop(slot)
+            kind, label, since = self._granted.pop(slot)
             self.holds[kind].append(self._since - since)
+            row = self.by_label.setdefault(f"{kind} {label}".strip(), [0, 0.0, 0.0])
+            row[0], row[1], row[2] = row[0] + 1, row[1] + self._since - since, max(row[2], self._since - since)
         self.readers.discard(slot)
         if self.writer == slot:
             self.writer = None
@@ -204,7 +209,7 @@ class SectionArbiter:
                 self.writer = slot
             else:
                 self.readers.add(slot)
-            self._granted[slot] = (kind, time.perf_counter())
+            self._granted[slot] = (kind, self._labels.pop(slot, ""), time.perf_counter())
             self.queue.popleft()
             granted.append(slot)
         return granted
@@ -278,6 +283,8 @@ class WorkerPool:
         # the rest of "map" is the loop at work, which delays each grant and each next job it has not got to yet
         self.loop_seconds = {"map": 0.0, "waiting": 0.0, "static": 0.0}
         self.section_holds: dict[str, list[float]] = {"shared": [], "exclusive": []}  # SectionArbiter.holds, all maps
+        self.section_by_label: dict[str, list[float]] = {}  # SectionArbiter.by_label, all maps
+        self.job_log: list[dict] = []  # per answered job: kind, seconds from send to answer, the worker's own seconds
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -474,6 +481,9 @@ class WorkerPool:
         self.loop_seconds["map"] += time.perf_counter() - t0
         for kind, holds in s.section.holds.items():
             self.section_holds[kind] += holds
+        for label, (n, seconds, longest) in s.section.by_label.items():
+            row = self.section_by_label.setdefault(label, [0, 0.0, 0.0])
+            row[0], row[1], row[2] = row[0] + n, row[1] + seconds, max(row[2], longest)
         for state, seconds in s.section.close().items():
             self.section_seconds[state] += seconds
         for i, v in enumerate(s.results):  # tasks that ran before their problem's (complete) reference times came
@@ -572,20 +582,32 @@ class WorkerPool:
                 return
             if isinstance(message, Acquire):
                 job.waiting_since = time.perf_counter()
-                self._grant(s.section.request(slot, message.kind), s.busy)
+                self._grant(s.section.request(slot, message.kind, message.label), s.busy)
             elif isinstance(message, Release):
                 self._grant(s.section.release(slot), s.busy)
             elif isinstance(message, (VerdictReady, ReferenceReady)):
                 if message.problem_check is not None and not message.retire:
                     self.problem_checks.setdefault(job.key, message.problem_check)
                 del s.busy[slot]
-                self.job_seconds += time.perf_counter() - job.start
+                self._log_job(job, message)
                 self._grant(s.section.drop(slot), s.busy)
                 if isinstance(message, VerdictReady):
                     self._accept_verdict(s, job, w, Verdict.from_dict(message.verdict), message.retire)
                 else:
                     self._accept_reference(s, job, w, message.result, message.retire)
                 return
+
+    def _log_job(self, job: _Job, message) -> None:
+        """The job's seconds from its send to its answer, beside the worker's own (its task or reference clock, and
+        the step after it): the difference is dispatch, the pipes and the parent's loop."""
+        seconds = time.perf_counter() - job.start
+        self.job_seconds += seconds
+        if isinstance(message, VerdictReady):
+            phases, own = message.verdict.get("phases") or {}, message.verdict.get("duration_s") or 0.0
+        else:
+            phases = message.result.get("phases") or {}
+            own = phases.get("total", 0.0)
+        self.job_log.append({"kind": job.kind, "seconds": seconds, "own": own + phases.get("after_task", 0.0)})
 
     def _grant(self, slots: list[int], busy: dict) -> None:
         now = time.perf_counter()

@@ -46,6 +46,7 @@ class Ready:
 @dataclass
 class Acquire:
     kind: str  # "shared" (checks) or "exclusive" (timing, large problems)
+    label: str = ""  # the phase asking (trial:candidate, timing, ...): the pool adds up its holds by label
 
 
 @dataclass

@@ -217,8 +217,12 @@ def _serve(conn, ctx, device: str, limits) -> None:
             continue
         if isinstance(message, RunReference):
             result = run_reference(message.task, ctx)
-            result["gpu_peak_gib"], result["gpu_held_gib"] = release_memory(device, compiled=True)
+            t0 = time.perf_counter()
+            # without torch.compile there are no graphs to drop, and the allocator's cache stays as after a task
+            compiled = message.task.compile_reference
+            result["gpu_peak_gib"], result["gpu_held_gib"] = release_memory(device, compiled=compiled)
             poisoned = _device_poisoned(device, None)
+            result["phases"]["after_task"] = time.perf_counter() - t0
             conn.send(ReferenceReady(result, poisoned, None if poisoned else problem_check(message.task, ctx)))
             if poisoned:
                 return
