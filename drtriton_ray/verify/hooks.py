@@ -81,6 +81,17 @@ STRICT_ALLOWED_ATEN = frozenset(
 )
 
 
+def load_handles(compiled) -> None:
+    """Load what the compile pass compiled onto the device now (Triton's CompiledKernel._init_handles: the module and
+    its launcher), as its first launch would. Loading runs no kernel, and it takes from milliseconds to a few hundred
+    (a launcher built or imported), so it belongs outside the pool's GPU section, not inside the first trial's part.
+    An error (too little shared memory) is kept by Triton for that launch to raise again, where the trial reports it."""
+    for kernel in compiled if isinstance(compiled, (list, tuple)) else [compiled]:
+        init = getattr(kernel, "_init_handles", None)
+        if callable(init):
+            init()
+
+
 class LaunchMonitor:
     def __init__(self):
         self.count = 0
@@ -126,7 +137,7 @@ class LaunchMonitor:
                     kwargs["warmup"] = True
                     monitor.inside += 1
                     try:
-                        original(kernel, *args, **kwargs)
+                        load_handles(original(kernel, *args, **kwargs))
                     finally:
                         monitor.inside -= 1
                     return None
@@ -146,7 +157,7 @@ class LaunchMonitor:
                 kwargs.pop("warmup", None)
                 monitor.inside += 1
                 try:
-                    tuner.warmup(*args, **kwargs)
+                    load_handles(tuner.warmup(*args, **kwargs))
                 finally:
                     monitor.inside -= 1
                 monitor.count += 1

@@ -115,13 +115,20 @@ REWARM = 1
 REWARM_MS = 1.0
 
 
+# A warm-up batch grows while twice the last one would still take at most this long: long enough that a warm-up of
+# short calls takes a few holds of the shared section (each a message to the pool and back), short enough that a
+# worker waiting to time waits for little more than this.
+WARM_HOLD_MS = 4.0
+WARM_BATCH_MAX = 1024
+
+
 def _warm(fn, make_args, warmup: int, warmup_ms: float, section=nullcontext) -> float:
     """At least `warmup` calls and at least `warmup_ms` of back-to-back work; returns the seconds of work. The host
-    clock sees the work only at a synchronisation, so the calls go in batches of 1, 2, 4 ... 16, each followed by one:
-    calls longer than the warm-up stop it after a few calls, where a fixed batch of 16 queued 16 of them (0.24 s of
-    GPU a candidate at KernelBench sizes, for a 25 ms warm-up). Each batch holds `section` (the pool's shared one)
-    alone, so a worker waiting to time waits for one batch, not for a whole warm-up of thousands of short calls; the
-    time spent waiting for it is not warm-up."""
+    clock sees the work only at a synchronisation, so the calls go in batches of 1, 2, 4 ..., each followed by one,
+    and a batch doubles only while the doubled one would take at most WARM_HOLD_MS: calls longer than the warm-up
+    stop it after a few calls, where a fixed batch of 16 queued 16 of them (0.24 s of GPU a candidate at KernelBench
+    sizes, for a 25 ms warm-up). Each batch holds `section` (the pool's shared one) alone, so a worker waiting to time
+    waits for one batch, not for a whole warm-up; the time spent waiting for it is not warm-up."""
     n, batch, worked = 0, 1, 0.0
     while n < warmup or worked < warmup_ms / 1e3:
         k = batch if worked < warmup_ms / 1e3 else warmup - n  # time is up: only the calls the count still asks
@@ -130,9 +137,11 @@ def _warm(fn, make_args, warmup: int, warmup_ms: float, section=nullcontext) -> 
             for _ in range(k):
                 fn(*make_args())
             _synchronize()
-            worked += _perf_counter() - t0
+            seconds = _perf_counter() - t0
+        worked += seconds
         n += k
-        batch = min(2 * batch, 16)
+        if 2 * seconds <= WARM_HOLD_MS / 1e3:
+            batch = min(2 * batch, WARM_BATCH_MAX)
     return worked
 
 

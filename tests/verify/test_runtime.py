@@ -147,3 +147,20 @@ def test_workers_recycled_after_k_tasks(tmp_path, source):
         # Everything a worker writes (its modules, Triton cache, temp files) stays under the pool's root.
         assert os.listdir(tmp_path) == [os.path.basename(pool.root)]
         assert all(d.startswith("w0-g") for d in os.listdir(pool.root))
+
+
+def test_compile_pass_loads_what_it_compiled():
+    """The compile pass loads each compiled kernel (and each autotuner config's) as its first launch would, so that
+    cost falls outside the GPU section; objects that are no compiled kernel pass untouched."""
+    from drtriton_ray.verify.hooks import load_handles
+
+    class Compiled:
+        loads = 0
+
+        def _init_handles(self):
+            Compiled.loads += 1
+
+    load_handles(Compiled())
+    load_handles([Compiled(), Compiled(), None])
+    load_handles(None)
+    assert Compiled.loads == 3

@@ -162,15 +162,16 @@ def test_the_warm_up_of_long_calls_stops_soon_after_its_time(fake_cuda):
     16 at a time before the clock is read."""
     fn, make_args, seen, _ = counting(15.0)
     t = timing.measure(fn, make_args, trials=10, warmup=2, warmup_ms=25.0)
-    assert t.parts["warm"] == pytest.approx(3 * 15e-3)  # a batch of 1 (15 ms < 25 ms), then one of 2
+    assert t.parts["warm"] == pytest.approx(2 * 15e-3)  # a batch of 1 (15 ms < 25 ms), then one more of 1
     assert t.parts["rewarm"] == pytest.approx(15e-3)
-    assert len(seen) == 1 + 3 + 1 + 10  # the probe's call is the first of the 10 trials
+    assert len(seen) == 1 + 2 + 1 + 10  # the probe's call is the first of the 10 trials
 
 
 def test_the_warm_up_holds_the_shared_section_a_batch_at_a_time(fake_cuda):
-    """Short calls warm up in batches of 1, 2, 4 ... 16, each holding the section alone, so a worker waiting to time
-    waits for one batch; the seconds spent waiting for the section (another worker timing) are not warm-up."""
-    fn, make_args, seen, _ = counting(0.5)
+    """Short calls warm up in batches of 1, 2, 4 ..., doubled while the doubled batch takes at most WARM_HOLD_MS,
+    each holding the section alone, so a worker waiting to time waits for one batch; the seconds spent waiting for
+    the section (another worker timing) are not warm-up."""
+    fn, make_args, seen, _ = counting(0.4)
     holds = []
 
     class Shared:
@@ -182,6 +183,8 @@ def test_the_warm_up_holds_the_shared_section_a_batch_at_a_time(fake_cuda):
             pass
 
     t = timing.measure(fn, make_args, trials=10, warmup=2, warmup_ms=25.0, warm=Shared, first=lambda: Shared())
-    # the first call's hold, then batches of 1, 2, 4, 8, 16, 16, 16: 63 calls of 0.5 ms, past 25 ms of work
-    assert [b - a for a, b in zip(holds[1:], holds[2:] + [holds[1] + 63])] == [1, 2, 4, 8, 16, 16, 16]
-    assert t.parts["warm"] == pytest.approx(63 * 0.5e-3)
+    # the first call's hold, then batches of 1, 2, 4, 8 (3.2 ms: its double would pass WARM_HOLD_MS) and 6 more of
+    # 8 calls: 63 calls of 0.4 ms, past 25 ms of work
+    assert timing.WARM_HOLD_MS == 4.0
+    assert [b - a for a, b in zip(holds[1:], holds[2:] + [holds[1] + 63])] == [1, 2, 4] + [8] * 7
+    assert t.parts["warm"] == pytest.approx(63 * 0.4e-3)
