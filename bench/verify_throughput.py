@@ -301,7 +301,7 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
     # where the seconds go: worker start-up parts and the task phases, per candidate, averaged (a row each)
     phases = sorted({k for r in results.values() for v in r["verdicts"] for k in v.phases})
     starts = sorted({k for r in results.values() for s in r["startup"] for k in s})
-    t2 = Table(title="seconds per candidate (mean): worker start-up parts, task phases")
+    t2 = Table(title="seconds per candidate (mean): worker start-up parts, task phases; reference jobs' phases")
     t2.add_column("part")
     for mode in results:
         t2.add_column(mode, justify="right")
@@ -310,6 +310,12 @@ def report_modes(console: Console, results: dict, n: int) -> dict:
     for k in phases:
         t2.add_row(k, *(f"{mean(v.phases.get(k, 0.0) for v in r['verdicts']):.3f}" for r in results.values()))
     t2.add_row("task total", *(f"{mean(v.duration_s for v in r['verdicts']):.3f}" for r in results.values()))
+    refs = sorted({k for r in results.values() for x in r["reference"] for k in x["phases"]})
+    for k in refs:  # a reference job's phases, per reference job (its "total" is the job's own clock)
+        t2.add_row(
+            f"reference job: {k}",
+            *(f"{mean(x['phases'].get(k, 0.0) for x in r['reference']):.3f}" for r in results.values()),
+        )
     for mode, r in results.items():
         vs = r["verdicts"]
         summary[mode]["phases"] = {k: mean(v.phases.get(k, 0.0) for v in vs) for k in phases}

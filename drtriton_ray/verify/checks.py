@@ -231,7 +231,8 @@ class _Run:
     def phase(self, name: str):
         """Seconds spent per phase (gate waits reported apart, as gate_wait, and of those the arbiter's queueing as
         gate_queued), into verdict.phases; the seconds the phase held the GPU section exclusive are also counted in
-        `exclusive_held` (part of the phase's own)."""
+        `exclusive_held` (part of the phase's own). A phase inside another (a trial's parts within `checks`) is
+        counted in both, as a part of it; its waits only once, by the outermost."""
         gate = self.ctx.gate
         t0, waited, queued, held = time.perf_counter(), gate.waited, gate.queued, gate.held_exclusive
         outer, gate.label = gate.label, name
@@ -247,7 +248,7 @@ class _Run:
                 ("gate_queued", gate.queued - queued),
                 ("exclusive_held", gate.held_exclusive - held),
             )
-            for key, seconds in parts:
+            for key, seconds in parts if not outer else ():
                 if seconds:
                     phases[key] = phases.get(key, 0.0) + seconds
 
@@ -455,20 +456,27 @@ class _Run:
     # -- 4. compile pass --
     def compile_pass(self) -> None:
         """Every launch compiles (Triton's warmup path) and none runs: JIT time leaves the GPU's shared section.
-        Its outputs are discarded; an error here is left for the trials to report."""
-        with self.gpu_section():  # drawing the inputs runs kernels; compiling below runs none
+        Its outputs are discarded; an error here is left for the trials to report. Its parts: compile:inputs,
+        compile:load (the compiled kernels loaded onto the device) and compile:jit (the rest: the forward,
+        compiling)."""
+        with self.phase("compile:inputs"), self.gpu_section():  # drawing the inputs runs kernels; compiling none
             inputs = make_inputs(self.get_inputs, "uniform_signed", self.rng.randrange(2**31), self.device)
             _sync(self.device)
         monitor = self.ctx.monitor
+        loaded = monitor.load_seconds
         monitor.start(compile_only=True)
         try:
-            with torch.no_grad():
+            with self.phase("compile:jit"), torch.no_grad():
                 self.cand(*inputs)
-            _sync(self.device)
+                _sync(self.device)
         except BaseException:
             pass
         finally:
             monitor.stop()
+            load = monitor.load_seconds - loaded
+            phases = self.verdict.phases
+            phases["compile:load"] = phases.get("compile:load", 0.0) + load
+            phases["compile:jit"] = phases.get("compile:jit", 0.0) - load
         self.tamper_check("compile pass")
 
     # -- 5. trials --

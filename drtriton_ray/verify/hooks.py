@@ -18,6 +18,7 @@ from __future__ import annotations
 import inspect
 import os
 import sys
+import time
 from typing import Optional
 
 # aten ops a strict candidate may run itself: allocation, initialisation of fresh buffers, views, shape queries.
@@ -99,6 +100,7 @@ class LaunchMonitor:
         self.counting = False  # only candidate forward calls are counted
         self.noop = False  # faithfulness check: launches do nothing
         self.compile_only = False  # compile pass: launches compile (warmup=True) but run nothing
+        self.load_seconds = 0.0  # seconds the compile pass spent loading what it compiled (load_handles)
         self.inside = 0  # depth of launches in progress (their own torch ops and compiler processes pass)
         self._wrappers: dict[type, object] = {}
 
@@ -137,7 +139,7 @@ class LaunchMonitor:
                     kwargs["warmup"] = True
                     monitor.inside += 1
                     try:
-                        load_handles(original(kernel, *args, **kwargs))
+                        monitor.load(original(kernel, *args, **kwargs))
                     finally:
                         monitor.inside -= 1
                     return None
@@ -157,7 +159,7 @@ class LaunchMonitor:
                 kwargs.pop("warmup", None)
                 monitor.inside += 1
                 try:
-                    load_handles(tuner.warmup(*args, **kwargs))
+                    monitor.load(tuner.warmup(*args, **kwargs))
                 finally:
                     monitor.inside -= 1
                 monitor.count += 1
@@ -165,6 +167,14 @@ class LaunchMonitor:
             return original(tuner, *args, **kwargs)
 
         return run
+
+    def load(self, compiled) -> None:
+        """load_handles(compiled), its seconds counted in load_seconds."""
+        t0 = time.perf_counter()
+        try:
+            load_handles(compiled)
+        finally:
+            self.load_seconds += time.perf_counter() - t0
 
     def intact(self) -> bool:
         return all(cls.__dict__.get("run") is w for cls, w in self._wrappers.items())

@@ -249,3 +249,27 @@ def test_a_workers_self_test_is_handed_to_the_others(tmp_path, source):
         s.queue.extend([1, 2])
         s.busy[0] = _Job("task", 0, p._key(tasks[0], p._workers[0]), 0.0, 1e9)
         assert p._next(s, p._workers[1]) == 2 and p._next(s, p._workers[1]) == 1
+
+
+def test_a_wait_inside_nested_phases_counts_once(monkeypatch):
+    """A trial's part is a phase inside `checks`: both count the part's seconds, but its wait for the GPU section is
+    one wait, counted once (by the outermost phase), and neither phase counts it as its own work."""
+    from types import SimpleNamespace
+
+    from drtriton_ray.verify.checks import GpuSection, _Run
+
+    now = [0.0]
+    monkeypatch.setattr("drtriton_ray.verify.checks.time.perf_counter", lambda: now[0])
+    gate = GpuSection()
+    run = SimpleNamespace(ctx=SimpleNamespace(gate=gate), verdict=SimpleNamespace(phases={}))
+    with _Run.phase(run, "checks"):
+        now[0] += 1.0  # work of the checks' own
+        with _Run.phase(run, "trial:inputs"):
+            now[0] += 0.5  # a grant that took 0.5 s, half of it queued behind another worker
+            gate.waited += 0.5
+            gate.queued += 0.25
+            now[0] += 2.0  # the part's work
+    phases = run.verdict.phases
+    assert phases["gate_wait"] == 0.5 and phases["gate_queued"] == 0.25
+    assert phases["trial:inputs"] == 2.0 and phases["checks"] == 3.0
+    assert gate.label == ""
