@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_elementwise
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
+from drtriton_ray.lower.specialize import specialize
 from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, resolved
 from drtriton_ray.synth.dag import Node, Program, Tensor
 from drtriton_ray.synth.render import forward_signature
@@ -658,7 +659,8 @@ def fold_softmax_reduce(p: Program) -> Program:
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:
     """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
     operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
-    configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices)."""
+    configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices). The
+    library code it carries is specialized to the constants the program passes it (lower/specialize.py)."""
     gpu = gpu_name() if gpu == "auto" else gpu
     p = fold_softmax_reduce(fold_norm_reduce(fold_layouts(p))) if fuse else p
     kernels_src: list[str] = []
@@ -699,7 +701,7 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
     ]
     body += [f"        {line}" for line in init] or []
     body += ["", f"    {forward_signature(p)}"] + [f"        {line}" for line in forward] + [""]
-    return "\n".join(body)
+    return specialize("\n".join(body))  # the library's branches this program never takes go (lower/specialize.py)
 
 
 def lower_source(problem_source: str) -> str:
