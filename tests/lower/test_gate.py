@@ -1,7 +1,8 @@
-"""The lowering's CPU gate in CI: `bench/lowering.py` as docs/results/lowering.md runs it (small profile, seed 7, every operator of
-level 1, 200 level-2 and 100 level-5 programs, the strict verifier in the Triton interpreter). The lowering writes
-every SFT answer and a search source, so all of level 1 and at least 99% of levels 2 and 5 must verify, as issue 29
-asks (a level-2 or level-5 miss has been a near-tie of the verifier's, not a wrong kernel). A few minutes of CI."""
+"""The lowering's CPU gate in CI: `bench/lowering.py` as docs/results/lowering.md runs it (small profile, seed 7,
+every operator of level 1, 200 level-2 and 100 level-5 programs, the strict verifier in the Triton interpreter). The
+lowering writes every SFT answer and a search source, so all of level 1 and at least 99% of levels 2 and 5 must
+verify, as issue 29 asks (a level-2 or level-5 miss has been a near-tie of the verifier's, not a wrong kernel). A few
+minutes of CI."""
 
 import json
 import subprocess
