@@ -138,6 +138,7 @@ class _Job:
 
 
 SECTION_STATES = ("exclusive", "draining", "shared", "idle")
+LOG_KEPT = 100_000  # entries kept per log of a pool (section holds, jobs)
 
 
 class SectionArbiter:
@@ -282,9 +283,11 @@ class WorkerPool:
         # the parent's own loop over every map() call: its seconds in all, waiting for messages, in the static gate;
         # the rest of "map" is the loop at work, which delays each grant and each next job it has not got to yet
         self.loop_seconds = {"map": 0.0, "waiting": 0.0, "static": 0.0}
-        self.section_holds: dict[str, list[float]] = {"shared": [], "exclusive": []}  # SectionArbiter.holds, all maps
+        # SectionArbiter.holds over all maps, and a log of each answered job: the last LOG_KEPT of each, since a
+        # service's pool lives as long as its actor
+        self.section_holds = {"shared": deque(maxlen=LOG_KEPT), "exclusive": deque(maxlen=LOG_KEPT)}
         self.section_by_label: dict[str, list[float]] = {}  # SectionArbiter.by_label, all maps
-        self.job_log: list[dict] = []  # per answered job: kind, seconds from send to answer, the worker's own seconds
+        self.job_log: deque = deque(maxlen=LOG_KEPT)  # per answered job: kind, seconds to its answer, the worker's own
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
