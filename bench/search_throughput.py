@@ -15,7 +15,12 @@ lowering candidate (the search's `configs` source: several candidates share a fr
 `--max-candidates` caps the total. Capture runs in the pool's
 workers, as in the search. `--mps` runs the pools once more under CUDA MPS (a daemon this script starts and stops):
 one server context runs every worker's kernels, side by side, where without it the GPU time-slices between the
-workers' contexts. An experiment: with MPS a GPU fault in one worker is reported to all of them."""
+workers' contexts. An experiment: with MPS a GPU fault in one worker is reported to all of them.
+
+`--warm N` measures pools already at work, as a service's pool is: each first verifies N candidates of programs
+drawn with another seed, unmeasured. A fresh worker pays once for each kernel library and launcher it first uses
+(CUDA loads ATen's kernels lazily; Triton builds a launcher per kernel signature, cached per worker), and W workers
+pay it W times over a short run."""
 
 from __future__ import annotations
 
@@ -117,18 +122,33 @@ def mps_daemon():
             os.environ.pop(key)
 
 
-def run_modes(tasks: list, device: str, workers: list[str], mps: bool) -> dict:
+def run_modes(tasks: list, device: str, workers: list[str], mps: bool, warm: list = ()) -> dict:
     """{mode: run's result} for each pool size, then (mps) each again under MPS, as `pool4` and `pool4-mps`; an MPS
     run whose workers never reached an MPS server (none was started) is refused, not reported as one."""
-    results = {f"pool{w}": run(tasks, device, int(w), fresh=False) for w in workers}
+    results = {f"pool{w}": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
     if mps:
         with mps_daemon() as servers:
-            under = {f"pool{w}-mps": run(tasks, device, int(w), fresh=False) for w in workers}
+            under = {f"pool{w}-mps": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
         if not servers:
             sys.exit("error: no MPS server was started: the workers ran without MPS")
         print(f"MPS servers (pids): {', '.join(servers)}", file=sys.stderr)
         results |= under
     return results
+
+
+def warm_tasks(args, measured: list[Task]) -> list[Task]:
+    """Candidates of programs drawn with another seed (the same source of programs), for pools to verify unmeasured
+    before the measured ones: none of their fragment problems is a measured one's."""
+    seed = args.seed + 1000
+    if args.synth:
+        programs = synth_programs(args.level, args.problems, args.synth, seed)
+    else:
+        programs = [(p.stem, p.read_text()) for p in problems(args.kernelbench, args.level, args.problems, seed)]
+    taken = {t.problem_source for t in measured}
+    tasks = fragment_tasks(programs, args.device, args.k, 10 * args.warm, args.timing_trials, args.variants)
+    tasks = [t for t in tasks if t.problem_source not in taken][: args.warm]
+    print(f"{len(tasks)} warm-up candidates from {len(programs)} problems (seed {seed})", file=sys.stderr)
+    return tasks
 
 
 def main() -> int:
@@ -150,6 +170,14 @@ def main() -> int:
         "--profile", action="store_true", help="each task's kernel time (torch profiler: slows every task by seconds)"
     )
     ap.add_argument("--mps", action="store_true", help="each pool size again under CUDA MPS (an experiment)")
+    ap.add_argument(
+        "--warm",
+        type=int,
+        default=0,
+        metavar="N",
+        help="each pool first verifies N candidates of other programs (another seed), unmeasured: the rate of a "
+        "long-lived pool, its workers past their first use of each kernel and launcher",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.synth:
@@ -166,7 +194,8 @@ def main() -> int:
         args.profile and args.device.startswith("cuda"),
     )
     print(f"{len(tasks)} candidates from {len(programs)} problems", file=sys.stderr)
-    results = run_modes(tasks, args.device, args.workers.split(","), args.mps)
+    warm = warm_tasks(args, tasks) if args.warm else []
+    results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm)
     summary = report_modes(Console(), results, len(tasks))
     base = results[f"pool{args.workers.split(',')[0]}"]
     for mode, r in results.items():

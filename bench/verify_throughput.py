@@ -27,6 +27,7 @@ no Ray, pydantic or OR-Tools. Candidates differ in BLOCK, so each one's kernel i
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
@@ -181,19 +182,30 @@ def pinned_pool(device: str, workers: int, fresh: bool, gpu: int | None) -> Work
             os.environ["CUDA_VISIBLE_DEVICES"] = before
 
 
-def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | None = None) -> dict:
+def run(
+    tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | None = None, warm: list[Task] = ()
+) -> dict:
     """Wall time from pool creation (worker start-up included) to the last verdict; serving_s from the moment every
-    worker is ready. `gpus`: a pool a GPU, the candidates dealt out in turn, every pool verifying its share at once."""
-    with BusySampler(device.startswith("cuda"), gpus or 1) as busy:
+    worker is ready. `gpus`: a pool a GPU, the candidates dealt out in turn, every pool verifying its share at once.
+    `warm`: tasks every pool verifies first, unmeasured (its logs reset after them): serving_s, the GPU's busy share
+    and the logs then cover `tasks` alone, as a long-lived pool would serve them."""
+    busy = BusySampler(device.startswith("cuda"), gpus or 1)
+    with contextlib.ExitStack() as stack:
+        if not warm:
+            stack.enter_context(busy)
         t0 = time.perf_counter()
         pools = [pinned_pool(device, workers, fresh, g) for g in (range(gpus) if gpus else [None])]
         try:
             if not fresh:
                 for pool in pools:
                     pool.wait_ready()
+            if warm:
+                deal(pools, warm)
+                for pool in pools:
+                    pool.reset_stats()
+                stack.enter_context(busy)
             ready = time.perf_counter()
-            with ThreadPoolExecutor(len(pools)) as ex:
-                shares = list(ex.map(lambda k: pools[k].map(tasks[k :: len(pools)]), range(len(pools))))
+            shares = deal(pools, tasks)
         finally:
             wall = time.perf_counter() - t0
             for pool in pools:
@@ -213,6 +225,12 @@ def run(tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | N
         "jobs": [j for p in pools for j in p.job_log],
         "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
     }
+
+
+def deal(pools: list[WorkerPool], tasks: list[Task]) -> list[list]:
+    """The tasks dealt out in turn to the pools, all verifying their shares at once: each pool's verdicts."""
+    with ThreadPoolExecutor(len(pools)) as ex:
+        return list(ex.map(lambda k: pools[k].map(tasks[k :: len(pools)]), range(len(pools))))
 
 
 def merge_labels(tables) -> dict:

@@ -60,6 +60,10 @@ from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 STRESS_DRAWS = 4  # draws a stress trial may try before it is skipped
 REDRAWS = 2  # further draws of a trial whose reference left a correct kernel no headroom
 NO_SCALE = "at no scale are the reference's outputs finite, well-conditioned and different from draw to draw"
+# A trial that took less than this holds the GPU section once for the next trial, not once per part: a small
+# fragment's trial is a few milliseconds in five parts, and each hold is a message to the pool and back, and a wait
+# whenever another worker times. An exclusive request waits for such a trial to end, no longer than this.
+WHOLE_TRIAL_S = 0.010
 # A trial needing more than this share of the GPU's memory runs its checks alone on the GPU (exclusive section).
 BIG_SHARE = 0.25
 
@@ -76,23 +80,30 @@ class GpuSection:
         self.queued = 0.0  # the part of them the pool's arbiter held the requests back (the rest: messages, loop)
         self.label = ""  # the innermost phase now running (_Run.phase): sent with each request
         self.held_exclusive = 0.0  # seconds spent holding the section exclusive
+        self.holding: Optional[str] = None  # the kind held now: a hold inside it asks for nothing
 
     @contextmanager
-    def hold(self, kind: str):
-        if self.conn is None:
+    def hold(self, kind: str, label: Optional[str] = None):
+        """The section held `kind` (labelled by the running phase, or `label`). Inside a hold, a shared one, or
+        any one inside an exclusive hold, is already held; exclusive inside shared would wait for itself."""
+        if self.conn is None or self.holding == "exclusive" or self.holding == kind:
             yield
             return
+        if self.holding is not None:
+            raise RuntimeError("verifier: an exclusive hold of the GPU section inside a shared one")
         t0 = time.perf_counter()
-        self.conn.send(Acquire(kind, self.label))
+        self.conn.send(Acquire(kind, label or self.label))
         message = self.conn.recv()
         if not isinstance(message, Granted):
             raise RuntimeError(f"verifier pool protocol: expected a grant, got {type(message).__name__}")
         t1 = time.perf_counter()
         self.waited += t1 - t0
         self.queued += min(message.queued_s, t1 - t0)
+        self.holding = kind
         try:
             yield
         finally:
+            self.holding = None
             self.conn.send(Release(kind))
             if kind == "exclusive":
                 self.held_exclusive += time.perf_counter() - t1
@@ -102,6 +113,12 @@ class GpuSection:
 
     def exclusive(self):
         return self.hold("exclusive")
+
+
+def holds_whole_trial(big: bool, last_trial_s: Optional[float]) -> bool:
+    """Whether the next trial holds the GPU section shared as a whole: a problem that is not large (a large one's
+    checks hold it exclusive) whose last trial was short."""
+    return not big and last_trial_s is not None and last_trial_s < WHOLE_TRIAL_S
 
 
 @dataclass
@@ -211,6 +228,7 @@ class _Run:
         self.out_nbytes: list[int] = []
         self.gpu = self.device.startswith("cuda")
         self.big = False  # the problem's trials run alone on the GPU (BIG_SHARE)
+        self.last_trial_s: Optional[float] = None  # the last trial's seconds: a short one holds the section whole
         self.scales: dict = {}  # stress distribution -> scale (ProblemCheck.scales)
         self.buffers = None  # the candidate's input tensors, refilled by every trial
         self.wide = None  # a float64 copy of the reference, for the stress trials' conditioning
@@ -252,9 +270,9 @@ class _Run:
                 if seconds:
                     phases[key] = phases.get(key, 0.0) + seconds
 
-    def gpu_section(self, kind: str = "shared"):
+    def gpu_section(self, kind: str = "shared", label: Optional[str] = None):
         """The pool's section for GPU work (a no-op in an ungated pool, e.g. on CPU by default)."""
-        return self.ctx.gate.hold(kind)
+        return self.ctx.gate.hold(kind, label)
 
     def set_mode(self, training: bool) -> None:
         """Both models in the same mode: training (nn.Module's default, KernelBench's) or eval."""
@@ -457,13 +475,13 @@ class _Run:
     def compile_pass(self) -> None:
         """Every launch compiles (Triton's warmup path) and none runs: JIT time leaves the GPU's shared section.
         Its outputs are discarded; an error here is left for the trials to report. Its parts: compile:inputs,
-        compile:load (the compiled kernels loaded onto the device) and compile:jit (the rest: the forward,
-        compiling)."""
+        compile:load (the compiled kernels loaded onto the device; compile:load:launcher, the part of it making their
+        launchers) and compile:jit (the rest: the forward, compiling)."""
         with self.phase("compile:inputs"), self.gpu_section():  # drawing the inputs runs kernels; compiling none
             inputs = make_inputs(self.get_inputs, "uniform_signed", self.rng.randrange(2**31), self.device)
             _sync(self.device)
         monitor = self.ctx.monitor
-        loaded = monitor.load_seconds
+        loaded, launchers = monitor.load_seconds, monitor.launcher_seconds
         monitor.start(compile_only=True)
         try:
             with self.phase("compile:jit"), torch.no_grad():
@@ -477,6 +495,8 @@ class _Run:
             phases = self.verdict.phases
             phases["compile:load"] = phases.get("compile:load", 0.0) + load
             phases["compile:jit"] = phases.get("compile:jit", 0.0) - load
+            launcher = monitor.launcher_seconds - launchers
+            phases["compile:load:launcher"] = phases.get("compile:load:launcher", 0.0) + launcher
         self.tamper_check("compile pass")
 
     # -- 5. trials --
@@ -563,10 +583,14 @@ class _Run:
     def trial(self, label: str, distribution: str, scale: float = 1.0) -> None:
         """One trial; drawn again (up to REDRAWS times) where the candidate missed a reference whose intermediates
         left the headroom a correct kernel needs (Headroom), which says nothing about the candidate. A problem that is
-        not large holds the GPU section shared for each part of the trial (a large one holds it exclusive for all its
-        trials)."""
+        not large holds the GPU section shared for each part of the trial, or, where the last trial took under
+        WHOLE_TRIAL_S, once for the whole trial (a large one holds it exclusive for all its trials)."""
         for attempt in range(REDRAWS + 1):
-            done = self.trial_once(label, distribution, scale, last=attempt == REDRAWS)
+            whole = holds_whole_trial(self.big, self.last_trial_s)
+            t0 = time.perf_counter()
+            with self.gpu_section("shared", "trial") if whole else nullcontext():
+                done = self.trial_once(label, distribution, scale, last=attempt == REDRAWS)
+            self.last_trial_s = time.perf_counter() - t0
             if done:
                 return
             self.check(
@@ -579,8 +603,8 @@ class _Run:
     @contextmanager
     def trial_part(self, name: str):
         """A part of a trial: its phase (trial:...; part of `checks`: where a trial's seconds go) and, for a problem
-        that is not large, the GPU section held shared for the part alone. A worker waiting to time then waits for
-        other workers' current parts, not for their whole trials."""
+        that is not large, the GPU section held shared for the part alone (unless the whole trial holds it). A worker
+        waiting to time then waits for other workers' current parts, not for their whole long trials."""
         with self.phase(name), nullcontext() if self.big else self.gpu_section("shared"):
             yield
 

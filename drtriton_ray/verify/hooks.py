@@ -19,6 +19,7 @@ import inspect
 import os
 import sys
 import time
+from contextlib import contextmanager
 from typing import Optional
 
 # aten ops a strict candidate may run itself: allocation, initialisation of fresh buffers, views, shape queries.
@@ -101,6 +102,7 @@ class LaunchMonitor:
         self.noop = False  # faithfulness check: launches do nothing
         self.compile_only = False  # compile pass: launches compile (warmup=True) but run nothing
         self.load_seconds = 0.0  # seconds the compile pass spent loading what it compiled (load_handles)
+        self.launcher_seconds = 0.0  # the part of load_seconds spent making kernel launchers
         self.inside = 0  # depth of launches in progress (their own torch ops and compiler processes pass)
         self._wrappers: dict[type, object] = {}
 
@@ -169,12 +171,37 @@ class LaunchMonitor:
         return run
 
     def load(self, compiled) -> None:
-        """load_handles(compiled), its seconds counted in load_seconds."""
+        """load_handles(compiled), its seconds counted in load_seconds, the part spent making launchers (Triton
+        builds one per kernel signature with the C compiler, or imports it from its cache) in launcher_seconds."""
         t0 = time.perf_counter()
         try:
-            load_handles(compiled)
+            with self._timing_launchers():
+                load_handles(compiled)
         finally:
             self.load_seconds += time.perf_counter() - t0
+
+    @contextmanager
+    def _timing_launchers(self):
+        from triton.runtime import driver
+
+        active = driver.active
+        make = getattr(active, "launcher_cls", None)
+        if make is None:
+            yield
+            return
+
+        def timed(*args, **kwargs):
+            t0 = time.perf_counter()
+            try:
+                return make(*args, **kwargs)
+            finally:
+                self.launcher_seconds += time.perf_counter() - t0
+
+        active.launcher_cls = timed
+        try:
+            yield
+        finally:
+            active.launcher_cls = make
 
     def intact(self) -> bool:
         return all(cls.__dict__.get("run") is w for cls, w in self._wrappers.items())

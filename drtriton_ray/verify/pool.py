@@ -121,6 +121,7 @@ class _Worker:
     served: int = 0
     info: Optional[dict] = None
     started: float = 0.0
+    keys: set = field(default_factory=set)  # the problem keys of the jobs it was sent (pick_next)
 
     @property
     def name(self) -> str:
@@ -216,6 +217,24 @@ class SectionArbiter:
         return granted
 
 
+def pick_next(queued: list, here: set, elsewhere: set, loading: set) -> int:
+    """Which queued task (by its problem key, in queue order) an idle worker takes: the first of a problem it has
+    loaded before; else the first of a problem no worker has loaded; else the first no busy worker is loading now;
+    else the first. A worker that has a problem loaded runs its candidates warm: the reference module, the kernels
+    CUDA loads lazily, and the launchers Triton builds per kernel signature, which the variants of one candidate
+    share and which each worker builds for itself (its cache is its own). Two workers loading one new problem at
+    once would both run its self-test, where one can hand its outcome to the other."""
+    for want in (
+        lambda key: key in here,
+        lambda key: key not in elsewhere and key not in loading,
+        lambda key: key not in loading,
+    ):
+        for pos, key in enumerate(queued):
+            if want(key):
+                return pos
+    return 0
+
+
 @dataclass
 class _Schedule:
     """The state of one map() call: what waits, what runs where, and what has been answered."""
@@ -293,6 +312,19 @@ class WorkerPool:
     @property
     def size(self) -> int:
         return len(self._workers)
+
+    def reset_stats(self) -> None:
+        """Clear the logs and clocks of the jobs served so far (not the workers' start-ups, nor what the pool has
+        learnt: reference times, problem checks): to measure a pool already warm, from now."""
+        self.reference_log.clear()
+        self.solo_log.clear()
+        self.job_seconds = 0.0
+        self.section_seconds = dict.fromkeys(SECTION_STATES, 0.0)
+        self.loop_seconds = dict.fromkeys(self.loop_seconds, 0.0)
+        for holds in self.section_holds.values():
+            holds.clear()
+        self.section_by_label.clear()
+        self.job_log.clear()
 
     def wait_ready(self) -> None:
         """Block until every worker has started (imports, device, sandbox): for measurements that leave start-up out."""
@@ -504,6 +536,7 @@ class WorkerPool:
             else RunTask(self._with_reference_times(task, s.keys[i]))
         )
         w.conn.send(message)
+        w.keys.add(s.keys[i])
         now = time.perf_counter()
         s.busy[slot] = _Job(kind, i, s.keys[i], now, now + self.limits.task_timeout_s)
 
@@ -544,17 +577,16 @@ class WorkerPool:
         return None
 
     def _next(self, s: _Schedule, w: _Worker) -> int:
-        """Off the queue: the first task whose problem the pool knows (self-test done) or no busy worker is loading,
-        else the first task. Two workers loading one new problem at once would both run its self-test (seconds of
-        GPU work at KernelBench sizes) where one can hand its outcome to the other."""
-        loading = {j.key for j in s.busy.values() if j.key not in self.problem_checks}
-        for pos, i in enumerate(s.queue):
+        """Off the queue, the task pick_next chooses for worker w."""
+        for i in s.queue:
             if i not in s.keys:
                 s.keys[i] = self._key(s.tasks[i], w)
-            if s.keys[i] not in loading:
-                del s.queue[pos]
-                return i
-        return s.queue.popleft()
+        loading = {j.key for j in s.busy.values() if j.key not in self.problem_checks}
+        elsewhere = set().union(*(o.keys for o in self._workers if o is not w))
+        pos = pick_next([s.keys[i] for i in s.queue], w.keys, elsewhere, loading)
+        i = s.queue[pos]
+        del s.queue[pos]
+        return i
 
     def _wait(self, s: _Schedule) -> None:
         """Serve what the busy workers sent; end jobs past their wall clock (waits for the section excepted)."""

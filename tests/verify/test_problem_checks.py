@@ -4,7 +4,9 @@ per-phase times."""
 import pytest
 
 from drtriton_ray.verify import Limits, Status, Task, Verdict, WorkerPool
-from drtriton_ray.verify.pool import SectionArbiter
+from drtriton_ray.verify.checks import GpuSection, holds_whole_trial
+from drtriton_ray.verify.pool import SectionArbiter, pick_next
+from drtriton_ray.verify.protocol import Granted, Release
 
 
 def relu_variant(source, body: str) -> str:
@@ -249,6 +251,54 @@ def test_a_workers_self_test_is_handed_to_the_others(tmp_path, source):
         s.queue.extend([1, 2])
         s.busy[0] = _Job("task", 0, p._key(tasks[0], p._workers[0]), 0.0, 1e9)
         assert p._next(s, p._workers[1]) == 2 and p._next(s, p._workers[1]) == 1
+
+
+class _Pipe:
+    """The worker's end of the pool's pipe: every request granted at once, every message kept."""
+
+    def __init__(self):
+        self.sent = []
+
+    def send(self, message):
+        self.sent.append(message)
+
+    def recv(self):
+        return Granted()
+
+
+def test_a_hold_inside_a_hold_asks_the_pool_for_nothing():
+    pipe = _Pipe()
+    gate = GpuSection(pipe)
+    with gate.hold("shared", "trial"):
+        with gate.hold("shared"):  # a trial's part inside a whole trial's hold
+            pass
+    assert [(type(m).__name__, m.kind) for m in pipe.sent] == [("Acquire", "shared"), ("Release", "shared")]
+    assert pipe.sent[0].label == "trial"
+    with gate.hold("exclusive"), gate.hold("shared"):
+        pass
+    assert len(pipe.sent) == 4
+    with pytest.raises(RuntimeError, match="exclusive hold of the GPU section inside a shared one"):
+        with gate.hold("shared"), gate.hold("exclusive"):
+            pass
+    assert gate.holding is None and isinstance(pipe.sent[-1], Release)  # released on the way out
+
+
+def test_only_a_short_trial_of_a_problem_not_large_holds_the_section_whole():
+    assert holds_whole_trial(False, 0.002)
+    assert not holds_whole_trial(False, None)  # the first trial: held part by part, and clocked
+    assert not holds_whole_trial(False, 0.5)  # long parts: a timing worker waits for one part, not a trial
+    assert not holds_whole_trial(True, 0.002)  # a large problem's checks hold the section exclusive
+
+
+def test_an_idle_worker_takes_a_problem_it_has_loaded_first():
+    """Affinity: the candidates of a problem go to the worker that loaded it (warm reference, kernels, launchers);
+    failing that a problem no worker has, then one no busy worker is loading now, then the queue's head."""
+    queued = ["a", "b", "c", "b"]
+    assert pick_next(queued, here={"c"}, elsewhere={"a", "b"}, loading=set()) == 2
+    assert pick_next(queued, here=set(), elsewhere={"a"}, loading=set()) == 1  # b: nobody's yet
+    assert pick_next(queued, here=set(), elsewhere={"a"}, loading={"b"}) == 2  # b is being loaded: c
+    assert pick_next(queued, here=set(), elsewhere={"a", "b", "c"}, loading={"b"}) == 0  # warm elsewhere: a
+    assert pick_next(["b", "b"], here=set(), elsewhere={"b"}, loading={"b"}) == 0  # nothing better: the head
 
 
 def test_a_wait_inside_nested_phases_counts_once(monkeypatch):
