@@ -122,10 +122,15 @@ def mps_daemon():
             os.environ.pop(key)
 
 
-def run_modes(tasks: list, device: str, workers: list[str], mps: bool, warm: list = ()) -> dict:
+def run_modes(tasks: list, device: str, workers: list[str], mps: bool, warm: list = (), repeat: int = 1) -> dict:
     """{mode: run's result} for each pool size, then (mps) each again under MPS, as `pool4` and `pool4-mps`; an MPS
-    run whose workers never reached an MPS server (none was started) is refused, not reported as one."""
-    results = {f"pool{w}": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
+    run whose workers never reached an MPS server (none was started) is refused, not reported as one. With
+    `repeat` R > 1 the sizes run R rounds in turn (`pool1#1`, `pool4#1`, `pool1#2`, ...): a slow spell of the host
+    falls on one round, not on one pool size."""
+    results = {}
+    for r in range(repeat):
+        suffix = f"#{r + 1}" if repeat > 1 else ""
+        results |= {f"pool{w}{suffix}": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
     if mps:
         with mps_daemon() as servers:
             under = {f"pool{w}-mps": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
@@ -170,6 +175,7 @@ def main() -> int:
         "--profile", action="store_true", help="each task's kernel time (torch profiler: slows every task by seconds)"
     )
     ap.add_argument("--mps", action="store_true", help="each pool size again under CUDA MPS (an experiment)")
+    ap.add_argument("--repeat", type=int, default=1, help="rounds of all pool sizes, in turn")
     ap.add_argument(
         "--warm",
         type=int,
@@ -180,6 +186,8 @@ def main() -> int:
     )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    if args.mps and args.repeat > 1:
+        ap.error("--mps runs one round: leave --repeat out")
     if args.synth:
         programs = synth_programs(args.level, args.problems, args.synth, args.seed)
     else:
@@ -195,17 +203,18 @@ def main() -> int:
     )
     print(f"{len(tasks)} candidates from {len(programs)} problems", file=sys.stderr)
     warm = warm_tasks(args, tasks) if args.warm else []
-    results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm)
+    results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm, args.repeat)
     summary = report_modes(Console(), results, len(tasks))
-    base = results[f"pool{args.workers.split(',')[0]}"]
+    first = args.workers.split(",")[0]
     for mode, r in results.items():
-        w = int(mode.removeprefix("pool").removesuffix("-mps"))
+        size, _, round_ = mode.removeprefix("pool").removesuffix("-mps").partition("#")
+        w, base = int(size), results[f"pool{first}" + (f"#{round_}" if round_ else "")]
         gain = (len(tasks) / r["serving_s"]) / (len(tasks) / base["serving_s"])
         summary[mode]["rate_serving"] = len(tasks) / r["serving_s"]
         summary[mode]["gain_vs_first"] = gain
         print(
             f"{mode}: {summary[mode]['rate_serving']:.2f} candidates/s after start-up; {gain:.2f}x the first "
-            f"mode's rate ({gain / w:.2f} of linear in {w} workers)"
+            f"mode's rate{' in its round' if round_ else ''} ({gain / w:.2f} of linear in {w} workers)"
         )
     return finish([], {"args": vars(args) | {"kernelbench": str(args.kernelbench)}, "modes": summary}, args.out)
 
