@@ -212,6 +212,9 @@ def main() -> int:
         gain = (len(tasks) / r["serving_s"]) / (len(tasks) / base["serving_s"])
         summary[mode]["rate_serving"] = len(tasks) / r["serving_s"]
         summary[mode]["gain_vs_first"] = gain
+        summary[mode]["launchers"] = r["launchers"]
+        if r["launchers"]["reported"]:
+            print(f"{mode}: launcher store {r['launchers']}")
         print(
             f"{mode}: {summary[mode]['rate_serving']:.2f} candidates/s after start-up; {gain:.2f}x the first "
             f"mode's rate{' in its round' if round_ else ''} ({gain / w:.2f} of linear in {w} workers)"

@@ -208,6 +208,12 @@ def run(
             shares = deal(pools, tasks)
         finally:
             wall = time.perf_counter() - t0
+            stores = [p.launchers for p in pools if p.launchers is not None]
+            launchers = {
+                "reported": sum(len(st.known) for st in stores),
+                "built": sum(st.built for st in stores),
+                "errors": [e for st in stores for e in st.errors][:3],
+            }
             for pool in pools:
                 pool.close()
     return {
@@ -224,6 +230,7 @@ def run(
         "by_label": merge_labels(p.section_by_label for p in pools),
         "jobs": [j for p in pools for j in p.job_log],
         "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
+        "launchers": launchers,  # the pools' launcher stores (verify/launchers.py)
     }
 
 

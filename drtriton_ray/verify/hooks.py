@@ -22,6 +22,8 @@ import time
 from contextlib import contextmanager
 from typing import Optional
 
+from drtriton_ray.verify import launchers
+
 # aten ops a strict candidate may run itself: allocation, initialisation of fresh buffers, views, shape queries.
 STRICT_ALLOWED_ATEN = frozenset(
     {
@@ -103,6 +105,7 @@ class LaunchMonitor:
         self.compile_only = False  # compile pass: launches compile (warmup=True) but run nothing
         self.load_seconds = 0.0  # seconds the compile pass spent loading what it compiled (load_handles)
         self.launcher_seconds = 0.0  # the part of load_seconds spent making kernel launchers
+        self.built_launchers: list[dict] = []  # launchers.spec_of each launcher built here, until taken
         self.inside = 0  # depth of launches in progress (their own torch ops and compiler processes pass)
         self._wrappers: dict[type, object] = {}
 
@@ -190,18 +193,28 @@ class LaunchMonitor:
             yield
             return
 
-        def timed(*args, **kwargs):
+        def timed(src, metadata, *args, **kwargs):
             t0 = time.perf_counter()
             try:
-                return make(*args, **kwargs)
+                return make(src, metadata, *args, **kwargs)
             finally:
-                self.launcher_seconds += time.perf_counter() - t0
+                seconds = time.perf_counter() - t0
+                self.launcher_seconds += seconds
+                if seconds > launchers.BUILT_S:  # built here, not found in a cache: for the pool's store
+                    spec = launchers.spec_of(src, metadata)
+                    if spec is not None:
+                        self.built_launchers.append(spec)
 
         active.launcher_cls = timed
         try:
             yield
         finally:
             active.launcher_cls = make
+
+    def take_launchers(self) -> list[dict]:
+        """The launchers built since the last call (launchers.spec_of), for the pool's store."""
+        taken, self.built_launchers = self.built_launchers, []
+        return taken
 
     def intact(self) -> bool:
         return all(cls.__dict__.get("run") is w for cls, w in self._wrappers.items())

@@ -53,6 +53,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Optional
 
+from drtriton_ray.verify.launchers import LauncherStore
 from drtriton_ray.verify.protocol import (
     Acquire,
     CaptureReady,
@@ -307,6 +308,8 @@ class WorkerPool:
         self.section_holds = {"shared": deque(maxlen=LOG_KEPT), "exclusive": deque(maxlen=LOG_KEPT)}
         self.section_by_label: dict[str, list[float]] = {}  # SectionArbiter.by_label, all maps
         self.job_log: deque = deque(maxlen=LOG_KEPT)  # per answered job: kind, seconds to its answer, the worker's own
+        # kernel launchers the workers built, built again where no candidate runs, for all of them (launchers.py)
+        self.launchers = LauncherStore(os.path.join(self.root, "launchers")) if gpu else None
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property
@@ -340,7 +343,15 @@ class WorkerPool:
             target=worker_main,
             daemon=True,
             name=f"{self.name}-w{slot}.{generation}",
-            args=(child_conn, f"{self.name}/w{slot}.{generation}", scratch, self.device, self.limits, self.gated),
+            args=(
+                child_conn,
+                f"{self.name}/w{slot}.{generation}",
+                scratch,
+                self.device,
+                self.limits,
+                self.gated,
+                self.launchers.root if self.launchers else None,
+            ),
         )
         # spawn imports the parent's __main__ in the child before worker_main runs; if that module imports
         # triton, triton would settle on compiled mode before the worker sets TRITON_INTERPRET, so a CPU
@@ -623,6 +634,8 @@ class WorkerPool:
             elif isinstance(message, (VerdictReady, ReferenceReady)):
                 if message.problem_check is not None and not message.retire:
                     self.problem_checks.setdefault(job.key, message.problem_check)
+                if self.launchers is not None and isinstance(message, VerdictReady):
+                    self.launchers.add(message.launchers)
                 del s.busy[slot]
                 self._log_job(job, message)
                 self._grant(s.section.drop(slot), s.busy)
@@ -789,6 +802,8 @@ class WorkerPool:
     def close(self) -> None:
         for w in self._workers:
             self._stop(w, graceful=True)
+        if self.launchers is not None:
+            self.launchers.close()
         shutil.rmtree(self.root, ignore_errors=True)
 
     def __enter__(self) -> "WorkerPool":

@@ -59,6 +59,7 @@ class VerdictReady:
     verdict: dict  # Verdict.to_dict()
     retire: bool  # the worker cannot serve another task (CUDA error, tampering) and has exited
     problem_check: Optional[dict] = None  # what the worker knows of the task's problem (Task.problem_check)
+    launchers: list = field(default_factory=list)  # kernel launchers it built (launchers.spec_of), for the pool's store
 
 
 @dataclass

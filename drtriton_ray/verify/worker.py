@@ -13,6 +13,7 @@ import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 
 EXIT_MEMORY = 86  # the memory watchdog's exit status: the pool reports RESOURCE_LIMIT
 
@@ -26,7 +27,7 @@ _CUDA_ERROR_MARKERS = (
 )
 
 
-def _environment(scratch: str, device: str) -> None:
+def _environment(scratch: str, device: str, launcher_store: Optional[str] = None) -> None:
     os.chdir(scratch)
     for sub in ("triton", "inductor", "tmp"):
         os.makedirs(os.path.join(scratch, sub), exist_ok=True)
@@ -41,6 +42,10 @@ def _environment(scratch: str, device: str) -> None:
             "HOME": scratch,
         }
     )
+    if launcher_store:  # the pool's launchers, read before building one (launchers.py)
+        from drtriton_ray.verify.launchers import MANAGER, STORE_ENV
+
+        os.environ.update({"TRITON_CACHE_MANAGER": MANAGER, STORE_ENV: launcher_store})
     if device == "cpu":
         os.environ["TRITON_INTERPRET"] = "1"  # triton has no CPU backend; must precede `import triton`
     sys.dont_write_bytecode = True
@@ -120,15 +125,18 @@ def _capture(source: str, device: str) -> dict:
         return {"error": f"capture failed: {type(e).__name__}: {e}"}
 
 
-def worker_main(conn, name: str, scratch: str, device: str, limits, gated: bool = False) -> None:
-    """`gated`: GPU work goes through the pool's shared/exclusive section (pool.py), over this pipe."""
+def worker_main(
+    conn, name: str, scratch: str, device: str, limits, gated: bool = False, launcher_store: Optional[str] = None
+) -> None:
+    """`gated`: GPU work goes through the pool's shared/exclusive section (pool.py), over this pipe.
+    `launcher_store`: the pool's kernel launchers (launchers.py), a folder this worker reads and cannot write."""
     t0 = time.perf_counter()
     startup = {}
 
     def lap(what: str) -> None:
         startup[what] = round(time.perf_counter() - t0 - sum(startup.values()), 3)
 
-    _environment(scratch, device)
+    _environment(scratch, device, launcher_store)
     _limits(limits, device)
     import torch  # imported once per worker: the point of a persistent pool
     import torch._dynamo  # noqa: F401  (its import rebinds torch.manual_seed: do it before Trusted captures)
@@ -237,6 +245,7 @@ def _serve(conn, ctx, device: str, limits) -> None:
             verdict.status = Status.DEVICE_ERROR.value
         # A tampered process cannot be trusted to grade the next candidate either.
         retire = poisoned or verdict.status == Status.TAMPERING.value
-        conn.send(VerdictReady(verdict.to_dict(), retire, None if retire else problem_check(message.task, ctx)))
+        check = None if retire else problem_check(message.task, ctx)
+        conn.send(VerdictReady(verdict.to_dict(), retire, check, [] if retire else ctx.monitor.take_launchers()))
         if retire:
             return

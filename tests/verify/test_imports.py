@@ -13,6 +13,7 @@ MODULES = (
     "compare",
     "inputs",
     "hooks",
+    "launchers",
     "timing",
     "checks",
     "worker",

@@ -1,0 +1,88 @@
+"""The pool's launcher store (verify/launchers.py): what a worker may report, how a worker's Triton finds a stored
+launcher, and the builder refusing to run where Triton has no per-signature launchers (this machine's Triton)."""
+
+import os
+
+import pytest
+
+from drtriton_ray.verify.launchers import LAUNCHER_NAME, STORE_ENV, LauncherStore, spec_of, valid_spec
+
+GOOD = {"signature": ["*fp32", "*fp32", "i32", "constexpr"], "constants": [[[3], 1024]]}
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        GOOD,
+        {"signature": [["*fp16", "*bf16"], "i64", "fp32"], "constants": []},  # a tuple argument
+        {"signature": [], "constants": []},
+    ],
+)
+def test_launchers_triton_would_generate_are_accepted(spec):
+    assert valid_spec(spec)
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        {"signature": ['int x; system("id"); int'], "constants": []},  # C in a type: never reaches a compiler
+        {"signature": ["*fp32 ; evil"], "constants": []},
+        {"signature": ["tensordesc<fp32[64, 64]>"], "constants": []},  # descriptors stay with the workers
+        {"signature": ["i32"], "constants": [[[0], object()]]},
+        {"signature": ["i32"], "constants": [["x", 1]]},
+        {"signature": ["i32"]},
+        {"signature": "i32", "constants": []},
+        {"signature": ["i32"] * 300, "constants": []},
+        ["*fp32"],
+    ],
+)
+def test_anything_else_a_worker_reports_is_refused(spec):
+    assert not valid_spec(spec)
+
+
+def test_a_kernels_launcher_is_described_by_its_signature():
+    import triton
+    import triton.language as tl
+    from triton.compiler import ASTSource
+
+    @triton.jit
+    def add(x, y, n, BLOCK: tl.constexpr):
+        pass
+
+    src = ASTSource(add, {"x": "*fp32", "y": "*fp32", "n": "i32", "BLOCK": "constexpr"}, {(3,): 128})
+    spec = spec_of(src, type("Metadata", (), {"tensordesc_meta": None})())
+    assert spec == {"signature": ["*fp32", "*fp32", "i32", "constexpr"], "constants": [[[3], 128]]}
+    assert spec_of(src, type("Metadata", (), {"tensordesc_meta": [{"swizzle": 0}]})()) is None
+
+
+def test_a_workers_triton_finds_a_stored_launcher_it_did_not_build(tmp_path, monkeypatch):
+    from drtriton_ray.verify.launcher_cache import StoreCacheManager
+
+    own, store = tmp_path / "own", tmp_path / "store"
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(own))
+    monkeypatch.setenv(STORE_ENV, str(store))
+    manager = StoreCacheManager("KEY")
+    name = LAUNCHER_NAME + ".so"
+    assert manager.get_file(name) is None
+    (store / "KEY").mkdir(parents=True)
+    (store / "KEY" / name).write_bytes(b"built by the pool")
+    (store / "KEY" / "kernel.cubin").write_bytes(b"not a launcher")
+    assert manager.get_file(name) == str(store / "KEY" / name)
+    assert manager.get_file("kernel.cubin") is None  # only launchers come from the store
+    mine = manager.put(b"built here", name)
+    assert manager.get_file(name) == mine and os.path.dirname(mine).startswith(str(own))  # its own first
+
+
+def test_the_store_builds_each_valid_report_once_and_says_when_it_cannot(tmp_path):
+    store = LauncherStore(str(tmp_path / "launchers"))
+    try:
+        store.add([GOOD, dict(GOOD), {"signature": ["no such type"], "constants": []}])
+        store.wait()
+        assert len(store.known) == 1 and store.refused == 1
+        # This machine's Triton launches through one generic launcher: the builder says so and builds nothing.
+        assert store.built == 0 and store.errors and "exited 3" in store.errors[0], store.errors
+        store.add([GOOD])
+        store.wait()
+        assert len(store.errors) == 1  # a launcher reported again is not built again
+    finally:
+        store.close()
