@@ -64,7 +64,15 @@ def valid_spec(spec) -> bool:
 
 def spec_of(src, metadata) -> Optional[dict]:
     """The description of the launcher Triton makes for (src, metadata), as CudaLauncher reads them; None where a
-    kernel has tensor descriptors or its source is not an ASTSource."""
+    kernel has tensor descriptors, its source is not an ASTSource, or anything about it is unexpected: it is read
+    inside a candidate's launch, which must never fail for it."""
+    try:
+        return _spec_of(src, metadata)
+    except Exception:
+        return None
+
+
+def _spec_of(src, metadata) -> Optional[dict]:
     if getattr(metadata, "tensordesc_meta", None) or not hasattr(src, "signature"):
         return None
     names = getattr(getattr(src, "fn", None), "arg_names", [])

@@ -53,6 +53,7 @@ def test_a_kernels_launcher_is_described_by_its_signature():
     spec = spec_of(src, type("Metadata", (), {"tensordesc_meta": None})())
     assert spec == {"signature": ["*fp32", "*fp32", "i32", "constexpr"], "constants": [[[3], 128]]}
     assert spec_of(src, type("Metadata", (), {"tensordesc_meta": [{"swizzle": 0}]})()) is None
+    assert spec_of(type("Odd", (), {"signature": None})(), None) is None  # read inside a launch: never raises
 
 
 def test_a_workers_triton_finds_a_stored_launcher_it_did_not_build(tmp_path, monkeypatch):
