@@ -22,7 +22,7 @@ import time
 from contextlib import contextmanager
 from typing import Optional
 
-from drtriton_ray.verify import launchers
+from drtriton_ray.verify.launchers import BUILT_S, spec_of
 
 # aten ops a strict candidate may run itself: allocation, initialisation of fresh buffers, views, shape queries.
 STRICT_ALLOWED_ATEN = frozenset(
@@ -200,8 +200,8 @@ class LaunchMonitor:
             finally:
                 seconds = time.perf_counter() - t0
                 self.launcher_seconds += seconds
-                if seconds > launchers.BUILT_S:  # built here, not found in a cache: for the pool's store
-                    spec = launchers.spec_of(src, metadata)
+                if seconds > BUILT_S:  # built here, not found in a cache: for the pool's store
+                    spec = spec_of(src, metadata)
                     if spec is not None:
                         self.built_launchers.append(spec)
 
