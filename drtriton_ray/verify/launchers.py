@@ -1,7 +1,7 @@
 """Kernel launchers shared by a pool's workers, built where no candidate runs.
 
 Triton releases that launch through a C launcher per kernel signature (3.6, the GPU machines') build it with the C
-compiler on a kernel's first load, hundreds of milliseconds, and cache it in the worker's own Triton cache. Four
+compiler on a kernel's first load and cache it in the worker's own Triton cache. Four
 workers build each signature up to four times. Their caches cannot simply be shared: a worker's cache directory is
 writable by the candidates it runs, so a launcher one worker built is not one another may trust.
 
@@ -80,8 +80,7 @@ def _spec_of(src, metadata) -> Optional[dict]:
     for key, value in (getattr(src, "constants", None) or {}).items():
         path = [names.index(key)] if isinstance(key, str) and key in names else key
         constants.append([list(path) if isinstance(path, (list, tuple)) else path, value])
-    spec = {"signature": _lists(list(src.signature.values())), "constants": constants}
-    return spec if valid_spec(spec) else None
+    return {"signature": _lists(list(src.signature.values())), "constants": constants}  # checked by the pool
 
 
 def _lists(value):
