@@ -20,7 +20,11 @@ workers' contexts. An experiment: with MPS a GPU fault in one worker is reported
 `--warm N` measures pools already at work, as a service's pool is: each first verifies N candidates of programs
 drawn with another seed, unmeasured. A fresh worker pays once for each kernel library and launcher it first uses
 (CUDA loads ATen's kernels lazily; Triton builds a launcher per kernel signature, cached per worker), and W workers
-pay it W times over a short run."""
+pay it W times over a short run.
+
+`--launchers primed` measures a host that has served these kernels before: every pool shares one launcher store,
+which a one-worker pool fills first by verifying the measured candidates once (unmeasured; nothing else it learnt
+carries over). By default each pool starts with an empty store of its own, as on a host that never ran a pool."""
 
 from __future__ import annotations
 
@@ -122,18 +126,41 @@ def mps_daemon():
             os.environ.pop(key)
 
 
-def run_modes(tasks: list, device: str, workers: list[str], mps: bool, warm: list = (), repeat: int = 1) -> dict:
+def prime_launchers(tasks: list, device: str, store: str) -> dict:
+    """Fill `store` with the launchers of `tasks`' kernels: a one-worker pool verifies them once, and the store's
+    builder finishes before the pool closes. What the store was told of and built."""
+    with WorkerPool(device, size=1, limits=Limits(task_timeout_s=600), name="prime", launcher_store=store) as pool:
+        pool.map(tasks)
+        if pool.launchers is None:
+            return {}
+        pool.launchers.wait()
+        return {"reported": len(pool.launchers.known), "built": pool.launchers.built, "errors": pool.launchers.errors}
+
+
+def run_modes(
+    tasks: list,
+    device: str,
+    workers: list[str],
+    mps: bool,
+    warm: list = (),
+    repeat: int = 1,
+    launchers: str | None = None,
+) -> dict:
     """{mode: run's result} for each pool size, then (mps) each again under MPS, as `pool4` and `pool4-mps`; an MPS
     run whose workers never reached an MPS server (none was started) is refused, not reported as one. With
     `repeat` R > 1 the sizes run R rounds in turn (`pool1#1`, `pool4#1`, `pool1#2`, ...): a slow spell of the host
-    falls on one round, not on one pool size."""
+    falls on one round, not on one pool size. `launchers`: one launcher store for every pool (None: each its own)."""
     results = {}
     for r in range(repeat):
         suffix = f"#{r + 1}" if repeat > 1 else ""
-        results |= {f"pool{w}{suffix}": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
+        results |= {
+            f"pool{w}{suffix}": run(tasks, device, int(w), fresh=False, warm=warm, launchers=launchers) for w in workers
+        }
     if mps:
         with mps_daemon() as servers:
-            under = {f"pool{w}-mps": run(tasks, device, int(w), fresh=False, warm=warm) for w in workers}
+            under = {
+                f"pool{w}-mps": run(tasks, device, int(w), fresh=False, warm=warm, launchers=launchers) for w in workers
+            }
         if not servers:
             sys.exit("error: no MPS server was started: the workers ran without MPS")
         print(f"MPS servers (pids): {', '.join(servers)}", file=sys.stderr)
@@ -184,6 +211,13 @@ def main() -> int:
         help="each pool first verifies N candidates of other programs (another seed), unmeasured: the rate of a "
         "long-lived pool, its workers past their first use of each kernel and launcher",
     )
+    ap.add_argument(
+        "--launchers",
+        choices=("fresh", "primed"),
+        default="fresh",
+        help="fresh: each pool an empty launcher store; primed: one store, filled first with the measured "
+        "candidates' launchers (a host that has served these kernels before)",
+    )
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
     if args.mps and args.repeat > 1:
@@ -203,7 +237,11 @@ def main() -> int:
     )
     print(f"{len(tasks)} candidates from {len(programs)} problems", file=sys.stderr)
     warm = warm_tasks(args, tasks) if args.warm else []
-    results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm, args.repeat)
+    with tempfile.TemporaryDirectory(prefix="launchers-") as store:
+        if args.launchers == "primed":
+            print(f"launcher store primed: {prime_launchers(tasks, args.device, store)}", file=sys.stderr)
+        shared = store if args.launchers == "primed" else None
+        results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm, args.repeat, shared)
     summary = report_modes(Console(), results, len(tasks))
     first = args.workers.split(",")[0]
     for mode, r in results.items():
@@ -219,7 +257,28 @@ def main() -> int:
             f"{mode}: {summary[mode]['rate_serving']:.2f} candidates/s after start-up; {gain:.2f}x the first "
             f"mode's rate{' in its round' if round_ else ''} ({gain / w:.2f} of linear in {w} workers)"
         )
-    return finish([], {"args": vars(args) | {"kernelbench": str(args.kernelbench)}, "modes": summary}, args.out)
+    pooled = pooled_rates(results, len(tasks), first)
+    for size, row in pooled.items():
+        print(
+            f"pool{size}, {args.repeat} rounds pooled: {row['rate']:.2f} candidates/s; {row['gain']:.2f}x the first "
+            f"size's ({row['gain'] / int(size):.2f} of linear)"
+        )
+    out = {"args": vars(args) | {"kernelbench": str(args.kernelbench)}, "modes": summary, "pooled": pooled}
+    return finish([], out, args.out)
+
+
+def pooled_rates(results: dict, n: int, first: str) -> dict:
+    """Per pool size over R > 1 rounds: all its candidates over all its serving seconds, and that against the first
+    size's, so a slow spell of the host weighs on each size as long as it lasted (empty with one round)."""
+    seconds: dict = {}
+    for mode, r in results.items():
+        size, _, round_ = mode.removeprefix("pool").partition("#")
+        if round_ and not size.endswith("-mps"):
+            seconds.setdefault(size, []).append(r["serving_s"])
+    rates = {size: n * len(s) / sum(s) for size, s in seconds.items()}
+    return {
+        size: {"rate": rate, "gain": rate / rates[first], "rounds": len(seconds[size])} for size, rate in rates.items()
+    }
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ import contextlib
 import json
 import os
 import statistics
+import tempfile
 import threading
 import time
 from collections import defaultdict
@@ -161,9 +162,10 @@ class BusySampler:
         return sum(self.samples) / len(self.samples) / 100 if self.samples else None
 
 
-def pinned_pool(device: str, workers: int, fresh: bool, gpu: int | None) -> WorkerPool:
+def pinned_pool(device: str, workers: int, fresh: bool, gpu: int | None, launchers: str) -> WorkerPool:
     """A pool of `workers`; with `gpu`, its workers see that GPU alone (they inherit CUDA_VISIBLE_DEVICES when they
-    are spawned, as a Ray actor's GPU is pinned), as one Verifier actor per GPU holds its pool."""
+    are spawned, as a Ray actor's GPU is pinned), as one Verifier actor per GPU holds its pool, with `launchers` as
+    its launcher store."""
     name = "fresh" if fresh else f"pool{workers}" if gpu is None else f"gpu{gpu}"
     before = os.environ.get("CUDA_VISIBLE_DEVICES")
     if gpu is not None:
@@ -175,6 +177,7 @@ def pinned_pool(device: str, workers: int, fresh: bool, gpu: int | None) -> Work
             max_tasks_per_worker=1 if fresh else 1 << 30,
             limits=Limits(task_timeout_s=600),
             name=name,
+            launcher_store=launchers,
         )
     finally:
         os.environ.pop("CUDA_VISIBLE_DEVICES", None)
@@ -183,18 +186,29 @@ def pinned_pool(device: str, workers: int, fresh: bool, gpu: int | None) -> Work
 
 
 def run(
-    tasks: list[Task], device: str, workers: int, fresh: bool, gpus: int | None = None, warm: list[Task] = ()
+    tasks: list[Task],
+    device: str,
+    workers: int,
+    fresh: bool,
+    gpus: int | None = None,
+    warm: list[Task] = (),
+    launchers: str | None = None,
 ) -> dict:
     """Wall time from pool creation (worker start-up included) to the last verdict; serving_s from the moment every
     worker is ready. `gpus`: a pool a GPU, the candidates dealt out in turn, every pool verifying its share at once.
     `warm`: tasks every pool verifies first, unmeasured (its logs reset after them): serving_s, the GPU's busy share
-    and the logs then cover `tasks` alone, as a long-lived pool would serve them."""
+    and the logs then cover `tasks` alone, as a long-lived pool would serve them. `launchers`: the pools' launcher
+    store; None: an empty one for each pool, as on a host that never ran a pool (the host's shared store would carry
+    one measured pool's launchers into the next)."""
     busy = BusySampler(device.startswith("cuda"), gpus or 1)
     with contextlib.ExitStack() as stack:
         if not warm:
             stack.enter_context(busy)
         t0 = time.perf_counter()
-        pools = [pinned_pool(device, workers, fresh, g) for g in (range(gpus) if gpus else [None])]
+        pools = [
+            pinned_pool(device, workers, fresh, g, launchers or stack.enter_context(tempfile.TemporaryDirectory()))
+            for g in (range(gpus) if gpus else [None])
+        ]
         try:
             if not fresh:
                 for pool in pools:

@@ -10,12 +10,19 @@ the pool checks each against what Triton generates (`valid_spec`: argument types
 Triton build it in a separate process that runs no candidate (`python -m drtriton_ray.verify.launchers`), into a
 store the workers read but cannot write (outside every scratch directory). A worker's Triton finds it there through
 its cache manager (TRITON_CACHE_MANAGER: `launcher_cache.StoreCacheManager`) before building one itself. A Triton
-without per-signature launchers (3.9, the CPU machine's) builds nothing here and loses nothing."""
+without per-signature launchers (3.9, the CPU machine's) builds nothing here and loses nothing.
+
+By default the store outlives the pool (`default_root`: the user's cache, a folder per Triton and Python version), as
+Triton's own cache does: a service restarted or a second `drtriton convert` finds the launchers the first built,
+instead of every new worker building them again. Launchers are keyed by Triton's hash of their source, so pools of
+one host share the folder safely (Triton writes a file to a temporary name and renames it)."""
 
 from __future__ import annotations
 
 import json
 import os
+from importlib import metadata
+from pathlib import Path
 import re
 import subprocess
 import sys
@@ -28,6 +35,18 @@ MANAGER = "drtriton_ray.verify.launcher_cache:StoreCacheManager"  # the workers'
 LAUNCHER_NAME = "__triton_launcher"
 BUILT_S = 0.05  # a launcher made in more than this was built (an import from the cache takes milliseconds)
 BUILD_TIMEOUT_S = 300.0
+
+
+def default_root() -> str:
+    """The launcher store every pool of this host shares unless given another: under the user's cache
+    ($XDG_CACHE_HOME or ~/.cache), a folder per Triton and Python version (launchers are C extensions of both)."""
+    try:
+        triton = metadata.version("triton")
+    except metadata.PackageNotFoundError:
+        triton = "none"
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return str(cache / "drtriton-ray" / "launchers" / f"triton-{triton}-{sys.implementation.cache_tag}")
+
 
 _SCALARS = "i1|i8|i16|i32|i64|u1|u8|u16|u32|u64|fp16|bf16|fp32|f32|fp64"
 _TYPE = re.compile(rf"^(\*k?[a-z0-9]{{1,12}}|{_SCALARS}|constexpr)$")

@@ -53,7 +53,7 @@ from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Optional
 
-from drtriton_ray.verify.launchers import LauncherStore
+from drtriton_ray.verify.launchers import LauncherStore, default_root
 from drtriton_ray.verify.protocol import (
     Acquire,
     CaptureReady,
@@ -273,8 +273,11 @@ class WorkerPool:
         name: str = "pool",
         gated: Optional[bool] = None,
         reference_cache: Optional[str] = None,
+        launcher_store: Optional[str] = None,
     ):
-        """size: worker processes (None: 4 on a GPU, 1 on CPU). gated: arbitrate GPU work (default: on a GPU)."""
+        """size: worker processes (None: 4 on a GPU, 1 on CPU). gated: arbitrate GPU work (default: on a GPU).
+        launcher_store: the folder of kernel launchers built for the workers (launchers.py; None: the host's shared
+        one, `launchers.default_root()`)."""
         gpu = device.startswith("cuda")
         size = (4 if gpu else 1) if size is None else size
         if size < 1:
@@ -309,7 +312,7 @@ class WorkerPool:
         self.section_by_label: dict[str, list[float]] = {}  # SectionArbiter.by_label, all maps
         self.job_log: deque = deque(maxlen=LOG_KEPT)  # per answered job: kind, seconds to its answer, the worker's own
         # kernel launchers the workers built, built again where no candidate runs, for all of them (launchers.py)
-        self.launchers = LauncherStore(os.path.join(self.root, "launchers")) if gpu else None
+        self.launchers = LauncherStore(launcher_store or default_root()) if gpu else None
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
 
     @property

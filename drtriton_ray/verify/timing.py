@@ -59,8 +59,8 @@ class Timing:
     calls: int = 1  # calls per trial window
     trials: int = 0
     iqr_ms: float = 0.0  # inter-quartile range of the per-trial values (within-run noise)
-    # host seconds by step, section waits left out: first, warm (shared section); rewarm, probe, and the trials'
-    # inputs, flush and window (exclusive section)
+    # host seconds by step, section waits left out: first, warm, premade (the trials' inputs made beforehand; shared
+    # section); rewarm, probe, and the trials' inputs, flush and window (exclusive section)
     parts: dict = field(default_factory=dict)
 
 
@@ -92,21 +92,68 @@ def measure(
     """Median per-call time of fn(*make_args()) on the current CUDA device; make_args runs outside the timed region.
 
     The first call (JIT compile, autotuning, torch.compile) runs in `first()` and the warm-up in `warm()` (default:
-    `first`; the pool's shared GPU section, or nothing), before `exclusive()` is entered; a short re-warm, the probe
-    and the trials run inside that (the pool's per-GPU timing section, which no other worker's kernels share: the
-    shorter it is held, the more workers one GPU serves). `calls=None` picks the window size, `calls=1` times one
-    call per trial; `lead=None` adds the lead call to windows of more than one call."""
+    `first`; the pool's shared GPU section, or nothing), before `exclusive()` is entered, and so are the trials' input
+    sets where calls are short (`_premade`); a short re-warm, the probe and the trials run inside that (the pool's
+    per-GPU timing section, which no other worker's kernels share: the shorter it is held, the more workers one GPU
+    serves). `calls=None` picks the window size, `calls=1` times one call per trial; `lead=None` adds the lead call to
+    windows of more than one call."""
     parts: dict = {}
     with torch.no_grad():
         with first(), _clock(parts, "first"):
             fn(*make_args())  # compile / autotune outside the exclusive section
             _synchronize()
-        parts["warm"] = _warm(fn, make_args, warmup, warmup_ms, warm or first)
+        parts["warm"], per_call = _warm(fn, make_args, warmup, warmup_ms, warm or first)
+        sets = _premade(make_args, _sets_needed(trials, calls, lead, per_call), warm or first, parts)
         with exclusive():
-            parts["rewarm"] = _warm(fn, make_args, REWARM, REWARM_MS)
-            timing = _timed(fn, make_args, trials, calls, lead, parts)
+            # the re-warm lasts REWARM_MS whatever its calls cost, so its inputs are made as it goes
+            parts["rewarm"] = _warm(fn, make_args, REWARM, REWARM_MS)[0]
+            timing = _timed(fn, _taking(sets, make_args), trials, calls, lead, parts)
     timing.parts = parts
     return timing
+
+
+# Input sets of short calls are made before the exclusive section, in the shared one, up to this many bytes: a window
+# of tiny kernels takes MAX_CALLS + 1 fresh sets, and making them is host work (ms a candidate) that other workers'
+# kernels could run beside.
+PREMADE_BYTES = 512 << 20
+PREMADE_HOLD = 64  # sets made per hold of the shared section
+
+
+def _sets_needed(trials: int, calls: Optional[int], lead: Optional[bool], per_call_s: float) -> int:
+    """Input sets the trials will take, where that is known before the probe: `calls` given, or calls so short (the
+    warm-up's seconds per call, its inputs' making included, an upper bound) that the probe will size MAX_CALLS.
+    Otherwise 0: the sets are made per trial, as the window's size is known."""
+    if calls is None and per_call_s * 1e3 * MAX_CALLS > WINDOW_MS:
+        return 0
+    calls = calls or MAX_CALLS
+    return max(trials, MIN_TRIALS) * (calls + int(calls > 1 if lead is None else lead)) + 1  # + the probe's
+
+
+def _premade(make_args, count: int, section, parts: dict) -> list:
+    """`count` input sets made in `section` (the shared one) a few holds at a time, all done on the GPU before each
+    hold ends; none where they would pass PREMADE_BYTES (they are then made per trial, in the exclusive section)."""
+    sets: list = []
+    parts["premade"] = 0.0
+    while len(sets) < count:
+        with section(), _clock(parts, "premade"):
+            for _ in range(min(PREMADE_HOLD, count - len(sets))):
+                sets.append(make_args())
+                if len(sets) == 1 and count * _nbytes(sets[0]) > PREMADE_BYTES:
+                    sets.clear()
+                    count = 0
+                    break
+            _synchronize()  # the making's kernels end inside the hold
+    return sets
+
+
+def _taking(sets: list, make_args):
+    """make_args that hands out the premade sets first, each once, then makes fresh ones."""
+    sets.reverse()
+
+    def take():
+        return sets.pop() if sets else make_args()
+
+    return take
 
 
 # Calls made again inside the exclusive section after the warm-up (other workers' kernels ran in between): at least
@@ -122,13 +169,14 @@ WARM_HOLD_MS = 4.0
 WARM_BATCH_MAX = 1024
 
 
-def _warm(fn, make_args, warmup: int, warmup_ms: float, section=nullcontext) -> float:
-    """At least `warmup` calls and at least `warmup_ms` of back-to-back work; returns the seconds of work. The host
-    clock sees the work only at a synchronisation, so the calls go in batches of 1, 2, 4 ..., each followed by one,
-    and a batch doubles only while the doubled one would take at most WARM_HOLD_MS: calls longer than the warm-up
-    stop it after a few calls, where a fixed batch of 16 queued 16 of them (0.24 s of GPU a candidate at KernelBench
-    sizes, for a 25 ms warm-up). Each batch holds `section` (the pool's shared one) alone, so a worker waiting to time
-    waits for one batch, not for a whole warm-up; the time spent waiting for it is not warm-up."""
+def _warm(fn, make_args, warmup: int, warmup_ms: float, section=nullcontext) -> tuple[float, float]:
+    """At least `warmup` calls and at least `warmup_ms` of back-to-back work. The host clock sees the work only at a
+    synchronisation, so the calls go in batches of 1, 2, 4 ..., each followed by one, and a batch doubles only while the
+    doubled one would take at most WARM_HOLD_MS: calls longer than the warm-up stop it after a few calls, where a fixed
+    batch of 16 queued 16 of them (0.24 s of GPU a candidate at KernelBench sizes, for a 25 ms warm-up). Each batch
+    holds `section` (the pool's shared one) alone, so a worker waiting to time waits for one batch, not for a whole
+    warm-up; the time spent waiting for it is not warm-up. Returns the seconds of work and the seconds a call of the
+    last batch took, its inputs' making included."""
     n, batch, worked = 0, 1, 0.0
     while n < warmup or worked < warmup_ms / 1e3:
         k = batch if worked < warmup_ms / 1e3 else warmup - n  # time is up: only the calls the count still asks
@@ -142,7 +190,7 @@ def _warm(fn, make_args, warmup: int, warmup_ms: float, section=nullcontext) -> 
         n += k
         if 2 * seconds <= WARM_HOLD_MS / 1e3:
             batch = min(2 * batch, WARM_BATCH_MAX)
-    return worked
+    return worked, seconds / max(k, 1)
 
 
 def _timed(fn, make_args, trials, calls, lead, parts: dict) -> Timing:

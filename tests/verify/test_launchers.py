@@ -87,3 +87,22 @@ def test_the_store_builds_each_valid_report_once_and_says_when_it_cannot(tmp_pat
         assert len(store.errors) == 1  # a launcher reported again is not built again
     finally:
         store.close()
+
+
+def test_the_shared_store_is_in_the_users_cache_per_triton_and_python(tmp_path, monkeypatch):
+    """The store outlives a pool (a restarted service, a second convert find what the first built); its folder is
+    per Triton and Python version, since a launcher is a C extension of both."""
+    import sys
+    from importlib import metadata
+
+    from drtriton_ray.verify.launchers import default_root
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    root = default_root()
+    assert root == str(
+        tmp_path / "cache" / "drtriton-ray" / "launchers" / f"triton-{metadata.version('triton')}-"
+        f"{sys.implementation.cache_tag}"
+    )
+    monkeypatch.delenv("XDG_CACHE_HOME")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert default_root().startswith(str(tmp_path / "home" / ".cache" / "drtriton-ray" / "launchers"))

@@ -111,12 +111,12 @@ def test_a_probe_that_sizes_a_window_of_several_calls_is_not_a_trial(fake_cuda):
 def test_timing_says_where_its_seconds_go(fake_cuda):
     fn, make_args, _, _ = counting(2.5)
     t = timing.measure(fn, make_args, trials=10, warmup=1, warmup_ms=0)
-    assert set(t.parts) == {"first", "warm", "rewarm", "probe", "inputs", "flush", "window"}
+    assert set(t.parts) == {"first", "warm", "premade", "rewarm", "probe", "inputs", "flush", "window"}
     # each step's calls of 2.5 ms: one first call, one warm-up call, the re-warm's, the probe's (the first trial), the
     # other 9 trials' windows
     for part, calls in (("first", 1), ("warm", 1), ("rewarm", timing.REWARM), ("probe", 1), ("window", 9)):
         assert t.parts[part] == pytest.approx(calls * 2.5e-3), part
-    assert t.parts["inputs"] == t.parts["flush"] == 0.0  # no fake kernel runs there
+    assert t.parts["inputs"] == t.parts["flush"] == t.parts["premade"] == 0.0  # no fake kernel runs there
 
 
 def test_work_the_events_miss_makes_the_host_clock_the_measurement(fake_cuda):
@@ -188,3 +188,73 @@ def test_the_warm_up_holds_the_shared_section_a_batch_at_a_time(fake_cuda):
     assert timing.WARM_HOLD_MS == 4.0
     assert [b - a for a, b in zip(holds[1:], holds[2:] + [holds[1] + 63])] == [1, 2, 4] + [8] * 7
     assert t.parts["warm"] == pytest.approx(63 * 0.4e-3)
+
+
+def sections(seen: list, made: list):
+    """Sections that log (name, calls so far, input sets made so far) on entry and exit."""
+    log = []
+
+    def section(name):
+        class Section:
+            def __enter__(self):
+                log.append((name, len(seen), len(made)))
+
+            def __exit__(self, *exc):
+                log.append((f"/{name}", len(seen), len(made)))
+
+        return Section
+
+    return log, section
+
+
+def test_the_inputs_of_tiny_calls_are_made_before_the_exclusive_section(fake_cuda):
+    """Windows of tiny kernels take MAX_CALLS + 1 fresh input sets each: making them is host work that need not keep
+    the other workers off the GPU, so they are made beforehand in the shared section, a few holds of it."""
+    fn, make_args, seen, made = counting(0.01)
+    log, section = sections(seen, made)
+    t = timing.measure(
+        fn, make_args, trials=10, warmup=1, warmup_ms=0, exclusive=section("exclusive"), first=section("shared")
+    )
+    assert t.calls == timing.MAX_CALLS and t.trials == 10
+    start = next(k for k, e in enumerate(log) if e[0] == "exclusive")
+    end = len(log) - 1
+    made_before = log[start][2]
+    # made while exclusive: the re-warm's only (it lasts REWARM_MS whatever its calls cost), not the windows'
+    assert log[end][0] == "/exclusive"
+    assert log[end][2] - made_before == round(t.parts["rewarm"] / 0.01e-3)
+    assert made_before >= 10 * (timing.MAX_CALLS + 1) + 1  # the windows' and the probe's
+    shared_holds = [e for e in log[:start] if e[0] == "shared"]
+    assert len(shared_holds) >= 1 + 1 + made_before // timing.PREMADE_HOLD  # first call, warm-up, the making
+    assert len(set(seen)) == len(seen)  # still: every call its own inputs, each set used once
+    assert t.median_ms == pytest.approx(0.01)
+
+
+def test_inputs_too_large_to_hold_at_once_are_made_per_trial(fake_cuda, monkeypatch):
+    import torch
+
+    fn, _, seen, made = counting(0.01)
+
+    def make_args():
+        made.append(torch.empty(1 << 20, dtype=torch.uint8))  # 1 MiB a set
+        return [made[-1]]
+
+    monkeypatch.setattr(timing, "PREMADE_BYTES", 64 << 20)  # fewer than the ~330 sets the windows take
+    log, section = sections(seen, made)
+    t = timing.measure(
+        fn, make_args, trials=10, warmup=1, warmup_ms=0, exclusive=section("exclusive"), first=section("shared")
+    )
+    enter = next(e for e in log if e[0] == "exclusive")
+    assert log[-1][2] - enter[2] >= 10 * (t.calls + 1)  # made inside, per trial
+    assert enter[2] <= 1 + 1 + 1  # first call, warm-up, and the one set that showed the size
+    assert t.parts["inputs"] >= 0.0 and t.calls == timing.MAX_CALLS
+
+
+def test_longer_calls_make_their_inputs_per_trial_as_the_probe_sizes_the_window(fake_cuda):
+    fn, make_args, seen, made = counting(0.5)
+    log, section = sections(seen, made)
+    t = timing.measure(
+        fn, make_args, trials=10, warmup=1, warmup_ms=0, exclusive=section("exclusive"), first=section("shared")
+    )
+    assert 1 < t.calls < timing.MAX_CALLS
+    enter = next(e for e in log if e[0] == "exclusive")
+    assert enter[2] == 2 and t.parts["premade"] == 0.0  # only the first call's and the warm-up's sets
