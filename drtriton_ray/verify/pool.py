@@ -41,6 +41,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import logging
 import multiprocessing as mp
 import re
 import os
@@ -71,6 +72,9 @@ from drtriton_ray.verify.static import SourceError, check_candidate, check_probl
 from drtriton_ray.verify.task import TIMING_VERSION, Limits, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 from drtriton_ray.verify.worker import EXIT_MEMORY, worker_main
+
+
+log = logging.getLogger(__name__)
 
 
 def first_copies(tasks: list[Task]) -> list[int]:
@@ -312,8 +316,17 @@ class WorkerPool:
         self.section_by_label: dict[str, list[float]] = {}  # SectionArbiter.by_label, all maps
         self.job_log: deque = deque(maxlen=LOG_KEPT)  # per answered job: kind, seconds to its answer, the worker's own
         # kernel launchers the workers built, built again where no candidate runs, for all of them (launchers.py)
-        self.launchers = LauncherStore(launcher_store or default_root()) if gpu else None
+        self.launchers = self._launcher_store(launcher_store or default_root()) if gpu else None
         self._workers = [self._spawn(slot, 0) for slot in range(size)]
+
+    def _launcher_store(self, root: str) -> LauncherStore:
+        """The store at `root`; where that cannot be made (a read-only home), one of the pool's own, which goes with
+        it: the workers then build what no earlier pool left them."""
+        try:
+            return LauncherStore(root)
+        except OSError as e:
+            log.warning("launcher store %s unusable (%s): the pool keeps its own", root, e)
+            return LauncherStore(os.path.join(self.root, "launchers"))
 
     @property
     def size(self) -> int:

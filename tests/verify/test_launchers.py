@@ -106,3 +106,19 @@ def test_the_shared_store_is_in_the_users_cache_per_triton_and_python(tmp_path, 
     monkeypatch.delenv("XDG_CACHE_HOME")
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert default_root().startswith(str(tmp_path / "home" / ".cache" / "drtriton-ray" / "launchers"))
+
+
+def test_a_store_folder_that_cannot_be_made_leaves_the_pool_its_own(tmp_path, caplog):
+    """A read-only or odd home never stops a pool: it keeps a store of its own, which goes with it, and says so."""
+    from types import SimpleNamespace
+
+    from drtriton_ray.verify import WorkerPool
+
+    (tmp_path / "cache").write_text("a file where the store's parent folder would be")
+    pool = SimpleNamespace(root=str(tmp_path / "pool"))
+    store = WorkerPool._launcher_store(pool, str(tmp_path / "cache" / "launchers"))
+    try:
+        assert store.root == str(tmp_path / "pool" / "launchers") and os.path.isdir(store.root)
+        assert "unusable" in caplog.text and "keeps its own" in caplog.text
+    finally:
+        store.close()
