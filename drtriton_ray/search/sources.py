@@ -371,6 +371,19 @@ def block_sizes(tree: ast.Module) -> set[int]:
     }
 
 
+def _set_launch_option(launch: ast.Call, name: str, value: int) -> None:
+    """`name=value` on a launch. Where the launch also passes a dict (`**meta`, which may hold the option: the
+    lowering's tuned configs carry num_warps), the option goes into the last one, `**{**meta, name: value}`: a
+    keyword beside a dict that holds it is a TypeError at launch (got multiple values)."""
+    launch.keywords = [kw for kw in launch.keywords if kw.arg != name]
+    splats = [kw for kw in launch.keywords if kw.arg is None]
+    if splats:
+        last = splats[-1]
+        last.value = ast.Dict(keys=[None, ast.Constant(name)], values=[last.value, ast.Constant(value)])
+    else:
+        launch.keywords.append(ast.keyword(name, ast.Constant(value)))
+
+
 class _Rescale(ast.NodeTransformer):
     """Every occurrence of the block literals that must agree: launch keywords `BLOCK*=v`, `cdiv(n, v)` grid
     divisors, `BLOCK* = v` assignments and `BLOCK*: tl.constexpr = v` defaults; and the launches' num_warps /
@@ -393,9 +406,7 @@ class _Rescale(ast.NodeTransformer):
                     kw.value = self._swap(kw.value)
             for name, value in (("num_warps", self.warps), ("num_stages", self.stages)):
                 if value is not None:
-                    node.keywords = [kw for kw in node.keywords if kw.arg != name] + [
-                        ast.keyword(name, ast.Constant(value))
-                    ]
+                    _set_launch_option(node, name, value)
         return node
 
     def visit_Assign(self, node: ast.Assign):

@@ -146,3 +146,31 @@ def test_proposals_made_after_the_seconds_ran_out_get_one_batch_judged(pool):
     none_left.fragments = {f.hash: f for f in frags}
     none_left.run(candidates)
     assert none_left.verified == 0
+
+
+def test_warps_and_stages_variants_of_a_launch_with_a_config_dict_override_it():
+    """The lowering's tuned wrappers launch `kernel[grid](*args, **meta)` with num_warps inside meta (on a GPU); a
+    variant's num_warps goes into that dict rather than beside it, where the launch would raise TypeError (got
+    multiple values for keyword argument 'num_warps')."""
+    code = (
+        "import triton\n"
+        "def run(kernel, x):\n"
+        "    meta = {'BLOCK': 1024, 'num_warps': 4}\n"
+        "    kernel[(1,)](x, **meta)\n"
+    )
+    variants = dict((note, text) for text, note in config_variants(code, 6))
+    assert {"num_warps=8", "num_warps=2", "num_stages=3"} <= set(variants)
+
+    class Kernel:
+        def __getitem__(self, grid):
+            return lambda *args, **kw: launched.append(kw)
+
+    for note, text in variants.items():
+        launched: list = []
+        namespace: dict = {}
+        exec(compile(text, "variant", "exec"), namespace)
+        namespace["run"](Kernel(), 0)
+        (kw,) = launched
+        option, value = note.split("=")
+        assert kw[option] == int(value) and kw["BLOCK"] == 1024, (note, kw)
+        assert option == "num_warps" or kw["num_warps"] == 4
