@@ -21,13 +21,13 @@ from __future__ import annotations
 
 import json
 import os
-from importlib import metadata
-from pathlib import Path
 import re
 import subprocess
 import sys
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from importlib import metadata
+from pathlib import Path
 from typing import Optional
 
 STORE_ENV = "DRTRITON_LAUNCHER_STORE"
