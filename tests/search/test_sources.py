@@ -1,6 +1,7 @@
 """Candidate sources without a model: the lowering, launch-config variants, and the refine source's choices."""
 
 import ast
+import textwrap
 from pathlib import Path
 
 from search_graphs import mlp_block
@@ -152,11 +153,12 @@ def test_warps_and_stages_variants_of_a_launch_with_a_config_dict_override_it():
     """The lowering's tuned wrappers launch `kernel[grid](*args, **meta)` with num_warps inside meta (on a GPU); a
     variant's num_warps goes into that dict rather than beside it, where the launch would raise TypeError (got
     multiple values for keyword argument 'num_warps')."""
-    code = (
-        "import triton\n"
-        "def run(kernel, x):\n"
-        "    meta = {'BLOCK': 1024, 'num_warps': 4}\n"
-        "    kernel[(1,)](x, **meta)\n"
+    code = textwrap.dedent(
+        """
+        def run(kernel, x):
+            meta = {'BLOCK': 1024, 'num_warps': 4}
+            kernel[(1,)](x, **meta)
+        """
     )
     variants = dict((note, text) for text, note in config_variants(code, 6))
     assert {"num_warps=8", "num_warps=2", "num_stages=3"} <= set(variants)
