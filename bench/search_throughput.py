@@ -134,7 +134,7 @@ def prime_launchers(tasks: list, device: str, store: str) -> dict:
         if pool.launchers is None:
             return {}
         pool.launchers.wait()
-        return {"reported": len(pool.launchers.known), "built": pool.launchers.built, "errors": pool.launchers.errors}
+        return pool.launchers.summary()
 
 
 def run_modes(
@@ -237,11 +237,11 @@ def main() -> int:
     )
     print(f"{len(tasks)} candidates from {len(programs)} problems", file=sys.stderr)
     warm = warm_tasks(args, tasks) if args.warm else []
-    with tempfile.TemporaryDirectory(prefix="launchers-") as store:
-        if args.launchers == "primed":
+    primed = args.launchers == "primed"
+    with tempfile.TemporaryDirectory(prefix="launchers-") if primed else contextlib.nullcontext() as store:
+        if primed:
             print(f"launcher store primed: {prime_launchers(tasks, args.device, store)}", file=sys.stderr)
-        shared = store if args.launchers == "primed" else None
-        results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm, args.repeat, shared)
+        results = run_modes(tasks, args.device, args.workers.split(","), args.mps, warm, args.repeat, store)
     summary = report_modes(Console(), results, len(tasks))
     first = args.workers.split(",")[0]
     for mode, r in results.items():
@@ -273,7 +273,7 @@ def pooled_rates(results: dict, n: int, first: str) -> dict:
     seconds: dict = {}
     for mode, r in results.items():
         size, _, round_ = mode.removeprefix("pool").partition("#")
-        if round_ and not size.endswith("-mps"):
+        if round_:
             seconds.setdefault(size, []).append(r["serving_s"])
     rates = {size: n * len(s) / sum(s) for size, s in seconds.items()}
     return {

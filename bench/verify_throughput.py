@@ -222,11 +222,11 @@ def run(
             shares = deal(pools, tasks)
         finally:
             wall = time.perf_counter() - t0
-            stores = [p.launchers for p in pools if p.launchers is not None]
-            launchers = {
-                "reported": sum(len(st.known) for st in stores),
-                "built": sum(st.built for st in stores),
-                "errors": [e for st in stores for e in st.errors][:3],
+            stores = [p.launchers.summary() for p in pools if p.launchers is not None]
+            store_stats = {
+                "reported": sum(st["reported"] for st in stores),
+                "built": sum(st["built"] for st in stores),
+                "errors": [e for st in stores for e in st["errors"]][:3],
             }
             for pool in pools:
                 pool.close()
@@ -244,7 +244,7 @@ def run(
         "by_label": merge_labels(p.section_by_label for p in pools),
         "jobs": [j for p in pools for j in p.job_log],
         "worker_s": sum(p.size * (wall - (ready - t0)) for p in pools),
-        "launchers": launchers,  # the pools' launcher stores (verify/launchers.py)
+        "launchers": store_stats,  # the pools' launcher stores (verify/launchers.py)
     }
 
 

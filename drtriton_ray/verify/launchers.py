@@ -169,6 +169,10 @@ class LauncherStore:
         if done.returncode != 0:
             self.errors.append(f"launcher builder exited {done.returncode}: {done.stderr.strip()[-300:]}")
 
+    def summary(self) -> dict:
+        """What the store was told of (this pool's reports), built and failed to build."""
+        return {"reported": len(self.known), "built": self.built, "errors": list(self.errors)}
+
     def wait(self) -> None:
         """Until every launcher reported so far has been built (or failed)."""
         self._executor.submit(lambda: None).result()

@@ -42,7 +42,7 @@ def _environment(scratch: str, device: str, launcher_store: Optional[str] = None
             "HOME": scratch,
         }
     )
-    if launcher_store:  # the pool's launchers, read before building one (launchers.py)
+    if launcher_store:  # the launcher store, read before building one (launchers.py)
         from drtriton_ray.verify.launchers import MANAGER, STORE_ENV
 
         os.environ.update({"TRITON_CACHE_MANAGER": MANAGER, STORE_ENV: launcher_store})
@@ -129,7 +129,8 @@ def worker_main(
     conn, name: str, scratch: str, device: str, limits, gated: bool = False, launcher_store: Optional[str] = None
 ) -> None:
     """`gated`: GPU work goes through the pool's shared/exclusive section (pool.py), over this pipe.
-    `launcher_store`: the pool's kernel launchers (launchers.py), a folder this worker reads and cannot write."""
+    `launcher_store`: the kernel launchers built for the pool's workers (launchers.py), a folder this worker reads and
+    cannot write."""
     t0 = time.perf_counter()
     startup = {}
 

@@ -80,6 +80,7 @@ def test_the_store_builds_each_valid_report_once_and_says_when_it_cannot(tmp_pat
         store.add([GOOD, dict(GOOD), {"signature": ["no such type"], "constants": []}])
         store.wait()
         assert len(store.known) == 1 and store.refused == 1
+        assert store.summary()["reported"] == 1
         # This machine's Triton launches through one generic launcher: the builder says so and builds nothing.
         assert store.built == 0 and store.errors and "exited 3" in store.errors[0], store.errors
         store.add([GOOD])
