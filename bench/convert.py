@@ -40,7 +40,7 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import finish  # noqa: E402  (bench/, the script's own folder)
 
-from drtriton_ray.capture.graph import CaptureError  # noqa: E402
+from drtriton_ray.capture.errors import CaptureError  # noqa: E402
 from drtriton_ray.convert import ConversionError, convert, load_policy  # noqa: E402
 from drtriton_ray.verify import Limits, WorkerPool  # noqa: E402
 

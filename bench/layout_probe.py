@@ -35,8 +35,10 @@ from rich.table import Table  # noqa: E402
 
 from drtriton_ray.lower import tuning  # noqa: E402
 from drtriton_ray.lower.emit import fragments, lower_program  # noqa: E402
-from drtriton_ray.synth import Program, Sampler, SynthConfig  # noqa: E402
-from drtriton_ray.synth.validate import full_float32, load_problem  # noqa: E402
+from drtriton_ray.ir import Program  # noqa: E402
+from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
+from drtriton_ray.ir import load_problem  # noqa: E402
+from drtriton_ray.synth.validate import full_float32  # noqa: E402
 from lowering_profile import load_candidate  # noqa: E402 - bench/, the script's own folder
 
 # level-2 indices (seed 7, paper profile): 13 LogSoftmax+Transpose, 41 Transpose+ELU, 2 Transpose+AvgPool1d,

@@ -31,7 +31,8 @@ from rich.table import Table
 
 from drtriton_ray.lower.emit import fragments, lower_program
 from drtriton_ray.ops import REGISTRY, SYNTH_NAMES
-from drtriton_ray.synth import Program, Sampler, SynthConfig
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.verify import Limits, Task, Verdict, WorkerPool
 from drtriton_ray.verify.metrics import summarize
 

@@ -29,8 +29,10 @@ from rich.table import Table
 
 from drtriton_ray.lower.emit import fragments, lower_program
 from drtriton_ray.ops import REGISTRY
-from drtriton_ray.synth import Program, Sampler, SynthConfig
-from drtriton_ray.synth.validate import full_float32, load_problem
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
+from drtriton_ray.ir import load_problem
+from drtriton_ray.synth.validate import full_float32
 
 KINDS = ("fused", "unfused", "eager", "compile")
 

@@ -44,7 +44,7 @@ from convert import problems  # noqa: E402  (bench/, the script's own folder)
 from report import finish  # noqa: E402
 from verify_throughput import report_modes, run  # noqa: E402
 
-from drtriton_ray.capture.graph import CaptureError  # noqa: E402
+from drtriton_ray.capture.errors import CaptureError  # noqa: E402
 from drtriton_ray.capture.sandbox import capture_program  # noqa: E402
 from drtriton_ray.search.fragments import enumerate_fragments  # noqa: E402
 from drtriton_ray.search.search import FRAGMENT_TIMING_TRIALS  # noqa: E402

@@ -235,15 +235,15 @@ def fused_case(nodes, shapes, outputs, weights=(), stats=False):
     output, params, weights) nodes and every tensor's shape, launched as its generated wrapper launches it on a GPU
     (the module's `compiled` made to say True; meta tensors). stats: a split norm's first kernel instead."""
     from drtriton_ray.lower.emit import lower_program
-    from drtriton_ray.synth.dag import Node, Program, Tensor
-    from drtriton_ray.synth.render import kernelbench_source
+    from drtriton_ray.ir import Node, Program, Tensor
+    from drtriton_ray.ir import problem_source
 
     produced = {out for _, _, out, _, _ in nodes}
     role = {t: "output" if t in outputs else "intermediate" if t in produced else "input" for t in shapes}
     role.update({w: "weight" for w in weights})
     tensors = {t: Tensor(t, list(s), "float32", role[t], "one" if t in weights else "") for t, s in shapes.items()}
     prog = Program([Node(op, ins, [out], params, ws) for op, ins, out, params, ws in nodes], tensors, "float32", 0)
-    src = lower_program(prog, kernelbench_source(prog), gpu=None)
+    src = lower_program(prog, problem_source(prog), gpu=None)
     path = Path(tempfile.mkdtemp()) / "fused_case.py"
     path.write_text(src.replace("def compiled(t):\n    ", "def compiled(t):\n    return True\n    "))
     spec = importlib.util.spec_from_file_location(path.stem, path)

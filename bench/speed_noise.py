@@ -81,7 +81,8 @@ def median_or_dash(xs: list[float]) -> str:
 def candidates(n: int, seed: int) -> list[tuple[str, str, str]]:
     """(name, problem source, reference lowering) for n level-1 programs, one per operator where possible."""
     from drtriton_ray.lower.emit import lower_program
-    from drtriton_ray.synth import Program, Sampler, SynthConfig
+    from drtriton_ray.ir import Program
+    from drtriton_ray.synth import Sampler, SynthConfig
 
     sampler, out, seen = Sampler(SynthConfig(level=1, profile="small"), seed), [], set()
     for i in itertools.count():

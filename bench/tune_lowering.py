@@ -30,7 +30,8 @@ from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.elementwise import is_elementwise
 from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, library_source, split_small
 from drtriton_ray.ops import REGISTRY
-from drtriton_ray.synth import Program, Sampler, SynthConfig
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
 
 
 def elementwise_launcher(p: Program, k: int, tmp: Path):

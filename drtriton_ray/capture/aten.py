@@ -17,7 +17,7 @@ from typing import Callable
 
 import torch
 
-from drtriton_ray.synth.dag import Node, Tensor
+from drtriton_ray.ir import Node, Tensor
 
 Result = list[Node] | str  # the registry nodes for a call, or why there are none
 FLOATS = ("float32", "float16", "bfloat16", "float64")

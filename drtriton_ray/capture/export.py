@@ -37,8 +37,8 @@ import torch
 import torch.export  # loaded with this module: a worker imports it once, before its sandbox
 
 from drtriton_ray.capture.aten import Site, bind, is_alias, registry_nodes
-from drtriton_ray.capture.graph import TORCH_OP, CaptureError, Graph
-from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.capture.errors import CaptureError
+from drtriton_ray.ir import TORCH_OP, Graph, Node, Program, Tensor
 
 FILENAME = "<problem>"  # the user's source compiles under this name: tracebacks and stack traces point into it
 EVAL_BATCH_NORM = "aten._native_batch_norm_legit_no_training.default"

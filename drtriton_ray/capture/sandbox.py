@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from drtriton_ray.capture.graph import CaptureError, Graph
+from drtriton_ray.capture.errors import CaptureError
+from drtriton_ray.ir import Graph
 
 
 class Capturer(Protocol):

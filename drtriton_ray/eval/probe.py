@@ -19,7 +19,7 @@ from drtriton_ray.eval.policy import prompt_ids
 from drtriton_ray.lower.elementwise import is_elementwise
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.prompts import format_answer
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 
 KINDS = ("elementwise", "other")
 

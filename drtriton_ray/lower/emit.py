@@ -27,8 +27,8 @@ from drtriton_ray.lower.elementwise import expression, fused_kernel_source, is_e
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
 from drtriton_ray.lower.specialize import specialize
 from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, resolved
-from drtriton_ray.synth.dag import Node, Program, Tensor
-from drtriton_ray.synth.render import forward_signature
+from drtriton_ray.ir import Node, Program, Tensor
+from drtriton_ray.ir.render import forward_signature
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 

@@ -11,8 +11,7 @@ import sys
 import torch
 
 from drtriton_ray.ops import REGISTRY
-from drtriton_ray.synth.dag import Node, Program, Tensor
-from drtriton_ray.synth.validate import load_problem
+from drtriton_ray.ir import Node, Program, Tensor, load_problem
 
 LINE = re.compile(r"^\s*tensor_(\d+) = (.+)$")
 

@@ -23,8 +23,9 @@ import re
 from dataclasses import dataclass
 from typing import Optional
 
-from drtriton_ray.capture.graph import Graph
-from drtriton_ray.search.fragments import Fragment, node_line
+from drtriton_ray.ir import Graph
+from drtriton_ray.ir import node_line
+from drtriton_ray.search.fragments import Fragment
 
 WEIGHT_ATTR = re.compile(r"^weight_(\d+)$")
 CONSTANT, EVAL_CONSTANT = "drt_const_", "drt_eval_const_"  # buffer names of the graphs' constants

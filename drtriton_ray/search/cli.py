@@ -137,7 +137,7 @@ def _run(opts: ConvertOptions, source: str, cache: Optional[str]):
     cannot start is one line, exit 2."""
     from tqdm import tqdm
 
-    from drtriton_ray.capture.graph import CaptureError
+    from drtriton_ray.capture.errors import CaptureError
     from drtriton_ray.convert import ConversionError, convert
     from drtriton_ray.verify import PoolError
 

@@ -15,14 +15,12 @@ import hashlib
 import json
 from dataclasses import asdict, dataclass, field
 
-from drtriton_ray.capture.graph import TORCH_OP, Graph, torch_call
+from drtriton_ray.ir import TORCH_OP, Graph, Node, Program, Tensor, problem_source
+from drtriton_ray.ir.render import FLOAT_PREFIXES
 from drtriton_ray.ops import REGISTRY
-from drtriton_ray.synth.dag import Node, Program, Tensor
-from drtriton_ray.synth.render import HEADER, forward_signature, module_constants, parameter_lines
 
 # Operators that only relabel memory: a fragment of these (and Torch nodes) has nothing a kernel could speed up.
 VIEW_OPS = frozenset({"View", "Permute", "Expand", "Narrow", "Select", "Transpose"})
-FLOAT_PREFIXES = ("float", "bfloat")
 
 
 @dataclass
@@ -176,69 +174,6 @@ def canonical_hash(program: Program) -> str:
     return hashlib.sha256(json.dumps(data, sort_keys=True).encode()).hexdigest()[:24]
 
 
-def _dtype_ref(dtype: str, main: str) -> str:
-    return "DTYPE" if dtype == main else f"torch.{dtype}"
-
-
-def draw_expr(t: Tensor, main: str) -> str:
-    """get_inputs()'s expression for one input, from its hint (capture/graph.py): integer and boolean tensors
-    keep their range (the verifier redraws only floating inputs), floating ones the user's distribution."""
-    shape, d = f"TENSOR_{t.id}_SHAPE", _dtype_ref(t.dtype, main)
-    if t.dtype == "bool":
-        return f"torch.rand({shape}) < 0.5"
-    if not t.dtype.startswith(FLOAT_PREFIXES):  # integers: the hint's range, else {0, 1}
-        lo, hi = t.init.split(":")[1:3] if t.init.startswith("int:") else ("0", "2")
-        return f"torch.randint({lo}, {hi}, {shape}, dtype={d})"
-    if t.init.startswith("int:"):
-        lo, hi = t.init.split(":")[1:3]
-        return f"torch.randint({lo}, {hi}, {shape}).to({d})"
-    return {
-        "uniform": f"torch.rand({shape}, dtype={d})",
-        "positive": f"0.5 + torch.rand({shape}, dtype={d})",
-        "bool": f"(torch.rand({shape}) < 0.5).to({d})",
-    }.get(t.init, f"torch.randn({shape}, dtype={d})")
-
-
-def node_line(n: Node, name) -> str:
-    """A node's forward line: a registry node through its template, a Torch node through torch_call; `name(id)`
-    is a tensor's expression. A node with several outputs unpacks them."""
-    if n.op == TORCH_OP:
-        expr = torch_call(n, name)
-    else:
-        expr = REGISTRY[n.op].render([name(i) for i in n.inputs], [name(w) for w in n.weights], n.params)
-    return f"{', '.join(name(o) for o in n.outputs)} = {expr}"
-
-
-def body_lines(program: Program, name) -> list[str]:
-    return [node_line(n, name) for n in program.nodes]
-
-
-def _weight_lines(program: Program) -> list[str]:
-    """render.parameter_lines with each weight's own dtype where it differs from the program's."""
-    weights = [t for t in program.tensors.values() if t.role == "weight"]
-    return [
-        line if t.dtype == program.dtype else line.replace("dtype=DTYPE", f"dtype=torch.{t.dtype}")
-        for t, line in zip(weights, parameter_lines(program))
-    ]
-
-
-def render_fragment(program: Program, title: str) -> str:
-    """The sub-problem in KernelBench format, laid out like a synthesized problem (synth/render.py)."""
-
-    def name(t: int) -> str:
-        return f"self.weight_{t}" if program.tensors[t].role == "weight" else f"tensor_{t}"
-
-    outs = [f"tensor_{o}" for o in program.outputs]
-    out = [HEADER] + module_constants(program)
-    out += ["", "", "class Model(nn.Module):", f'    """{title}"""', "", "    def __init__(self):"]
-    out += ["        super().__init__()"] + [f"        {line}" for line in _weight_lines(program)]
-    out += ["", f"    {forward_signature(program)}"] + [f"        {line}" for line in body_lines(program, name)]
-    out += [f"        return {outs[0] if len(outs) == 1 else '(' + ', '.join(outs) + ')'}", "", ""]
-    draws = ", ".join(draw_expr(program.tensors[i], program.dtype) for i in program.inputs)
-    out += ["def get_inputs():", f"    return [{draws}]", "", "", "def get_init_inputs():", "    return []", ""]
-    return "\n".join(out)
-
-
 def skip_reason(nodes: list[Node]) -> str:
     if all(n.op == TORCH_OP or n.op in VIEW_OPS for n in nodes):
         return "only PyTorch calls and views: nothing for a kernel to do"
@@ -262,7 +197,7 @@ def make_fragment(graph: Graph, start: int, end: int, users: dict[int, list[int]
         outputs=b.outputs,
         local=local,
         program=program,
-        source=render_fragment(program, " -> ".join(ops)),
+        source=problem_source(program, " -> ".join(ops)),
         hash=canonical_hash(program),
         skip=skip_reason(nodes),
     )

@@ -77,7 +77,7 @@ class Search:
 
     def convert(self, job: dict) -> str:
         """convert()'s steps (check the request, search) with the service's verifier and policy handles."""
-        from drtriton_ray.capture.graph import CaptureError
+        from drtriton_ray.capture.errors import CaptureError
         from drtriton_ray.convert import ConversionError, check_request
         from drtriton_ray.models.load import ModelError
         from drtriton_ray.search.search import search

@@ -2,16 +2,12 @@
 rendered in KernelBench format, validated in PyTorch."""
 
 from drtriton_ray.synth.config import PROFILES, SizeProfile, SynthConfig
-from drtriton_ray.synth.dag import Node, Program, Tensor
 from drtriton_ray.synth.sampler import ProgramRecord, Sampler, SynthesisError
 
 __all__ = [
     "PROFILES",
     "SizeProfile",
     "SynthConfig",
-    "Node",
-    "Program",
-    "Tensor",
     "ProgramRecord",
     "Sampler",
     "SynthesisError",

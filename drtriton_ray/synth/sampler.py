@@ -20,8 +20,7 @@ from dataclasses import asdict, dataclass
 import torch
 
 from drtriton_ray.synth.config import SynthConfig
-from drtriton_ray.synth.dag import Program
-from drtriton_ray.synth.render import functional_source, kernelbench_source
+from drtriton_ray.ir import Program, functional_source, problem_source
 from drtriton_ray.synth.solve import Unsolvable, solve_plan
 from drtriton_ray.synth.validate import InvalidProgram, validate
 from drtriton_ray.synth.wiring import composable_pairs, plan_program
@@ -128,7 +127,7 @@ class Sampler:
             except Unsolvable as e:
                 reasons.append(f"attempt {attempt}: {e}")
                 continue
-            source = kernelbench_source(program)
+            source = problem_source(program)
             prog_seed = rng.randrange(2**31)
             if cfg.validate_programs:
                 try:

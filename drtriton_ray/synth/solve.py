@@ -17,7 +17,7 @@ from ortools.sat.python import cp_model
 from drtriton_ray.ops import REGISTRY
 from drtriton_ray.ops.spec import Flag
 from drtriton_ray.ops.cp import COARSE_STEPS, SLOTS, Bounds, ShapeModel, TensorVar
-from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.synth.wiring import Plan
 
 MAX_HALVINGS = 40

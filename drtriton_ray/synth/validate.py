@@ -29,7 +29,7 @@ import types
 import torch
 from torch.overrides import TorchFunctionMode
 
-from drtriton_ray.synth.dag import Program
+from drtriton_ray.ir import Program, load_problem
 from drtriton_ray.verify.compare import CONDITIONING_MARGIN, NullCandidates, as_list, compare
 from drtriton_ray.verify.inputs import make_inputs
 from drtriton_ray.verify.task import BASE_DISTRIBUTIONS
@@ -95,13 +95,6 @@ class Decisions(TorchFunctionMode):
         )
         seen[0] += int(fragile.sum())
         seen[1] += total
-
-
-def load_problem(source: str, name: str = "problem") -> types.ModuleType:
-    """Import a KernelBench-format problem from source (our own generated code)."""
-    mod = types.ModuleType(name)
-    exec(compile(source, f"<{name}>", "exec"), mod.__dict__)
-    return mod
 
 
 def build_model(mod: types.ModuleType, seed: int, device: str = "cpu"):

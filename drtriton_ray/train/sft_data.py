@@ -12,7 +12,8 @@ import pyarrow.parquet as pq
 
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.prompts import build_messages, format_answer
-from drtriton_ray.synth import Program, Sampler, SynthConfig
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.synth.dataset import PROGRAM_FIELDS, check_writable
 from drtriton_ray.verify import Task, WorkerPool
 

@@ -115,7 +115,7 @@ def _device_poisoned(device: str, verdict) -> bool:
 def _capture(source: str, device: str) -> dict:
     """A user's program captured to a Graph here, inside the sandbox: {"graph": JSON} or {"error": why}."""
     from drtriton_ray.capture.export import capture_source
-    from drtriton_ray.capture.graph import CaptureError
+    from drtriton_ray.capture.errors import CaptureError
 
     try:
         return {"graph": capture_source(source, device=device).to_json()}

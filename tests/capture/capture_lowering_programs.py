@@ -1,8 +1,8 @@
 """Hand-made programs over the capture-only operators (no synthesizer draws them), each with its KernelBench
 source: what the lowering test lowers and verifies."""
 
-from drtriton_ray.synth.dag import Node, Program, Tensor
-from drtriton_ray.synth.render import kernelbench_source
+from drtriton_ray.ir import Node, Program, Tensor
+from drtriton_ray.ir import problem_source as render_problem
 
 
 def program(shapes: dict[int, tuple], roles: dict[int, str], nodes: list[Node], dtypes=None) -> Program:
@@ -93,7 +93,7 @@ def layout() -> Program:
 
 def problem_source(p: Program) -> str:
     """The KernelBench problem; a boolean input is drawn as the causal mask (the renderer draws floats)."""
-    source = kernelbench_source(p)
+    source = render_problem(p)
     for t in p.inputs:
         if p.tensors[t].dtype == "bool":
             draw = f"torch.randn(TENSOR_{t}_SHAPE, dtype=DTYPE)"

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from drtriton_ray.capture import TORCH_OP, CaptureError, Graph, capture_source, model_state, run_graph
+from drtriton_ray.capture import CaptureError, capture_source, model_state, run_graph
+from drtriton_ray.ir import TORCH_OP, Graph
 from drtriton_ray.capture.export import load
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"

@@ -13,7 +13,7 @@ from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.models import load_tokenizer
 from drtriton_ray.prompts import format_answer
 from drtriton_ray.rollout.engine import SamplingConfig
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 from drtriton_ray.verify import Verdict
 
 

@@ -11,7 +11,7 @@ from test_lowering import _handmade, _import, _with_library, check_lowering
 
 from drtriton_ray.lower.elementwise import fused_kernel_source
 from drtriton_ray.lower.emit import lower_program, short_runs
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
 

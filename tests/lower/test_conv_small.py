@@ -15,7 +15,7 @@ from test_lowering import _handmade, check_lowering
 
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
 ROOT = Path(__file__).resolve().parents[2]

@@ -8,8 +8,9 @@ import torch
 
 from drtriton_ray.lower.emit import fusion_groups, lower_program
 from drtriton_ray.ops import SYNTH_NAMES
-from drtriton_ray.synth import Program, Sampler, SynthConfig
-from drtriton_ray.synth.validate import load_problem
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
+from drtriton_ray.ir import load_problem
 from drtriton_ray.verify.static import check_candidate
 
 
@@ -394,15 +395,15 @@ def _handmade(nodes, shapes, outputs, weights=()):
     produces), as a record check_lowering takes: rendered as the synthesizer renders, seed 0."""
     from types import SimpleNamespace
 
-    from drtriton_ray.synth.dag import Node, Tensor
-    from drtriton_ray.synth.render import kernelbench_source
+    from drtriton_ray.ir import Node, Tensor
+    from drtriton_ray.ir import problem_source
 
     produced = {out for _, _, out, _, _ in nodes}
     role = {t: "output" if t in outputs else "intermediate" if t in produced else "input" for t in shapes}
     role.update({w: "weight" for w in weights})
     tensors = {t: Tensor(t, list(s), "float32", role[t], "one" if t in weights else "") for t, s in shapes.items()}
     prog = Program([Node(op, ins, [out], params, ws) for op, ins, out, params, ws in nodes], tensors, "float32", 0)
-    return SimpleNamespace(dag=prog.to_json(), source=kernelbench_source(prog), seed=0, id="handmade")
+    return SimpleNamespace(dag=prog.to_json(), source=problem_source(prog), seed=0, id="handmade")
 
 
 FUSED = {  # name: (nodes, shapes, outputs, weights, kernels after fusion, kernels before)

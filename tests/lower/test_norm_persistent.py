@@ -10,7 +10,7 @@ from test_lowering import _handmade, _import, check_lowering, model_pair
 
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 
 
 @pytest.fixture(params=[False, True], ids=["interpreter-tiles", "gpu-tiles"])

@@ -6,7 +6,7 @@ import pytest
 from test_lowering import _handmade, check_lowering
 
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 
 CASES = {  # name: (nodes, shapes, outputs, weights)
     "layer-norm-max-dim0": (  # the reduced dim outermost, several (o, m) and splits

@@ -8,8 +8,8 @@ from test_lowering import _handmade, _import, check_lowering
 
 from drtriton_ray.lower import wrappers
 from drtriton_ray.lower.emit import fold_softmax_reduce, lower_program
-from drtriton_ray.synth import Program
-from drtriton_ray.synth.validate import load_problem
+from drtriton_ray.ir import Program
+from drtriton_ray.ir import load_problem
 
 CASES = {  # name: (nodes, shapes, outputs, weights, how the reduction reads the statistics: STATS)
     "softmax-norm-inner": (  # l2-5's pattern: the softmax along dim -3, a norm over dim -2 (the columns share theirs)
@@ -229,7 +229,7 @@ def test_softmax_reduce_through_a_transpose(tmp_path):
 def test_half_precision_arg_reduction_not_folded():
     """An argmax of a bfloat16 softmax compares the rounded values (ties among them pick the first index), which a
     float32 recomputation would not reproduce: it keeps the softmax's kernel; a sum of one folds."""
-    from drtriton_ray.synth.dag import Tensor
+    from drtriton_ray.ir import Tensor
 
     for op, folds in (("ArgMax", False), ("Sum", True)):
         nodes = [("Softmax", [0], 1, {"dim": 1}, []), (op, [1], 2, {"dim": 0, "keepdim": False}, [])]

@@ -11,7 +11,7 @@ from test_lowering import FUSED, _handmade, _import, check_lowering, model_pair
 
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.synth import Program
+from drtriton_ray.ir import Program
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
 

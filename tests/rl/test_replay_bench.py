@@ -16,7 +16,8 @@ from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.models import prepare_model
 from drtriton_ray.prompts import format_answer
 from drtriton_ray.rl.records import Group, ScoredSample, groups_table
-from drtriton_ray.synth import Program, Sampler, SynthConfig
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
 
 ROOT = Path(__file__).resolve().parents[2]
 

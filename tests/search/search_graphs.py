@@ -1,7 +1,7 @@
 """Graphs built by hand (what capture produces), for the search's unit tests."""
 
-from drtriton_ray.capture.graph import TORCH_OP, Graph
-from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.ir import TORCH_OP, Graph
+from drtriton_ray.ir import Node, Program, Tensor
 
 
 def mlp_block() -> Graph:

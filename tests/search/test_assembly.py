@@ -8,7 +8,7 @@ import pytest
 import torch
 from search_graphs import MLP_BLOCK_SOURCE, mlp_block
 
-from drtriton_ray.capture.graph import TORCH_OP
+from drtriton_ray.ir import TORCH_OP
 from drtriton_ray.lower.emit import NotLowerable, lower_program
 from drtriton_ray.search.assembly import (
     AssemblyError,
@@ -20,7 +20,7 @@ from drtriton_ray.search.assembly import (
     state_expr,
 )
 from drtriton_ray.search.fragments import enumerate_fragments
-from drtriton_ray.synth.dag import Node, Tensor
+from drtriton_ray.ir import Node, Tensor
 
 
 def kinds(pieces):

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from drtriton_ray.capture.graph import CaptureError
+from drtriton_ray.capture.errors import CaptureError
 from drtriton_ray.convert import ConversionError, convert, load_policy
 from drtriton_ray.verify import Task
 

@@ -5,9 +5,9 @@ import copy
 import pytest
 import torch
 
-from drtriton_ray.capture.graph import TORCH_OP, Graph
+from drtriton_ray.ir import TORCH_OP, Graph
 from drtriton_ray.search.fragments import enumerate_fragments
-from drtriton_ray.synth.dag import Node, Program, Tensor
+from drtriton_ray.ir import Node, Program, Tensor
 
 from search_graphs import mlp_block, renumbered
 

@@ -52,7 +52,8 @@ def test_synth_cli_end_to_end_and_deterministic(tmp_path):
     assert a.equals(b)
     assert set(a.column("ops").to_pylist()[i][0] for i in range(n)) == set(SYNTH_NAMES)
     # every emitted program imports, builds and runs with finite, non-constant outputs
-    from drtriton_ray.synth.validate import load_problem, run_problem
+    from drtriton_ray.ir import load_problem
+    from drtriton_ray.synth.validate import run_problem
     import torch
 
     for src, seed in zip(a.column("source").to_pylist(), a.column("seed").to_pylist()):

@@ -6,8 +6,10 @@ import json
 import pytest
 
 from drtriton_ray.ops import DRTRITON_OPS, REGISTRY, SYNTH_NAMES
-from drtriton_ray.synth import Program, Sampler, SynthConfig
-from drtriton_ray.synth.validate import load_problem, run_problem
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
+from drtriton_ray.ir import load_problem
+from drtriton_ray.synth.validate import run_problem
 
 DRTRITON_NAMES = """Add Sub Mul Div Maximum Minimum Matmul Bmm Conv1d Conv2d Conv3d ConvTranspose1d
 ConvTranspose2d ConvTranspose3d Cat Stack Lerp Sum Mean Max Min ArgMax ArgMin Var Norm Transpose ReLU

@@ -7,7 +7,8 @@ import random
 import pytest
 
 from drtriton_ray.ops import REGISTRY, SYNTH_NAMES
-from drtriton_ray.synth import PROFILES, Program, Sampler, SizeProfile, SynthConfig, SynthesisError
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import PROFILES, Sampler, SizeProfile, SynthConfig, SynthesisError
 from drtriton_ray.synth.coverage import coverage_report
 from drtriton_ray.synth.solve import flops_upper_bound
 from drtriton_ray.synth.wiring import composable, composable_pairs, plan_program
@@ -215,7 +216,8 @@ def test_validation_runs_without_tf32_and_restores_the_flags(monkeypatch):
 
 def test_every_output_finite_and_not_constant_in_half():
     import torch
-    from drtriton_ray.synth.validate import load_problem, run_problem
+    from drtriton_ray.ir import load_problem
+    from drtriton_ray.synth.validate import run_problem
 
     sampler = Sampler(SynthConfig(level=5, profile="small", dtype="float16"), seed=12)
     for i in range(10):
@@ -280,7 +282,8 @@ def get_init_inputs():
 def test_conditioning_check_drops_what_float32_cannot_match():
     """(y + 0.1) - y is 0.1 exactly; float32 loses up to half an ulp of y, beyond 1e-3 once |y| passes ~2e4 (the
     wide hidden inputs): no float32 kernel could pass the verifier on it. A well-conditioned variant passes."""
-    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+    from drtriton_ray.ir import load_problem
+    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable
 
     with pytest.raises(
         InvalidProgram,
@@ -340,7 +343,8 @@ def get_init_inputs():
 def test_decisions_float32_rounding_could_flip_are_refused(body, words):
     """An H100 failed two correct ArgMax lowerings whose top two values were closer than float32 rounding: the index
     depends on the summation order. Synthesis refuses such decisions on the margin, before any seed flips one."""
-    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+    from drtriton_ray.ir import load_problem
+    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable
 
     problem = load_problem(DECISIONS.replace("BODY", body))
     if words is None:
@@ -362,7 +366,8 @@ def test_decisions_float32_rounding_could_flip_are_refused(body, words):
     ],
 )
 def test_degenerate_programs_are_dropped_as_the_verifier_would_refuse_them(body, words):
-    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable, load_problem
+    from drtriton_ray.ir import load_problem
+    from drtriton_ray.synth.validate import InvalidProgram, check_verifiable
 
     with pytest.raises(InvalidProgram, match=f"degenerate: {words} matches it"):
         check_verifiable(
@@ -372,7 +377,8 @@ def test_degenerate_programs_are_dropped_as_the_verifier_would_refuse_them(body,
 
 def test_small_outputs_are_kept():
     """Outputs of order 1e-10 are compared relative to their own scale: all zeros do not match them."""
-    from drtriton_ray.synth.validate import check_verifiable, load_problem
+    from drtriton_ray.ir import load_problem
+    from drtriton_ray.synth.validate import check_verifiable
 
     check_verifiable(
         load_problem(ILL_CONDITIONED.replace("(y + 0.1) - y", "torch.tanh(y) * 1e-10")),

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from drtriton_ray.capture.graph import CaptureError
+from drtriton_ray.capture.errors import CaptureError
 from drtriton_ray.capture.sandbox import capture_program
 from drtriton_ray.verify import Limits, WorkerPool
 

@@ -10,7 +10,8 @@ import sys
 SCRIPT = """
 import triton  # before any TRITON_INTERPRET: the spawned worker re-imports this module first
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.synth import Program, Sampler, SynthConfig
+from drtriton_ray.ir import Program
+from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.verify import Task, WorkerPool
 if __name__ == "__main__":
     rec = Sampler(SynthConfig(level=1, profile="small", ops=("Matmul",)), seed=7).sample(0)

@@ -1,0 +1,186 @@
+"""Programs as PyTorch source: the one renderer of nodes, used for every form a program takes as text.
+
+- `problem_source`: KernelBench's problem format (`Model`, `get_inputs`, `get_init_inputs`), for a synthesized
+  program and for a fragment of a captured one alike. Tensor `k` is `tensor_k`, weight `k` is `self.weight_k`, with
+  shape constants `TENSOR_k_SHAPE` / `WEIGHT_k_SHAPE` and `DTYPE`.
+- `functional_source`: DRTriton's flat form, one `tensor_k = op(...)` line per node, weights as arguments.
+- `graph_source`: a captured graph as one function of its inputs and weights (capture's replay).
+- `node_line`: one node's forward line, which the search's assembly also uses for the nodes an answer keeps in
+  PyTorch.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+from drtriton_ray.ir.graph import Graph
+from drtriton_ray.ir.program import TORCH_OP, Node, Program, Tensor
+from drtriton_ray.ops.registry import REGISTRY
+
+HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
+FLOAT_PREFIXES = ("float", "bfloat")
+Namer = Callable[[int], str]
+
+
+def literal(value, name: Namer) -> str:
+    """Python source for one encoded Torch-node argument; `name(id)` gives a tensor's expression."""
+    if isinstance(value, dict):
+        if "$t" in value:
+            return name(value["$t"])
+        if "$dtype" in value:
+            return f"torch.{value['$dtype']}"
+        if "$device" in value:
+            return f"torch.device({value['$device']!r})"
+        if "$memory_format" in value:
+            return f"torch.{value['$memory_format']}"
+        if "$layout" in value:
+            return f"torch.{value['$layout']}"
+        raise ValueError(f"unknown encoded argument {value!r}")
+    if isinstance(value, list):
+        return "[" + ", ".join(literal(v, name) for v in value) + "]"
+    if isinstance(value, float):
+        return repr(value) if value == value and abs(value) != float("inf") else f"float({str(value)!r})"
+    return repr(value)
+
+
+def torch_call(node: Node, name: Namer) -> str:
+    """The PyTorch expression of a Torch node: `torch.ops.aten.<op>.<overload>(args, kw=...)`."""
+    args = [literal(a, name) for a in node.params["args"]]
+    args += [f"{k}={literal(v, name)}" for k, v in node.params.get("kwargs", {}).items()]
+    return f"torch.ops.{node.params['target']}({', '.join(args)})"
+
+
+def node_expr(n: Node, name: Namer) -> str:
+    if n.op == TORCH_OP:
+        return torch_call(n, name)
+    return REGISTRY[n.op].render([name(i) for i in n.inputs], [name(w) for w in n.weights], n.params)
+
+
+def node_line(n: Node, name: Namer, first_of: str = "") -> str:
+    """A node's forward line; a node with several outputs unpacks them. `first_of`: the name of a function that
+    takes the first of a sequence, applied to a one-output Torch call (an ATen call may return a 1-tuple)."""
+    expr = node_expr(n, name)
+    if first_of and n.op == TORCH_OP and len(n.outputs) == 1:
+        expr = f"{first_of}({expr})"
+    return f"{', '.join(name(o) for o in n.outputs)} = {expr}"
+
+
+def _shape_const(t: Tensor) -> str:
+    kind = "WEIGHT" if t.role == "weight" else "TENSOR"
+    return f"{kind}_{t.id}_SHAPE"
+
+
+def _tuple(shape: list[int]) -> str:
+    return "(" + ", ".join(map(str, shape)) + ("," if len(shape) == 1 else "") + ")"
+
+
+def _init_expr(t: Tensor) -> str:
+    rand = f"torch.randn({_shape_const(t)}, dtype=DTYPE)"
+    if t.init == "fan_in":
+        fan_in = math.prod(t.shape[1:]) or 1
+        return f"{rand} * {1 / math.sqrt(fan_in):.6g}"
+    if t.init == "one":
+        return f"1.0 + 0.1 * {rand}"
+    return f"0.1 * {rand}"
+
+
+def module_constants(p: Program) -> list[str]:
+    """DTYPE and the shape constants: the problem's, repeated verbatim by a solution."""
+    weights = [p.tensors[i] for i in p.weights]
+    return [f"DTYPE = torch.{p.dtype}"] + [
+        f"{_shape_const(t)} = {_tuple(t.shape)}" for t in [p.tensors[i] for i in p.inputs] + weights
+    ]
+
+
+def parameter_lines(p: Program) -> list[str]:
+    """`__init__` body lines creating the parameters, in the order a solution must repeat; a weight of another
+    dtype than the program's keeps its own."""
+    lines = []
+    for t in (p.tensors[i] for i in p.weights):
+        line = f"self.weight_{t.id} = nn.Parameter({_init_expr(t)})"
+        lines.append(line if t.dtype == p.dtype else line.replace("dtype=DTYPE", f"dtype=torch.{t.dtype}"))
+    return lines
+
+
+def forward_signature(p: Program) -> str:
+    return f"def forward(self, {', '.join(f'tensor_{i}' for i in p.inputs)}):"
+
+
+def _dtype_ref(dtype: str, main: str) -> str:
+    return "DTYPE" if dtype == main else f"torch.{dtype}"
+
+
+def draw_expr(t: Tensor, main: str) -> str:
+    """get_inputs()'s expression for one input, from its draw hint (ir/graph.py): integer and boolean tensors keep
+    their range (the verifier redraws only floating inputs), floating ones the user's distribution."""
+    shape, d = f"TENSOR_{t.id}_SHAPE", _dtype_ref(t.dtype, main)
+    if t.dtype == "bool":
+        return f"torch.rand({shape}) < 0.5"
+    if not t.dtype.startswith(FLOAT_PREFIXES):  # integers: the hint's range, else {0, 1}
+        lo, hi = t.init.split(":")[1:3] if t.init.startswith("int:") else ("0", "2")
+        return f"torch.randint({lo}, {hi}, {shape}, dtype={d})"
+    if t.init.startswith("int:"):
+        lo, hi = t.init.split(":")[1:3]
+        return f"torch.randint({lo}, {hi}, {shape}).to({d})"
+    return {
+        "uniform": f"torch.rand({shape}, dtype={d})",
+        "positive": f"0.5 + torch.rand({shape}, dtype={d})",
+        "bool": f"(torch.rand({shape}) < 0.5).to({d})",
+    }.get(t.init, f"torch.randn({shape}, dtype={d})")
+
+
+def _returned(p: Program) -> str:
+    outs = [f"tensor_{o}" for o in p.outputs]
+    return outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
+
+
+def problem_source(p: Program, title: str = "") -> str:
+    """The program in KernelBench's problem format; `title` is the Model's docstring (default: its operators)."""
+
+    def name(t: int) -> str:
+        return f"self.weight_{t}" if p.tensors[t].role == "weight" else f"tensor_{t}"
+
+    out = [HEADER] + module_constants(p)
+    out += [
+        "",
+        "",
+        "class Model(nn.Module):",
+        f'    """{title or " -> ".join(p.ops)}"""',
+        "",
+        "    def __init__(self):",
+    ]
+    out += ["        super().__init__()"] + [f"        {line}" for line in parameter_lines(p)]
+    out += ["", f"    {forward_signature(p)}"] + [f"        {node_line(n, name)}" for n in p.nodes]
+    out += [f"        return {_returned(p)}", "", ""]
+    draws = ", ".join(draw_expr(p.tensors[i], p.dtype) for i in p.inputs)
+    out += ["def get_inputs():", f"    return [{draws}]", "", "", "def get_init_inputs():", "    return []", ""]
+    return "\n".join(out)
+
+
+def functional_source(p: Program) -> str:
+    """DRTriton's flat form: one `tensor_k = op(...)` line per node; weights are arguments."""
+    args = [f"tensor_{i}" for i in p.inputs] + [f"weight_{i}" for i in p.weights]
+
+    def name(t: int) -> str:
+        return f"weight_{t}" if p.tensors[t].role == "weight" else f"tensor_{t}"
+
+    out = [HEADER, "", f"def fused_operator({', '.join(args)}):"]
+    out += [f"    {node_line(n, name)}" for n in p.nodes]
+    out += ["    return [" + ", ".join(f"tensor_{o}" for o in p.outputs) + "]", ""]
+    return "\n".join(out)
+
+
+def graph_source(graph: Graph) -> str:
+    """`def graph_forward(<inputs>, <weights in id order>)` returning the list of outputs (buffer updates too);
+    every tensor, weights too, is `tensor_<id>`."""
+
+    def name(t: int) -> str:
+        return f"tensor_{t}"
+
+    args = ", ".join(name(t) for t in graph.inputs + graph.weights)
+    body = [f"    {node_line(n, name, first_of='one')}" for n in graph.program.nodes]
+    body.append("    return [" + ", ".join(name(t) for t in graph.outputs) + "]")
+    one = "def one(x):\n    return x[0] if isinstance(x, (tuple, list)) else x\n"
+    header = "import torch\nimport torch.nn.functional as F\n"
+    return "\n".join([header, one, "", f"def graph_forward({args}):", *body, ""])
