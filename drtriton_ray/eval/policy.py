@@ -29,7 +29,7 @@ class Engine(Protocol):
     async def generate(self, prompt_ids: list[list[int]], cfg: SamplingConfig) -> list[list[Sample]]: ...
 
 
-class Problem(Protocol):
+class EvalProblem(Protocol):
     """What `evaluate` reads of a problem: a `synth.ProgramRecord` (from `heldout.heldout_programs`) is one. A
     protocol rather than that class, so this module imports without the synthesizer's OR-Tools and pydantic (the
     GPU machine has neither)."""
@@ -292,7 +292,7 @@ def _problem_result(problem, answers: list[AnswerResult], samples: int) -> Probl
 async def evaluate(
     engine: Engine,
     tokenizer,
-    problems: Sequence[Problem],
+    problems: Sequence[EvalProblem],
     verify: Verify,
     *,
     samples: int = 1,

@@ -13,7 +13,7 @@ import yaml
 from drtriton_ray.manifests.kube import API_VERSION, KINDS, crd_problems, spec_problems
 from drtriton_ray.manifests.launcher import check_launcher
 from drtriton_ray.manifests.markers import marker_problems
-from drtriton_ray.manifests.problems import Problem
+from drtriton_ray.manifests.findings import Finding
 from drtriton_ray.manifests.workloads import ROOT, job_problems, serve_problems
 
 CLUSTER_DIR = ROOT / "cluster"
@@ -27,7 +27,7 @@ class ManifestError(Exception):
 class Report:
     path: Path
     kinds: list[str] = field(default_factory=list)  # what each document is, e.g. "KubeRay RayJob"
-    problems: list[Problem] = field(default_factory=list)
+    problems: list[Finding] = field(default_factory=list)
     error: Optional[str] = None
 
     @property
@@ -44,7 +44,7 @@ def manifest_paths(paths: Iterable[Path] = ()) -> list[Path]:
     return found
 
 
-def check_document(doc) -> tuple[str, list[Problem]]:
+def check_document(doc) -> tuple[str, list[Finding]]:
     """(what DOC is, its problems). Raises ManifestError for a document of no known kind."""
     if not isinstance(doc, dict):
         raise ManifestError(f"the document is a {type(doc).__name__}, not a mapping of fields")
@@ -57,7 +57,7 @@ def check_document(doc) -> tuple[str, list[Problem]]:
         raise ManifestError(f"unknown kind {kind!r}: expected {known}" if kind else f"no kind: expected {known}")
     if doc.get("apiVersion") != API_VERSION:
         return f"KubeRay {kind}", [
-            Problem("apiVersion", f"{doc.get('apiVersion')!r}: the schemas here are {API_VERSION}")
+            Finding("apiVersion", f"{doc.get('apiVersion')!r}: the schemas here are {API_VERSION}")
         ]
     problems = crd_problems(doc)
     if not problems:  # the checks below read fields whose types the schema has vouched for
@@ -98,7 +98,7 @@ def check_file(path: Path, markers: bool = False) -> Report:
             report.error = f"{label}{e}"
             return report
         report.kinds.append(kind)
-        report.problems += [Problem(f"{label}{p.where}".strip(), p.message) for p in problems]
+        report.problems += [Finding(f"{label}{p.where}".strip(), p.message) for p in problems]
     if markers:
         report.problems += marker_problems(text)
     return report

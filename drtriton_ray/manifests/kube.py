@@ -25,7 +25,7 @@ from pathlib import Path
 import jsonschema
 import ray
 
-from drtriton_ray.manifests.problems import Problem, schema_problems, yaml_path
+from drtriton_ray.manifests.findings import Finding, schema_problems, yaml_path
 
 SCHEMAS = Path(__file__).parent / "schemas"
 API_VERSION = "ray.io/v1"
@@ -148,30 +148,30 @@ def crd_validator(kind: str):
     return _Validator(structural(load_crd(kind)["openAPIV3Schema"]), format_checker=_FORMATS)
 
 
-def crd_problems(doc: dict) -> list[Problem]:
+def crd_problems(doc: dict) -> list[Finding]:
     """A RayJob or RayService (the caller has checked apiVersion and kind) against its CRD schema and metadata."""
     problems = metadata_problems(doc.get("metadata"))
     if "spec" not in doc:
-        problems.append(Problem("spec", "missing (a required field)"))
+        problems.append(Finding("spec", "missing (a required field)"))
     return problems + schema_problems(crd_validator(doc["kind"]), doc, patterns=PATTERNS)
 
 
-def spec_problems(kind: str, spec: dict) -> list[Problem]:
+def spec_problems(kind: str, spec: dict) -> list[Finding]:
     """What the operator would refuse in a spec the schema accepts."""
     key = CLUSTER_SPEC[kind]
     if key not in spec and "clusterSelector" not in spec:  # the RayService schema requires its own
         message = "missing: the RayJob needs a RayCluster spec (or a clusterSelector naming a running cluster)"
-        return [Problem(yaml_path(("spec", key)), message)]
+        return [Finding(yaml_path(("spec", key)), message)]
     return cluster_problems(spec.get(key) or {}, ("spec", key))
 
 
-def metadata_problems(metadata) -> list[Problem]:
+def metadata_problems(metadata) -> list[Finding]:
     if not isinstance(metadata, dict) or "name" not in metadata:
-        return [Problem("metadata.name", "missing (a required field)")]
+        return [Finding("metadata.name", "missing (a required field)")]
     name = metadata["name"]
     if not isinstance(name, str) or not NAME.match(name):
         return [
-            Problem(
+            Finding(
                 "metadata.name",
                 f"{name!r} is not a DNS-1035 label (lowercase letters, digits and '-', a letter first, 63 at most): "
                 "the operator names Services after it",
@@ -180,20 +180,20 @@ def metadata_problems(metadata) -> list[Problem]:
     return []
 
 
-def cluster_problems(spec, where: tuple) -> list[Problem]:
+def cluster_problems(spec, where: tuple) -> list[Finding]:
     """The RayCluster spec: replicas within [minReplicas, maxReplicas] (the operator refuses minReplicas above
     maxReplicas, and would scale a group at once to its bounds), and the project's Ray version."""
     problems = []
     version = spec.get("rayVersion")
     if version is not None and version != ray.__version__:
         message = f"{version!r} is not {ray.__version__}, the Ray this project pins (and the image must carry)"
-        problems.append(Problem(yaml_path((*where, "rayVersion")), message))
+        problems.append(Finding(yaml_path((*where, "rayVersion")), message))
     for i, group in enumerate(spec.get("workerGroupSpecs", ())):
         low, high = group["minReplicas"], group["maxReplicas"]
         at = (*where, "workerGroupSpecs", i)
         if low > high:
-            problems.append(Problem(yaml_path((*at, "minReplicas")), f"{low} is more than maxReplicas ({high})"))
+            problems.append(Finding(yaml_path((*at, "minReplicas")), f"{low} is more than maxReplicas ({high})"))
         elif "replicas" in group and not low <= group["replicas"] <= high:
             message = f"{group['replicas']} is outside [minReplicas, maxReplicas] = [{low}, {high}]"
-            problems.append(Problem(yaml_path((*at, "replicas")), message))
+            problems.append(Finding(yaml_path((*at, "replicas")), message))
     return problems

@@ -16,7 +16,7 @@ import jsonschema
 import ray
 import ray.autoscaler
 
-from drtriton_ray.manifests.problems import Problem, schema_problems, yaml_path
+from drtriton_ray.manifests.findings import Finding, schema_problems, yaml_path
 
 # Providers that read a node's CPUs and GPUs from its instance type at `ray up`; on the others the autoscaler knows
 # only what a node type's `resources` says, and never starts a node type that says nothing.
@@ -31,7 +31,7 @@ def ray_schema_validator():
     return jsonschema.validators.validator_for(schema)(schema)
 
 
-def check_launcher(cfg: dict) -> list[Problem]:
+def check_launcher(cfg: dict) -> list[Finding]:
     """The problems of a launcher config (a mapping with `provider:`), schema errors first: the launch checks
     read fields only once the schema vouches for their types, and Ray's own preparation runs last."""
     problems = schema_problems(ray_schema_validator(), cfg)
@@ -44,41 +44,41 @@ def check_launcher(cfg: dict) -> list[Problem]:
     return problems or ray_prepare_problems(cfg)
 
 
-def provider_problems(provider: dict) -> list[Problem]:
+def provider_problems(provider: dict) -> list[Finding]:
     from ray.autoscaler._private.providers import _DEFAULT_CONFIGS
 
     known = sorted({*_DEFAULT_CONFIGS, "external"})  # external: a provider module of one's own
     if provider["type"] in known:
         return []
-    return [Problem("provider.type", f"{provider['type']!r} is not a provider Ray knows ({', '.join(known)})")]
+    return [Finding("provider.type", f"{provider['type']!r} is not a provider Ray knows ({', '.join(known)})")]
 
 
-def node_type_problems(cfg: dict) -> list[Problem]:
+def node_type_problems(cfg: dict) -> list[Finding]:
     types = cfg.get("available_node_types")
     if not types:
-        return [Problem("available_node_types", "missing or empty: `ray up` needs the head's and the workers' types")]
+        return [Finding("available_node_types", "missing or empty: `ray up` needs the head's and the workers' types")]
     problems = []
     head = cfg.get("head_node_type")
     if head is None:
-        problems.append(Problem("head_node_type", "missing (required when available_node_types is set)"))
+        problems.append(Finding("head_node_type", "missing (required when available_node_types is set)"))
     elif head not in types:
-        problems.append(Problem("head_node_type", f"{head!r} is not one of available_node_types ({', '.join(types)})"))
+        problems.append(Finding("head_node_type", f"{head!r} is not one of available_node_types ({', '.join(types)})"))
     for name, node in types.items():
         low, high = node.get("min_workers", 0), node.get("max_workers")
         if high is not None and low > high:
             where = yaml_path(("available_node_types", name, "min_workers"))
-            problems.append(Problem(where, f"{low} is more than this type's max_workers ({high})"))
+            problems.append(Finding(where, f"{low} is more than this type's max_workers ({high})"))
         if name != head:
             problems += resource_problems(cfg["provider"]["type"], name, node)
     floor = sum(node.get("min_workers", 0) for node in types.values())
     if "max_workers" in cfg and floor > cfg["max_workers"]:
         problems.append(
-            Problem("max_workers", f"{cfg['max_workers']} is less than the node types' min_workers together ({floor})")
+            Finding("max_workers", f"{cfg['max_workers']} is less than the node types' min_workers together ({floor})")
         )
     return problems
 
 
-def resource_problems(provider: str, name: str, node: dict) -> list[Problem]:
+def resource_problems(provider: str, name: str, node: dict) -> list[Finding]:
     """A worker type's `resources` on a provider where they are the autoscaler's only knowledge of the node."""
     if provider in DETECTS_RESOURCES:
         return []
@@ -86,7 +86,7 @@ def resource_problems(provider: str, name: str, node: dict) -> list[Problem]:
     resources = node.get("resources") or {}
     if not resources:
         return [
-            Problem(
+            Finding(
                 yaml_path(where),
                 f"empty: on {provider} the autoscaler knows a node's CPUs and GPUs only from here, "
                 "so it never starts this type for a task",
@@ -97,15 +97,15 @@ def resource_problems(provider: str, name: str, node: dict) -> list[Problem]:
         attached = sum(a.get("acceleratorCount", 0) for a in accelerators if isinstance(a, dict))
         if isinstance(attached, int) and attached != resources.get("GPU", 0):
             message = f"{resources.get('GPU', 0)}, but node_config.guestAccelerators attach {attached} GPUs"
-            return [Problem(yaml_path((*where, "GPU")), message)]
+            return [Finding(yaml_path((*where, "GPU")), message)]
     return []
 
 
-def image_problems(docker: dict) -> list[Problem]:
+def image_problems(docker: dict) -> list[Finding]:
     """The nodes' container image: set, and (for Ray's own images) carrying the Ray and Python this project pins;
     Ray's config preparation would otherwise fall back to rayproject/ray:latest or accept any tag."""
     if not docker.get("image") and not (docker.get("head_image") and docker.get("worker_image")):
-        return [Problem("docker.image", "missing: the nodes run Ray and this project in a container of this image")]
+        return [Finding("docker.image", "missing: the nodes run Ray and this project in a container of this image")]
     problems = []
     for key in ("image", "head_image", "worker_image"):
         image = docker.get(key)
@@ -115,12 +115,12 @@ def image_problems(docker: dict) -> list[Problem]:
         version, where = ray.__version__, f"docker.{key}"
         if name.endswith("rayproject/ray-ml"):
             message = f"rayproject/ray-ml images stopped at Ray 2.49; use rayproject/ray:{version}-py311-gpu"
-            problems.append(Problem(where, message))
+            problems.append(Finding(where, message))
         elif name.endswith("rayproject/ray") and not re.match(rf"^{re.escape(version)}(-|$)", tag):
-            problems.append(Problem(where, f"tag {tag or '(none)'!r} is not Ray {version}, the Ray this project pins"))
+            problems.append(Finding(where, f"tag {tag or '(none)'!r} is not Ray {version}, the Ray this project pins"))
         python = re.search(r"-(py3\d+)", tag)
         if python and python.group(1) not in PYTHONS:
-            problems.append(Problem(where, f"{python.group(1)}: this project installs on {' or '.join(PYTHONS)}"))
+            problems.append(Finding(where, f"{python.group(1)}: this project installs on {' or '.join(PYTHONS)}"))
     return problems
 
 
@@ -130,7 +130,7 @@ def split_image(image: str) -> tuple[str, str]:
     return (image, "") if not sep or "/" in tag else (name, tag)
 
 
-def ray_prepare_problems(cfg: dict) -> list[Problem]:
+def ray_prepare_problems(cfg: dict) -> list[Finding]:
     """What `ray up` itself would refuse: Ray's prepare_config (defaults merged, docker checked) and validate_config."""
     from ray.autoscaler._private.util import prepare_config, validate_config
 
@@ -140,7 +140,7 @@ def ray_prepare_problems(cfg: dict) -> list[Problem]:
     try:
         validate_config(prepare_config(copy.deepcopy(cfg)))
     except (ValueError, RuntimeError, AssertionError, KeyError, NotImplementedError, jsonschema.ValidationError) as e:
-        return [Problem("", f"Ray's own config preparation refuses it: {e}")]
+        return [Finding("", f"Ray's own config preparation refuses it: {e}")]
     finally:
         logger.setLevel(level)
     return []

@@ -11,7 +11,7 @@ from typing import Iterator
 
 import yaml
 
-from drtriton_ray.manifests.problems import Problem, yaml_path
+from drtriton_ray.manifests.findings import Finding, yaml_path
 
 MARKER = "# EDIT:"
 IMAGES = {"image", "head_image", "worker_image"}
@@ -40,7 +40,7 @@ def fields(node, path: tuple = (), offset: int = 0) -> Iterator[tuple[tuple, int
         yield from fields(inner, path, offset + node.start_mark.line + 1)
 
 
-def marker_problems(text: str) -> list[Problem]:
+def marker_problems(text: str) -> list[Finding]:
     """Fields of the three kinds without a marker, and markers on lines that hold none of them."""
     marked = {i for i, line in enumerate(text.splitlines()) if _MARKED.match(line)}
     lines, problems = set(), []
@@ -53,9 +53,9 @@ def marker_problems(text: str) -> list[Problem]:
             empty = isinstance(value, yaml.MappingNode) and not value.value  # `resources: {}`: detected at launch
             if line not in marked and not (name == "resources" and empty):
                 kind = "image" if name in IMAGES else "resource" if name in RESOURCES else "autoscaling bound"
-                problems.append(Problem(yaml_path(path), f"no `{MARKER}` marker on this {kind} a user must set"))
+                problems.append(Finding(yaml_path(path), f"no `{MARKER}` marker on this {kind} a user must set"))
     for line in sorted(marked - lines):
         problems.append(
-            Problem(f"line {line + 1}", f"`{MARKER}` on a line with no image, resource or autoscaling bound")
+            Finding(f"line {line + 1}", f"`{MARKER}` on a line with no image, resource or autoscaling bound")
         )
     return problems

@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from drtriton_ray.manifests.problems import Problem, pydantic_problems, yaml_path
+from drtriton_ray.manifests.findings import Finding, pydantic_problems, yaml_path
 
 ROOT = Path(__file__).resolve().parents[2]  # a checkout: configs/ and jobs/ beside the package
 SERVE_APP = "drtriton_ray.serve.app:build_app"
@@ -40,7 +40,7 @@ def gpu_capacity(cluster: dict) -> int:
     return total
 
 
-def capacity_problem(cluster: dict, where: tuple, need: float, asker: str) -> list[Problem]:
+def capacity_problem(cluster: dict, where: tuple, need: float, asker: str) -> list[Finding]:
     have = gpu_capacity(cluster)
     if need <= have:
         return []
@@ -48,10 +48,10 @@ def capacity_problem(cluster: dict, where: tuple, need: float, asker: str) -> li
         f"the groups reach {have} GPUs at most (maxReplicas x {GPU} limits) and {asker} asks for {need:g}: "
         "what does not fit waits forever"
     )
-    return [Problem(yaml_path((*where, "workerGroupSpecs")), message)]
+    return [Finding(yaml_path((*where, "workerGroupSpecs")), message)]
 
 
-def serve_problems(spec: dict) -> list[Problem]:
+def serve_problems(spec: dict) -> list[Finding]:
     """A RayService's serveConfigV2: YAML, Ray Serve's schema, this service's settings, and GPU capacity."""
     from ray.serve.schema import ServeDeploySchema
 
@@ -59,12 +59,12 @@ def serve_problems(spec: dict) -> list[Problem]:
 
     where = ("spec", "serveConfigV2")
     if "serveConfigV2" not in spec:
-        return [Problem(yaml_path(where), "missing: without a Serve config the RayService deploys nothing")]
+        return [Finding(yaml_path(where), "missing: without a Serve config the RayService deploys nothing")]
     try:
         config = yaml.safe_load(spec["serveConfigV2"])
         ServeDeploySchema.model_validate(config)
     except yaml.YAMLError as e:
-        return [Problem(yaml_path(where), f"not YAML ({getattr(e, 'problem', None) or e})")]
+        return [Finding(yaml_path(where), f"not YAML ({getattr(e, 'problem', None) or e})")]
     except ValidationError as e:
         return pydantic_problems(e, where)
     problems, gpus = [], 0
@@ -73,7 +73,7 @@ def serve_problems(spec: dict) -> list[Problem]:
         path = app["import_path"] if ":" in app["import_path"] else ":".join(app["import_path"].rsplit(".", 1))
         if path.startswith("drtriton_ray.") and path != SERVE_APP:
             message = f"{app['import_path']!r} is no Serve application of this package (the service is {SERVE_APP})"
-            problems.append(Problem(yaml_path((*at, "import_path")), message))
+            problems.append(Finding(yaml_path((*at, "import_path")), message))
         elif path == SERVE_APP:
             try:
                 s = ServeSettings(**(app.get("args") or {}))
@@ -118,7 +118,7 @@ def entrypoint_args(entrypoint: str) -> tuple[list[str], str | None, list[str]]:
     return named, repo_path(config, "configs", YAML) if config else None, overrides
 
 
-def job_problems(spec: dict) -> list[Problem]:
+def job_problems(spec: dict) -> list[Finding]:
     """A RayJob's entrypoint: the scripts and configs it names exist in this checkout; a training job's config
     (with its --set overrides) is a valid RL config whose GPUs the worker groups can reach."""
     from drtriton_ray.overrides import apply_overrides
@@ -129,14 +129,14 @@ def job_problems(spec: dict) -> list[Problem]:
     named, config, overrides = entrypoint_args(spec["entrypoint"]) if "entrypoint" in spec else ([], None, [])
     missing = [p for p in named if not (ROOT / p).is_file()]
     if missing:
-        return [Problem("spec.entrypoint", f"names {', '.join(missing)}, which this repository lacks")]
+        return [Finding("spec.entrypoint", f"names {', '.join(missing)}, which this repository lacks")]
     if config is None or TRAIN_JOB not in named or "rayClusterSpec" not in spec:
         return []
     try:
         raw = apply_overrides(yaml.safe_load((ROOT / config).read_text()), overrides)
         need = RLConfig(**raw).resources()["GPU"]
     except ValidationError as e:
-        return [Problem("spec.entrypoint", f"{config}: {p.line()}") for p in pydantic_problems(e)]
+        return [Finding("spec.entrypoint", f"{config}: {p.line()}") for p in pydantic_problems(e)]
     except (yaml.YAMLError, ValueError) as e:
-        return [Problem("spec.entrypoint", f"{config}: {e}")]
+        return [Finding("spec.entrypoint", f"{config}: {e}")]
     return capacity_problem(spec["rayClusterSpec"], ("spec", "rayClusterSpec"), need, config)
