@@ -1,5 +1,5 @@
 """Fragments of a captured Graph: every contiguous run of 1..K nodes in program order, each a standalone
-KernelBench-format sub-problem (DRTriton's test-time search, REFERENCE §1.7).
+KernelBench-format sub-problem (DRTriton's test-time search: up to 5 operators a fragment, as the paper cuts them).
 
 A fragment reads boundary inputs (graph inputs, tensors made before it, state tensors outside a registry weight
 slot, constants) and returns its outputs (tensors it makes that a later node or the graph returns: fan-out seen
