@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
+from drtriton_ray.models.load import ModelError
 from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
 from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
 from drtriton_ray.search.fragments import Fragment, enumerate_fragments
@@ -28,6 +29,7 @@ from drtriton_ray.search.sources import (
     Policy,
     RefineSource,
     VerdictSummary,
+    one_line,
 )
 
 FIRST_ROUND = ("lowering", "model")
@@ -330,18 +332,18 @@ class Search:
             report.eval_tiling = tiling_rows(graph.eval_graph, eval_pieces)
         if not chosen:
             report.reason = "no fragment has a verified Triton candidate: the original program is kept"
-            return source
+            return kept_original(source)
         if all(p.kind == "torch" for p in pieces):
             report.reason = "no verified fragment is faster than its PyTorch nodes: the original program is kept"
-            return source
+            return kept_original(source)
         if eval_pieces is not None and all(p.kind == "torch" for p in eval_pieces):
             report.reason = "no verified fragment of the eval-mode graph (a path without kernels): the original is kept"
-            return source
+            return kept_original(source)
         try:
             module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen)
         except AssemblyError as e:
             report.reason = f"the verified fragments could not be assembled ({e}): the original program is kept"
-            return source
+            return kept_original(source)
         strict = all(p.kind == "triton" for p in pieces + (eval_pieces or []))
         policy = "strict" if strict else "hybrid"
         self.progress(Progress("assemble", 0, 1, f"verifying the assembled module ({policy})"))
@@ -355,11 +357,11 @@ class Search:
     def decide(self, source: str, module: str, verdict, report: ConversionReport) -> str:
         if not verdict.correct:
             report.reason = f"the assembled module failed verification ({verdict.status}): the original is kept"
-            return source
+            return kept_original(source)
         if self.config.timed and (verdict.speedup_vs_eager is None or verdict.speedup_vs_eager <= 1.0):
             report.reason = "the assembled module is not faster than the original: the original is kept"
             report.speedup_vs_eager, report.speedup_vs_compile = 1.0, None
-            return source
+            return kept_original(source)
         report.kept_original = False
         report.speedup_vs_eager, report.speedup_vs_compile = verdict.speedup_vs_eager, verdict.speedup_vs_compile
         report.reason = "verified" + ("" if self.config.timed else " (CPU interpreter: correctness only, not timed)")
@@ -403,7 +405,27 @@ class Search:
                 if name not in sources or not fragments or self.budget().spent:
                     continue
                 self.progress(Progress("propose", 0, len(fragments), name))
-                self.run(sources[name].propose(fragments, self.budget(), self.attempts))
+                try:
+                    proposed = sources[name].propose(fragments, self.budget(), self.attempts)
+                except ModelError:  # the request's model folder is unusable: a bad request, said as such
+                    raise
+                except Exception as e:  # one source's failure costs its candidates, not the search
+                    sources[name].stats.fail(f"the source failed: {one_line(e)}")
+                    continue
+                self.run(proposed)
+
+
+KEPT_ORIGINAL = '''
+
+class ModelNew(Model):
+    """The original program, kept: no verified Triton version of it was faster (the report says why)."""
+'''
+
+
+def kept_original(source: str) -> str:
+    """The user's program as the answer: it still defines `ModelNew` (the same constructor and state_dict), so the
+    file the converter writes loads and re-verifies like any answer."""
+    return source.rstrip("\n") + "\n" + KEPT_ORIGINAL
 
 
 def cached_result(source: str, config: SearchConfig) -> Optional[ConversionResult]:

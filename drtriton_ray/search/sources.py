@@ -104,6 +104,12 @@ class SourceStats:
         self.failed[why] = self.failed.get(why, 0) + 1
 
 
+def one_line(e: BaseException) -> str:
+    """An exception as `Type: first line`, at most 160 characters, for the report."""
+    text = str(e).strip().splitlines()[0] if str(e).strip() else ""
+    return f"{type(e).__name__}: {text}"[:160] if text else type(e).__name__
+
+
 class LoweringSource:
     """The reference lowering: one candidate per fragment whose operators all have a kernel."""
 
@@ -122,6 +128,9 @@ class LoweringSource:
                 code = lower_program(f.program, f.source)
             except (NotLowerable, KeyError) as e:  # KeyError: an operator the lowering does not know
                 self.stats.fail(str(e).strip("'\"")[:120])
+                continue
+            except Exception as e:  # a lowering bug on one fragment: recorded, and the other fragments go on
+                self.stats.fail(f"the lowering failed on {f.name}: {one_line(e)}")
                 continue
             out.append(Candidate(f.hash, self.name, code, "reference lowering"))
         self.stats.proposed += len(out)

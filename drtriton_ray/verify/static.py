@@ -461,6 +461,11 @@ class _Checker:
                 elif any(name.startswith(b) or name + "." == b for b in BANNED_SUBMODULES):
                     self.add("banned_module", node, f"import of {name} is not allowed")
 
+    def _aten_op(self, node: ast.Attribute) -> bool:
+        """`torch.ops.aten._to_copy`: an ATen operator whose name starts with "_" is a public operator all the same
+        (captured programs keep such calls in PyTorch); the policy rules still judge calling it."""
+        return self.aliases.resolve(node.value) == "torch.ops.aten"
+
     def _attribute(self, node: ast.Attribute) -> None:
         attr, root = node.attr, _root(node)
         on_self = isinstance(root, ast.Name) and root.id == "self"
@@ -468,7 +473,7 @@ class _Checker:
             self.add("dunder_attribute", node, f"access to {attr} is not allowed")
         elif attr in FRAME_ATTRIBUTES:
             self.add("frame_access", node, f"access to frame attribute {attr} is not allowed")
-        elif attr.startswith("_") and not attr.startswith("__") and not on_self:
+        elif attr.startswith("_") and not attr.startswith("__") and not on_self and not self._aten_op(node):
             self.add("private_attribute", node, f"access to private attribute {ast.unparse(node)} is not allowed")
         elif attr in TRITON_INTERNALS and not on_self:
             self.add("triton_internal", node, f"{ast.unparse(node)}: launch kernels only as kernel[grid](...)")

@@ -15,6 +15,7 @@ from drtriton_ray.verify import Task
 PROBLEMS = Path(__file__).resolve().parents[1] / "capture" / "problems"
 CONVERTIBLE = [
     "add_layernorm",
+    "causal_mask_forward",  # a mask built in forward: constants without tensor inputs, an ATen `_to_copy` kept
     "cross_entropy",
     "gelu_bias",
     "linear_act",
@@ -110,7 +111,8 @@ def test_the_tiny_model_writes_garbage_and_the_search_still_answers(pool, tiny_d
     assert model["asked"] > 0 and model["correct"] == 0
     check_answer(pool, source, result)
     alone = convert(source, sources=["model"], **kwargs)
-    assert alone.report.kept_original and alone.module_source == source
+    assert alone.report.kept_original and alone.module_source.startswith(source.rstrip())
+    assert "class ModelNew(Model)" in alone.module_source
     assert alone.report.reason.startswith("no fragment has a verified Triton candidate")
     policy = load_policy(tiny_dir, max_tokens=24, seed=3)  # loaded once, shared by many conversions
     try:
