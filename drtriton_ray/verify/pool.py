@@ -68,6 +68,7 @@ from drtriton_ray.verify.protocol import (
     Stop,
     VerdictReady,
 )
+from drtriton_ray.verify.stderr import last_words
 from drtriton_ray.verify.static import SourceError, check_candidate, check_problem, summarize
 from drtriton_ray.verify.task import TIMING_VERSION, Limits, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
@@ -441,7 +442,9 @@ class WorkerPool:
         )
 
     def _death(self, w: _Worker, timed_out: bool, answer: str = "verdict") -> tuple[Status, str]:
-        """Replace a worker that died or ran past its job's wall clock; what ended it, in words."""
+        """Replace a worker that died or ran past its job's wall clock; what ended it, in words (with the last line
+        it printed, where that says something)."""
+        said = last_words(w.scratch)  # read before the replacement removes the worker's folder
         code = self._replace(w)
         if timed_out:
             status, reason = Status.TIMEOUT, f"no {answer} within {self.limits.task_timeout_s:g} s; worker killed"
@@ -453,7 +456,7 @@ class WorkerPool:
             status, reason = Status.CRASH, f"worker killed by {signal.Signals(-code).name}"
         else:
             status, reason = Status.CRASH, f"worker exited with status {code}"
-        return status, reason
+        return status, reason + (f" (it printed: {said})" if said and not timed_out else "")
 
     # -- reference times alone --
     def time_reference(self, problem_source: str) -> Optional[dict]:

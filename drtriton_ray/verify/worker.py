@@ -28,6 +28,9 @@ _CUDA_ERROR_MARKERS = (
 
 
 def _environment(scratch: str, device: str, launcher_store: Optional[str] = None) -> None:
+    from drtriton_ray.verify.stderr import redirect
+
+    redirect(scratch)
     os.chdir(scratch)
     for sub in ("triton", "inductor", "tmp"):
         os.makedirs(os.path.join(scratch, sub), exist_ok=True)

@@ -29,6 +29,12 @@ FAULTS = {
     "huge_allocation": ("torch.empty(1 << 42, dtype=torch.uint8)", Status.RESOURCE_LIMIT, "forward raised"),
     "memory_growth": ("keep = []\nwhile True:\n    keep.append(torch.ones(1 << 26))", Status.RESOURCE_LIMIT, "memory"),
     "os_exit": ("import os\nos._exit(3)", Status.CRASH, "status 3"),
+    # a worker's standard error is kept out of the terminal; its last words explain its death
+    "last_words": (
+        "import os, sys\nprint('candidate gave up', file=sys.stderr, flush=True)\nos._exit(5)",
+        Status.CRASH,
+        "status 5 (it printed: candidate gave up)",
+    ),
     "system_exit": ("raise SystemExit(0)", Status.RUNTIME_ERROR, "SystemExit"),
     "fork": ("import os\nos.fork()", Status.RUNTIME_ERROR, "child processes are disabled"),
     "socket": ("import socket\nsocket.socket()", Status.RUNTIME_ERROR, "network access is disabled"),
