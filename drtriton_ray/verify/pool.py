@@ -109,7 +109,7 @@ def static_verdict(task: Task) -> Optional[Verdict]:
     if not task.static_checks:
         return None
     try:
-        violations = check_candidate(task.candidate_source, task.policy)
+        violations = check_candidate(task.candidate_source, task.policy, task.problem_source)
     except SourceError as e:
         return verdict(Status.INVALID_SOURCE, str(e), "source")
     if violations:

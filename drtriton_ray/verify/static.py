@@ -393,9 +393,35 @@ def _is_jit_decorator(dec: ast.AST, aliases: _Aliases) -> bool:
     return aliases.resolve(target) in ("triton.jit",)
 
 
+def _statement_key(node: ast.stmt) -> str:
+    return ast.dump(node, include_attributes=False)
+
+
+def problem_statements(problem: Optional[str]) -> set[str]:
+    """The problem's own top-level statements (its imports, constants, helper functions and classes), less its
+    entry points, which no candidate may reuse."""
+    if not problem:
+        return set()
+    try:
+        tree = ast.parse(problem)
+    except SyntaxError:
+        return set()
+    entry = {"Model", "get_inputs", "get_init_inputs"}
+    return {_statement_key(n) for n in tree.body if not (entry & _defined_names(n))}
+
+
+def _defined_names(node: ast.stmt) -> set[str]:
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+        return {node.name}
+    if isinstance(node, ast.Assign):
+        return {t.id for t in node.targets if isinstance(t, ast.Name)}
+    return set()
+
+
 class _Checker:
-    def __init__(self, tree: ast.Module, policy: str):
-        self.tree, self.policy = tree, policy
+    def __init__(self, tree: ast.Module, policy: str, shared: frozenset = frozenset()):
+        """`shared`: keys of the problem's own top-level statements (problem_statements)."""
+        self.tree, self.policy, self.shared = tree, policy, shared
         self.aliases = _Aliases(tree)
         self.violations: list[Violation] = []
         self.kernels = {
@@ -411,7 +437,18 @@ class _Checker:
 
     # -- safety rules, over the whole module (kernels included) --
     def safety(self) -> None:
-        for node in ast.walk(self.tree):
+        """Every statement but those the candidate repeats verbatim from the problem: the user's imports and
+        module-level code run as the problem's do (in the same sandbox); they may still not name the Model."""
+        for statement in self.tree.body:
+            if _statement_key(statement) in self.shared:
+                for node in ast.walk(statement):
+                    if isinstance(node, ast.Name) and node.id == "Model":
+                        self.add("reference_model", node, "the problem's Model must not be used")
+            else:
+                self._safety(statement)
+
+    def _safety(self, statement: ast.stmt) -> None:
+        for node in ast.walk(statement):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 self._import(node)
             elif isinstance(node, (ast.Try, getattr(ast, "TryStar", ast.Try))):
@@ -597,8 +634,11 @@ class _Checker:
             self.add("tensor_method", node, f"{text}(): tensor compute method on the forward path (policy strict)")
 
 
-def check_candidate(text: str, policy: str = "strict") -> list[Violation]:
-    """All rule violations of a candidate's source ([] = passes). Raises SourceError when it is no ModelNew module."""
+def check_candidate(text: str, policy: str = "strict", problem: Optional[str] = None) -> list[Violation]:
+    """All rule violations of a candidate's source ([] = passes). Raises SourceError when it is no ModelNew module.
+    `problem`: the problem's source; the top-level statements the candidate repeats from it verbatim are the user's
+    own code (a converted answer keeps the user's imports and helpers) and pass the safety rules as the problem
+    does. The policy rules still judge everything the forward reaches."""
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}; known: {', '.join(POLICIES)}")
     tree = parse(text, "the candidate")
@@ -607,7 +647,7 @@ def check_candidate(text: str, policy: str = "strict") -> list[Violation]:
         raise SourceError("the candidate does not define class ModelNew at module level")
     if not any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in model_new[0].body):
         raise SourceError("class ModelNew has no forward method")
-    checker = _Checker(tree, policy)
+    checker = _Checker(tree, policy, frozenset(problem_statements(problem)))
     checker.safety()
     checker.contract_and_policy()
     return sorted(set(checker.violations), key=lambda v: (v.line, v.rule))

@@ -18,6 +18,7 @@ CONVERTIBLE = [
     "causal_mask_forward",  # a mask built in forward: constants without tensor inputs, an ATen `_to_copy` kept
     "cross_entropy",
     "gelu_bias",
+    "hf_llama_rmsnorm",  # a Hugging Face block imported as users import it: the answer keeps the import
     "linear_act",
     "masked_softmax",
     "rmsnorm",

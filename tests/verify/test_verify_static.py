@@ -146,3 +146,33 @@ def test_problem_structure():
 def test_unknown_policy():
     with pytest.raises(ValueError, match="unknown policy"):
         check_candidate(HEAD + model(LAUNCH + "return y"), "lenient")
+
+
+USER_PROBLEM = (
+    "import torch\nimport torch.nn as nn\nfrom transformers.models.llama.modeling_llama import LlamaRMSNorm\n"
+    "EPS = 1e-6\n\n\ndef helper(x):\n    return x * 2\n\n\n"
+    "class Model(nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
+    "def get_inputs():\n    return [torch.randn(4)]\n\n\ndef get_init_inputs():\n    return []\n"
+)
+
+
+def test_the_users_own_statements_pass_as_the_problem_does():
+    """An answer keeps the user's imports and helpers verbatim; the same import written by a candidate alone, or a
+    repeated statement that is not the user's, is still refused."""
+    user = "from transformers.models.llama.modeling_llama import LlamaRMSNorm\nEPS = 1e-6\n"
+    body = model(LAUNCH + "return y")
+    assert check_candidate(HEAD + user + body, "strict", problem=USER_PROBLEM) == []
+    assert "import_not_allowed" in {v.rule for v in check_candidate(HEAD + user + body, "strict")}
+    other = "from transformers.models.gpt2.modeling_gpt2 import GPT2MLP\n"
+    assert "import_not_allowed" in rules(other + body, head=HEAD)
+    assert {v.rule for v in check_candidate(HEAD + other + body, "strict", problem=USER_PROBLEM)} == {
+        "import_not_allowed"
+    }
+
+
+def test_the_problems_entry_points_are_never_the_users_code():
+    """Model, get_inputs and get_init_inputs repeated verbatim stay the reference: naming Model is refused."""
+    model_class = "class Model(nn.Module):\n    def forward(self, x):\n        return x\n\n\n"
+    body = model("return Model()(x)")
+    found = {v.rule for v in check_candidate(HEAD + model_class + body, "hybrid", problem=USER_PROBLEM)}
+    assert "reference_model" in found
