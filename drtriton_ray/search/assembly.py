@@ -411,6 +411,25 @@ class _Renderer:
         return body + ["return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")")]
 
 
+GUARD = '''def drt_verified_at(name, tensor, shape, dtype):
+    """The kernels were verified at this input's shape and dtype: any other is refused, never answered wrongly."""
+    if tuple(tensor.shape) != shape or tensor.dtype != dtype:
+        raise ValueError(
+            f"this converted module was verified with {name} of shape {shape} and {dtype}, "
+            f"got {tuple(tensor.shape)} and {tensor.dtype}: convert the program at this shape"
+        )'''
+
+
+def guard_lines(graph: Graph, names: dict[int, str]) -> list[str]:
+    """A check of every tensor argument against the shape and dtype the answer was verified at."""
+    lines = []
+    for t in graph.inputs:
+        tensor = graph.program.tensors[t]
+        shape = "(" + "".join(f"{d}, " for d in tensor.shape).removesuffix(" ") + ")" if tensor.shape else "()"
+        lines.append(f"drt_verified_at({names[t]!r}, {names[t]}, {shape}, torch.{tensor.dtype})")
+    return lines
+
+
 def render_module(
     source: str,
     graph: Graph,
@@ -427,7 +446,7 @@ def render_module(
     model = find_model(tree)
     signature, names = forward_names(model, graph)
     r = _Renderer(constant_lines(graph))
-    body = r.path(graph, pieces, chosen, names)
+    body = guard_lines(graph, names) + r.path(graph, pieces, chosen, names)
     if graph.eval_graph is not None:
         ev = graph.eval_graph
         _, eval_names = forward_names(model, ev, EVAL_CONSTANT)
@@ -440,7 +459,7 @@ def render_module(
     have = {line.strip() for line in head}
     wanted = list(REQUIRED_IMPORTS) + r.imports
     extra = [i for i in dict.fromkeys(wanted) if i not in have and "__future__" not in i]
-    module = head + [""] + extra + ["", ""] + ["\n\n\n".join(r.definitions), "", ""]
+    module = head + [""] + extra + ["", ""] + ["\n\n\n".join(r.definitions + [GUARD]), "", ""]
     module.append(model_new_class(model, forward, r.init_extra))
     text = "\n".join(module) + "\n"
     ast.parse(text)  # a bug here should fail loudly, not in the verifier

@@ -42,6 +42,30 @@ def check_answer(pool, source: str, result) -> None:
     assert verdict.correct, verdict.reason
 
 
+def check_other_shapes(source: str, answer: str) -> None:
+    """The answer in this process: right at the sample inputs, and at a doubled leading dim either right or
+    refused with a clear error, never a wrong tensor."""
+    original, converted = load_module(source), load_module(answer)
+    torch.manual_seed(0)
+    model = original["Model"](*original["get_init_inputs"]())
+    mine = converted["ModelNew"](*original["get_init_inputs"]())
+    mine.load_state_dict(model.state_dict())
+    inputs = original["get_inputs"]()
+    with torch.no_grad():
+        torch.testing.assert_close(mine(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+        bigger = [torch.cat([x, x]) if isinstance(x, torch.Tensor) and x.dim() else x for x in inputs]
+        try:
+            expected = model(*bigger)
+        except (RuntimeError, ValueError, IndexError):  # the original itself refuses these inputs
+            return
+        try:
+            got = mine(*bigger)
+        except ValueError as e:
+            assert "was verified with" in str(e), e
+            return
+        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+
+
 def test_hand_written_problems_convert_with_the_lowering(pool, tmp_path):
     for name in CONVERTIBLE:
         source = read(name)
@@ -49,6 +73,7 @@ def test_hand_written_problems_convert_with_the_lowering(pool, tmp_path):
         assert result.report.candidates["lowering"]["verified"] > 0
         assert result.report.eval_tiling is None  # nothing computes differently in eval mode
         check_answer(pool, source, result)
+        check_other_shapes(source, result.module_source)
     strict = convert(read("rmsnorm"), sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
     assert strict.report.end_to_end["policy"] == "strict"  # every node in Triton
     hybrid = convert(read("unmapped_op"), sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
