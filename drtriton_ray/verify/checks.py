@@ -49,7 +49,7 @@ from typing import Optional
 import torch
 
 import drtriton_ray.verify.timing as timing
-from drtriton_ray.verify.compare import NullCandidates, compare
+from drtriton_ray.verify.compare import NullCandidates, as_list, compare, differential
 from drtriton_ray.verify.conditioning import Headroom, judged_outputs
 from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, poison_memory
 from drtriton_ray.verify.inputs import STRESS_SCALES, clone_inputs, free_cache, inputs_unchanged, make_inputs
@@ -57,6 +57,7 @@ from drtriton_ray.verify.protocol import Acquire, Granted, Release
 from drtriton_ray.verify.task import BASE_DISTRIBUTIONS, STRESS_DISTRIBUTIONS, Task
 from drtriton_ray.verify.verdict import CheckResult, Status, Verdict
 
+LAST_TRIAL = "trial problem (last call)"
 STRESS_DRAWS = 4  # draws a stress trial may try before it is skipped
 REDRAWS = 2  # further draws of a trial whose reference left a correct kernel no headroom
 NO_SCALE = "at no scale are the reference's outputs finite, well-conditioned and different from draw to draw"
@@ -178,6 +179,17 @@ class Rejected(Exception):
         self.status, self.reason = status, reason
 
 
+def _storage(t: torch.Tensor) -> int:
+    return t.untyped_storage().data_ptr()
+
+
+def _accuracy(cmp) -> str:
+    """A passed comparison's accuracy, for the trial's check detail."""
+    if cmp.rule != "float64":
+        return f"{cmp.rule} rule"
+    return f"error {cmp.ulps:.3g} ulp, eager's {cmp.eager_ulps:.3g}, bound {cmp.bound_ulps:.3g} (float64 rule)"
+
+
 def _describe(e: BaseException) -> str:
     text = f"{type(e).__name__}: {e}".strip().splitlines()
     return text[0][:500] if text else type(e).__name__
@@ -231,7 +243,9 @@ class _Run:
         self.last_trial_s: Optional[float] = None  # the last trial's seconds: a short one holds the section whole
         self.scales: dict = {}  # stress distribution -> scale (ProblemCheck.scales)
         self.buffers = None  # the candidate's input tensors, refilled by every trial
-        self.wide = None  # a float64 copy of the reference, for the stress trials' conditioning
+        self.last_out = None  # the previous trial's candidate outputs (fresh_outputs)
+        self.wide = None  # a float64 copy of the reference: the exact side of the accuracy contract, and conditioning
+        self.no_wide = ""  # why the trials are judged without a float64 reference (the output-scale rule)
 
     def check(self, name: str, passed: bool, detail: str = "") -> None:
         self.verdict.checks.append(CheckResult(name, passed, detail))
@@ -278,6 +292,8 @@ class _Run:
         """Both models in the same mode: training (nn.Module's default, KernelBench's) or eval."""
         self.ref.train(training)
         self.cand.train(training)
+        if self.wide is not None:
+            self.wide.train(training)
 
     # -- 1. problem --
     def load_problem(self, module_name: str) -> None:
@@ -565,12 +581,7 @@ class _Run:
         STRESS_DRAWS: the problem's scale was chosen on other draws, and some draws of the same distribution are
         degenerate (two nearly equal values in a batch norm's channel)."""
         if self.wide is None:
-            try:
-                self.wide = copy.deepcopy(self.ref).double()
-            except Exception as e:
-                if _out_of_memory(e):
-                    raise
-                return None
+            return None
         for _ in range(STRESS_DRAWS):
             inputs = make_inputs(self.get_inputs, distribution, self.rng.randrange(2**31), self.device, scale)
             if (
@@ -641,22 +652,89 @@ class _Run:
             self.reject("inputs_unchanged", Status.INPUT_MUTATED, f"{label}: forward modified its inputs")
         headroom = Headroom()
         with self.trial_part("trial:reference"):
+            wide_inputs = self.wide_inputs(pristine)
             want = self.reference(pristine, label, headroom)
+            exact = self.exact(wide_inputs)
+            del wide_inputs
         with self.trial_part("trial:compare"):
-            cmp = compare(out, want, self.tol)
+            cmp = differential(out, want, exact, self.tol)
+            if exact is None:
+                cmp.rule = f"output scale ({self.no_wide})"
             redraw = not cmp.ok and not last and headroom.exceeded()
         if redraw:
             return False
         self.verdict.max_abs_error = max(self.verdict.max_abs_error or 0.0, cmp.max_abs)
         self.verdict.max_rel_error = max(self.verdict.max_rel_error or 0.0, cmp.max_rel)
         if not cmp.ok:
-            self.reject(label, cmp.status, f"{label}: {cmp.detail}")
-        self.check(label, True, f"{launches} launches; max abs err {cmp.max_abs:.3g}")
+            self.reject(label, cmp.status, f"{label}: {cmp.detail} [{cmp.rule} rule]")
+        self.fresh_outputs(out, mine, label)
+        self.check(label, True, f"{launches} launches; max abs err {cmp.max_abs:.3g}; {_accuracy(cmp)}")
         return True
+
+    def fresh_outputs(self, out, inputs: list, label: str) -> None:
+        """Outputs in storage of their own: none in the storage of the previous call's outputs, which stay alive
+        until this call has returned (a freed block handed out again is no reuse), unless it is an input's too (a view
+        of an input, the reference's own answer for some programs). A large problem keeps no previous outputs."""
+        previous, self.last_out = self.last_out, None if self.big else out
+        if previous is None:
+            return
+        held = {_storage(t) for t in as_list(previous) if isinstance(t, torch.Tensor)}
+        held -= {_storage(t) for t in inputs if isinstance(t, torch.Tensor)}
+        for i, t in enumerate(as_list(out)):
+            if isinstance(t, torch.Tensor) and _storage(t) in held:
+                self.reject(
+                    "fresh_outputs",
+                    Status.OUTPUT_TYPE,
+                    f"{label}: output {i} reuses the storage of the previous call's output: a caller's earlier result "
+                    "would change under it",
+                )
+
+    def widen(self) -> None:
+        """self.wide: the reference converted to float64, in its current state and mode; None where the conversion
+        fails (self.no_wide says why)."""
+        try:
+            self.wide = copy.deepcopy(self.ref).double()
+        except Exception as e:
+            self.wide, self.no_wide = None, f"no float64 copy of the reference: {_describe(e)}"
+            free_cache(self.device)
+
+    def wide_inputs(self, pristine: list) -> Optional[list]:
+        """Float64 copies of a trial's inputs for the float64 reference, made before the reference may modify them."""
+        if self.wide is None:
+            return None
+        try:
+            return [
+                x.detach().to(torch.float64, copy=True)
+                if x.is_floating_point()
+                else x.detach().clone()
+                if isinstance(x, torch.Tensor)
+                else copy.deepcopy(x)
+                for x in pristine
+            ]
+        except Exception as e:
+            self.no_wide = f"no float64 inputs: {_describe(e)}"
+            free_cache(self.device)
+            return None
+
+    def exact(self, wide_inputs: Optional[list]):
+        """The float64 reference's outputs on a trial's inputs, or None where it cannot run (an operator without a
+        float64 kernel, out of memory: self.no_wide says why)."""
+        if wide_inputs is None:
+            return None
+        try:
+            with torch.no_grad():
+                out = self.wide(*wide_inputs)
+            _sync(self.device)
+            return out
+        except Exception as e:
+            self.no_wide = f"the float64 reference failed: {_describe(e)}"
+            free_cache(self.device)
+            return None
 
     def trials(self) -> None:
         # eval mode first, while both models hold the state they were built with (running statistics)
         self.set_mode(training=False)
+        self.widen()
         self.trial("trial problem (eval mode)", "problem")
         self.set_mode(training=True)
         for dist in self.task.distributions:
@@ -687,6 +765,8 @@ class _Run:
             self.check("faithfulness", True, f"no-op kernels: forward raised {type(e).__name__}")
             return
         self.tamper_check("faithfulness run")
+        if launches == 0:
+            self.reject("launch", Status.NO_LAUNCH, "faithfulness: forward launched no Triton kernel")
         if compare(out, self.reference(pristine, "faithfulness"), self.tol).ok:
             self.reject(
                 "faithfulness",
@@ -712,16 +792,34 @@ class _Run:
 
     def time_it(self) -> None:
         t = self.task
-        cand = timing.measure(
-            self.cand,
-            self.timing_inputs(),
-            t.timing_trials,
-            t.timing_warmup,
-            exclusive=self.ctx.gate.exclusive,
-            first=self.ctx.gate.shared,
-        )
+        monitor, calls = self.ctx.monitor, {"all": 0, "idle": 0}
+
+        def call(*args):
+            """The candidate, counting its calls that launched no Triton kernel: a timed call is checked too."""
+            before = monitor.count
+            out = self.cand(*args)
+            calls["all"] += 1
+            calls["idle"] += monitor.count == before
+            return out
+
+        monitor.start()
+        try:
+            cand = timing.measure(
+                call,
+                self.timing_inputs(),
+                t.timing_trials,
+                t.timing_warmup,
+                exclusive=self.ctx.gate.exclusive,
+                first=self.ctx.gate.shared,
+            )
+        finally:
+            monitor.stop()
         free_cache(self.device)  # the window's input copies: other workers share this GPU's memory
         self.tamper_check("timing")
+        if calls["idle"]:
+            self.reject(
+                "launch", Status.NO_LAUNCH, f"timing: {calls['idle']} of {calls['all']} calls launched no Triton kernel"
+            )
         v = self.verdict
         for part, seconds in cand.parts.items():  # where timing's seconds go (timing:...; part of `timing`)
             v.phases[f"timing:{part}"] = v.phases.get(f"timing:{part}", 0.0) + seconds
@@ -760,6 +858,12 @@ class _Run:
         if self.gpu and self.task.timing:
             with self.phase("timing"):
                 self.time_it()
+        # after every other call, faithfulness's and timing's: a candidate right only for its first calls fails here
+        with self.phase("checks"), self.gpu_section("exclusive") if self.big else nullcontext():
+            self.widen()
+            self.trial(LAST_TRIAL, "problem")
+            self.buffers = self.wide = None
+            self.hand_back()
 
 
 def _cleanup(ctx: WorkerContext) -> None:

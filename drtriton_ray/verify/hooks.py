@@ -108,6 +108,7 @@ class LaunchMonitor:
         self.built_launchers: list[dict] = []  # launchers.spec_of each launcher built here, until taken
         self.inside = 0  # depth of launches in progress (their own torch ops and compiler processes pass)
         self._wrappers: dict[type, object] = {}
+        self._pruning: Optional[tuple] = None  # (Autotuner, its prune_configs as installed), interpreter only
 
     def install(self) -> None:
         import triton.runtime.jit as jit
@@ -128,6 +129,9 @@ class LaunchMonitor:
         if callable(getattr(Autotuner, "warmup", None)):
             Autotuner.run = self._wrap_autotuner(Autotuner.__dict__["run"])
             self._wrappers[Autotuner] = Autotuner.__dict__["run"]
+        if os.environ.get("TRITON_INTERPRET") == "1" and "prune_configs" in Autotuner.__dict__:
+            Autotuner.prune_configs = configs_in_turn(Autotuner.__dict__["prune_configs"])
+            self._pruning = (Autotuner, Autotuner.__dict__["prune_configs"])
 
     def _wrap(self, original):
         monitor = self
@@ -169,6 +173,8 @@ class LaunchMonitor:
                     monitor.inside -= 1
                 monitor.count += 1
                 return None
+            if monitor._pruning is not None:  # interpreted: the next call takes the next config
+                tuner.cache.clear()
             return original(tuner, *args, **kwargs)
 
         return run
@@ -217,13 +223,29 @@ class LaunchMonitor:
         return taken
 
     def intact(self) -> bool:
-        return all(cls.__dict__.get("run") is w for cls, w in self._wrappers.items())
+        pruning = self._pruning is None or self._pruning[0].__dict__.get("prune_configs") is self._pruning[1]
+        return pruning and all(cls.__dict__.get("run") is w for cls, w in self._wrappers.items())
 
     def start(self, noop: bool = False, compile_only: bool = False) -> None:
         self.count, self.names, self.counting, self.noop, self.compile_only = 0, [], True, noop, compile_only
 
     def stop(self) -> None:
         self.counting, self.noop, self.compile_only = False, False, False
+
+
+def configs_in_turn(prune_configs):
+    """An autotuner's pruning that keeps one config, the next one at each call. Interpreted (TRITON_INTERPRET=1)
+    there is no driver to benchmark configs with (Triton raises "0 active drivers"), and interpreter timings would say
+    nothing about a GPU's: the configs take turns instead (the launch hook forgets the tuner's choice after each
+    call), so the trials check each of them, where a GPU would run the one it found fastest."""
+
+    def prune(tuner, *args, **kwargs):
+        configs = list(prune_configs(tuner, *args, **kwargs))
+        turn = tuner.__dict__.get("verifier_turn", 0)
+        tuner.verifier_turn = turn + 1
+        return configs[turn % len(configs) :][:1]
+
+    return prune
 
 
 def make_torch_audit(monitor: LaunchMonitor):

@@ -106,3 +106,67 @@ def test_integer_outputs_compare_exactly_past_float32():
     c = torch.tensor([2**24, 2**40 + 3, 5], dtype=torch.int64)
     result = cmp.compare(c, r)
     assert result.status == Status.VALUE_MISMATCH and result.detail.startswith("output 0: 1/3 elements off")
+
+
+def _tf32(t):
+    """float32 values cut to TF32's 10 mantissa bits."""
+    return (t.view(torch.int32) & -8192).view(torch.float32)
+
+
+@pytest.mark.parametrize("chunk", [7, 1 << 24])
+def test_differential_rule_rejects_every_narrower_computation(monkeypatch, chunk):
+    """A float32 matmul: a sequential float32 sum passes beside PyTorch's; float16, bfloat16 and TF32 operands fail,
+    with float32's unit roundoff and eager's error in the reason."""
+    monkeypatch.setattr(cmp, "CHUNK", chunk)
+    g = torch.Generator().manual_seed(0)
+    a, b = torch.randn(40, 64, generator=g), torch.randn(64, 30, generator=g)
+    exact, eager = a.double() @ b.double(), a @ b
+    sequential = torch.zeros(40, 30)
+    for k in range(64):
+        sequential += a[:, k : k + 1] * b[k]
+    assert cmp.differential(sequential, eager, exact).ok
+    for narrow in (lambda t: t.half().float(), lambda t: t.bfloat16().float(), _tf32):
+        result = cmp.differential(narrow(a) @ narrow(b), eager, exact)
+        assert result.status == Status.VALUE_MISMATCH and "ulp of torch.float32" in result.detail, result.detail
+        assert result.ulps > 8 * cmp.FLOOR_ULPS["float32"]
+
+
+def test_differential_floor_where_eager_is_exact():
+    """ReLU is exact in float32: the bound is the dtype's floor, not zero, so a kernel off by a few roundings passes
+    and one computing in float16 does not."""
+    x = torch.randn(1000, generator=torch.Generator().manual_seed(1))
+    exact, eager = torch.relu(x.double()), torch.relu(x)
+    nudged = eager * (1 + 4 * cmp.UNIT_ROUNDOFF["float32"])
+    result = cmp.differential(nudged, eager, exact)
+    assert result.ok and result.eager_ulps == 0 and result.bound_ulps == cmp.FLOOR_ULPS["float32"]
+    assert not cmp.differential(torch.relu(x.half()).float(), eager, exact).ok
+
+
+def test_differential_half_outputs_judged_by_their_own_dtype():
+    """A bfloat16 or float16 program computed in float32 and rounded once passes by its own dtype's standard; a
+    float16 one computed through float8 does not."""
+    x = torch.randn(2000, generator=torch.Generator().manual_seed(2))
+    for dtype in (torch.bfloat16, torch.float16):
+        low = x.to(dtype)
+        exact, eager = torch.tanh(low.double()), torch.tanh(low)
+        assert cmp.differential(torch.tanh(low.float()).to(dtype), eager, exact).ok
+    half = x.half()
+    through_fp8 = torch.tanh(half.float()).to(torch.float8_e4m3fn).half()
+    assert not cmp.differential(through_fp8, torch.tanh(half), torch.tanh(half.double())).ok
+
+
+def test_differential_zero_output_and_fallbacks():
+    """An output exactly zero everywhere is judged on ZERO_SCALE; integer outputs exactly; without a float64
+    reference the output-scale rule judges, and says so."""
+    zero = torch.zeros(50)
+    assert cmp.differential(zero + 1e-9, zero, zero.double()).ok
+    assert not cmp.differential(zero + 1e-3, zero, zero.double()).ok
+    idx = torch.arange(5)
+    assert not cmp.differential((zero, idx + 1), (zero, idx), (zero.double(), idx)).ok
+    result = cmp.differential(zero, zero, None)
+    assert result.ok and result.rule.startswith("output scale")
+    ref = torch.randn(10, generator=torch.Generator().manual_seed(3))
+    eager_inf = ref.clone()
+    eager_inf[0] = float("inf")
+    assert cmp.differential(eager_inf, eager_inf, ref.double()).ok  # equal to eager where eager is not finite
+    assert not cmp.differential(ref, eager_inf, ref.double()).ok

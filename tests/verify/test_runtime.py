@@ -48,7 +48,8 @@ def test_known_good_accepted(good_verdicts, name):
     assert v.speedup_vs_eager is None and v.candidate_ms is None  # the interpreter measures no speed
     # errors relative to each output's scale: stress inputs of 1e4 make absolute errors of order 1e-2 in float32
     assert v.max_rel_error is not None and v.max_rel_error <= 1e-3
-    assert [c.name for c in v.checks][-1] == "faithfulness"
+    # one more trial after every other call (issue 43: a candidate right only for its first calls fails there)
+    assert [c.name for c in v.checks][-2:] == ["faithfulness", "trial problem (last call)"]
     assert v.device == "cpu" and v.worker.startswith("verify/")
 
 
