@@ -1,0 +1,374 @@
+"""`drtriton convert` over the real-world suite (tests/realworld/programs: Hugging Face blocks, bf16/fp16, causal masks
+built in forward, cross-entropy with ignore_index, MoE routing, in-place ops, ...): per program, whether it is
+captured, how many Triton fragments its answer holds, whether the answer re-verifies, on a GPU its eager, compile
+and answer times, and whether the answer is right at shapes it was never verified at.
+
+    python bench/realworld.py --device cpu --budget-s 60 --out realworld.json
+    python bench/realworld.py --device cuda --sizes llm --dtype bfloat16 --only hf_llama_rmsnorm,rmsnorm
+
+`--sizes llm` rewrites each program's module-level size constants from its LLM_SIZES before converting; `--dtype`
+rewrites its `dtype = torch....` line. One verifier pool serves every program; a program's failure (a capture
+error, a rejected request, any exception) is recorded in its row and the run goes on. `--out` is rewritten after
+every program.
+
+The shape-generality check: each answer's ModelNew, loaded with the original Model's state_dict, is called at two
+other values of the program's DYNAMIC constants (+1, and x2 at small sizes or /2 at LLM sizes) and compared with
+the original in eager PyTorch: "right", "wrong" (max abs error, or a wrong shape), "refused" (it raised), or
+"broken" (the answer did not load or take the state_dict). It runs in a child process (an out-of-bounds kernel
+must not take the bench down), with TRITON_INTERPRET=1 on CPU."""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import math
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+import traceback
+from pathlib import Path
+
+from rich.table import Table
+
+ROOT = Path(__file__).resolve().parents[1]
+PROGRAMS = ROOT / "tests" / "realworld" / "programs"
+TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 3e-2}  # atol = rtol, by the output's dtype
+DTYPES = ("float32", "float16", "bfloat16")
+OUTCOMES = ("right", "wrong", "refused", "broken")
+
+
+def program_paths(only: str | None) -> list[Path]:
+    paths = sorted(PROGRAMS.glob("*.py"))
+    if not only:
+        return paths
+    wanted = [n.strip().removesuffix(".py") for n in only.split(",") if n.strip()]
+    unknown = [n for n in wanted if not (PROGRAMS / f"{n}.py").is_file()]
+    if unknown:
+        sys.exit(f"error: no program {', '.join(unknown)} in {PROGRAMS}")
+    return [PROGRAMS / f"{n}.py" for n in wanted]
+
+
+def constants(source: str) -> dict:
+    """The module-level constants given as literals (sizes, KINDS, LLM_SIZES, DYNAMIC), read without running."""
+    out = {}
+    for node in ast.parse(source).body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            try:
+                out[node.targets[0].id] = ast.literal_eval(node.value)
+            except ValueError:
+                continue
+    return out
+
+
+def set_constant(source: str, name: str, value: str) -> str:
+    """The source with the module-level line `name = ...` replaced by `name = value`."""
+    pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.MULTILINE)
+    if not pattern.search(source):
+        raise KeyError(f"no module-level constant {name}")
+    return pattern.sub(f"{name} = {value}", source, count=1)
+
+
+def sized_source(source: str, sizes: str, dtype: str | None) -> str:
+    """The program at its small sizes or with its LLM_SIZES, in its own dtype or `dtype` (where it declares one)."""
+    if sizes == "llm":
+        for name, value in constants(source)["LLM_SIZES"].items():
+            source = set_constant(source, name, repr(value))
+    if dtype and re.search(r"^dtype\s*=\s*torch\.\w+\s*$", source, re.MULTILINE):
+        source = set_constant(source, "dtype", f"torch.{dtype}")
+    return source
+
+
+def other_shapes(source: str, sizes: str) -> list[dict]:
+    """Two assignments of the DYNAMIC constants the answer was not verified at."""
+    values = constants(source)
+    dynamic = values["DYNAMIC"]
+    second = (lambda v: v * 2) if sizes == "small" else (lambda v: max(1, v // 2))
+    return [{d: values[d] + 1 for d in dynamic}, {d: second(values[d]) for d in dynamic}]
+
+
+def one_line(e: BaseException) -> str:
+    text = " ".join(str(e).split())
+    return f"{type(e).__name__}: {text}"[:300]
+
+
+def crash_excerpt(e: BaseException) -> str:
+    """The innermost frames of a traceback, where it went through drtriton_ray: where the product crashed."""
+    frames = traceback.extract_tb(e.__traceback__)
+    ours = [f for f in frames if "drtriton_ray" in f.filename]
+    keep = (ours or frames)[-3:]
+    lines = [f"{Path(f.filename).name}:{f.lineno} {f.name}: {f.line}" for f in keep]
+    return " | ".join(lines + [one_line(e)])
+
+
+def reverify(pool, problem: str, answer: str, device: str, policy: str):
+    """The answer judged again by the verifier under the policy the search judged it by (hybrid: PyTorch nodes
+    kept beside Triton kernels, as a kept original is all PyTorch)."""
+    from drtriton_ray.verify import Task
+
+    task = Task(problem, answer, policy=policy, seed=0, timing=device.startswith("cuda"))
+    return pool.map([task])[0]
+
+
+def convert_program(path: Path, args, pool) -> tuple[dict, str | None]:
+    """One program's row (conversion part) and its answer's source (None where conversion failed)."""
+    from drtriton_ray.capture.errors import CaptureError
+    from drtriton_ray.convert import ConversionError, convert
+
+    source = sized_source(path.read_text(), args.sizes, args.dtype)
+    meta = constants(source)
+    row = {"program": path.stem, "kinds": list(meta.get("KINDS", ())), "captured": False, "triton_fragments": 0}
+    t0 = time.monotonic()
+    try:
+        result = convert(source, device=args.device, budget_s=args.budget_s, sources=args.sources.split(","),
+                         k=args.k, cache=args.cache, seed=args.seed, verifier=pool)  # fmt: skip
+    except (CaptureError, ConversionError) as e:
+        row.update(error=one_line(e), wall_s=time.monotonic() - t0)
+        return row, None
+    except Exception as e:  # noqa: BLE001 (a product crash: recorded, the run goes on)
+        row.update(error=one_line(e), crash=crash_excerpt(e), wall_s=time.monotonic() - t0)
+        return row, None
+    r = result.report
+    e2e = r.end_to_end or {}
+    row.update(
+        captured=True,
+        nodes=r.program.get("nodes"),
+        torch_nodes=r.program.get("torch_nodes"),
+        triton_fragments=sum(1 for p in r.tiling if p.get("kind") == "triton"),
+        kept_original=r.kept_original,
+        reason=" ".join(str(r.reason).split())[:300],
+        search_correct=e2e.get("correct"),
+        policy=e2e.get("policy"),
+        wall_s=r.wall_s,
+    )
+    return row, result.module_source
+
+
+def judge_answer(row: dict, source: str, answer: str, args, pool) -> None:
+    """The answer re-verified at its sample shape (times on a GPU), then called at other shapes."""
+    try:
+        verdict = reverify(pool, source, answer, args.device, row.get("policy") or "hybrid")
+        row.update(correct=verdict.correct, verdict=verdict.status, verdict_reason=verdict.reason[:300])
+        row.update(eager_ms=verdict.eager_ms, compile_ms=verdict.compile_ms, answer_ms=verdict.candidate_ms)
+        row.update(speedup_vs_eager=verdict.speedup_vs_eager, speedup_vs_compile=verdict.speedup_vs_compile)
+    except Exception as e:  # noqa: BLE001
+        row.update(correct=False, verdict="error", verdict_reason=one_line(e))
+    row["other_shapes"] = shape_check(source, answer, other_shapes(source, args.sizes), args.device)
+
+
+def shape_check(source: str, answer: str, shapes: list[dict], device: str) -> list[dict]:
+    """Run `check_shapes` in a child process; a child that dies counts each unchecked shape as wrong."""
+    env = dict(os.environ)
+    if not device.startswith("cuda"):
+        env["TRITON_INTERPRET"] = "1"
+    request = json.dumps({"source": source, "answer": answer, "shapes": shapes, "device": device})
+    try:
+        done = subprocess.run([sys.executable, __file__, "--shape-check"], input=request, capture_output=True,
+                              text=True, env=env, timeout=900)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return [dict(shape=s, outcome="refused", detail="timed out after 900 s") for s in shapes]
+    lines = [x for x in done.stdout.splitlines() if x.startswith("{")]
+    results = [json.loads(x) for x in lines]
+    tail = " ".join(done.stderr.strip().splitlines()[-1:])[:200]
+    for s in shapes[len(results) :]:
+        results.append(dict(shape=s, outcome="wrong", detail=f"the process died (exit {done.returncode}): {tail}"))
+    return results
+
+
+def load_source(text: str, name: str):
+    import types
+
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    sys.modules[name] = module  # dataclasses and triton's source lookup need the module registered
+    exec(compile(text, module.__file__, "exec"), module.__dict__)
+    return module
+
+
+def compare(expected, got) -> tuple[str, str]:
+    import torch
+
+    exp = expected if isinstance(expected, (tuple, list)) else (expected,)
+    out = got if isinstance(got, (tuple, list)) else (got,)
+    if len(exp) != len(out):
+        return "wrong", f"{len(out)} outputs, expected {len(exp)}"
+    worst = 0.0
+    for e, g in zip(exp, out):
+        if not isinstance(g, torch.Tensor) or tuple(g.shape) != tuple(e.shape):
+            return "wrong", f"shape {tuple(getattr(g, 'shape', ()))}, expected {tuple(e.shape)}"
+        g = g.detach().to("cpu")
+        if not e.is_floating_point():
+            if not torch.equal(g.to(e.dtype), e):
+                return "wrong", "integer output differs"
+            continue
+        tol = TOLERANCE.get(str(e.dtype).removeprefix("torch."), 1e-3)
+        err = (g.float() - e.float()).abs().nan_to_num(nan=math.inf)
+        err = err.masked_fill(torch.isinf(e.float()) & (g.float() == e.float()), 0.0)
+        worst = max(worst, float(err.max()) if err.numel() else 0.0)
+        if not torch.allclose(g.float(), e.float(), atol=tol, rtol=tol, equal_nan=True):
+            return "wrong", f"max abs error {worst:.3g}"
+    return "right", f"max abs error {worst:.3g}"
+
+
+def check_shapes() -> int:
+    """Child side of `shape_check`: one JSON line per shape on stdout."""
+    import torch
+
+    req = json.loads(sys.stdin.read())
+    device = req["device"]
+    program = load_source(req["source"], "realworld_program")
+    torch.manual_seed(0)
+    model = program.Model(*program.get_init_inputs()).to(device).eval()
+    try:
+        answer = load_source(req["answer"], "realworld_answer")
+        new = answer.ModelNew(*program.get_init_inputs()).to(device).eval()
+        new.load_state_dict(model.state_dict())
+    except Exception as e:  # noqa: BLE001
+        for shape in req["shapes"]:
+            print(json.dumps({"shape": shape, "outcome": "broken", "detail": one_line(e)}), flush=True)
+        return 0
+    for shape in req["shapes"]:
+        for name, value in shape.items():
+            setattr(program, name, value)
+        torch.manual_seed(1)
+        inputs = [x.to(device) if isinstance(x, torch.Tensor) else x for x in program.get_inputs()]
+        with torch.no_grad():
+            expected = model(*[x.clone() if isinstance(x, torch.Tensor) else x for x in inputs])
+            expected = tuple(e.to("cpu") for e in expected) if isinstance(expected, tuple) else expected.to("cpu")
+            try:
+                got = new(*inputs)
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                outcome, detail = compare(expected, got)
+            except Exception as e:  # noqa: BLE001 (a clear error is the acceptable refusal)
+                outcome, detail = "refused", one_line(e)
+        print(json.dumps({"shape": shape, "outcome": outcome, "detail": detail}), flush=True)
+    return 0
+
+
+def geomean(values: list[float]) -> float | None:
+    values = [v for v in values if v]
+    return math.exp(statistics.mean(math.log(v) for v in values)) if values else None
+
+
+def summary(rows: list[dict]) -> dict:
+    answers = [r for r in rows if r.get("captured") and not r.get("kept_original", True)]
+    shapes = [s["outcome"] for r in answers for s in r.get("other_shapes", [])]
+    originals = [s["outcome"] for r in rows if r not in answers for s in r.get("other_shapes", [])]
+    return {
+        "programs": len(rows),
+        "captured": sum(bool(r["captured"]) for r in rows),
+        "with_triton": sum(r["triton_fragments"] > 0 for r in rows),
+        "triton_answers": len(answers),
+        "correct_at_sample": sum(bool(r.get("correct")) for r in answers),
+        "answers_reverified_correct": sum(bool(r.get("correct")) for r in rows),
+        "failed": sum("error" in r for r in rows),
+        "other_shapes": {k: shapes.count(k) for k in OUTCOMES},  # of the Triton answers
+        "other_shapes_kept_original": {k: originals.count(k) for k in OUTCOMES},
+        "geomean_vs_eager": geomean([r.get("speedup_vs_eager") for r in answers if r.get("correct")]),
+        "geomean_vs_compile": geomean([r.get("speedup_vs_compile") for r in answers if r.get("correct")]),
+    }
+
+
+def fmt(value, spec: str = ".3g") -> str:
+    return "-" if value is None else format(value, spec)
+
+
+def shapes_cell(row: dict) -> str:
+    return " ".join(s["outcome"] for s in row.get("other_shapes", [])) or "-"
+
+
+def result_table(rows: list[dict], device: str) -> Table:
+    t = Table(title=f"real-world suite: {len(rows)} programs")
+    timed = device.startswith("cuda")
+    heads = ["program", "kinds", "captured", "triton", "correct", "other shapes"]
+    heads += ["eager ms", "compile ms", "answer ms", "vs eager", "vs compile"] if timed else []
+    for h in heads + ["failure"]:
+        t.add_column(h)
+    for r in rows:
+        original = r.get("kept_original", True)
+        correct = "-" if "correct" not in r else ("yes" if r["correct"] else "NO")
+        cells = [r["program"], ",".join(r["kinds"]), "yes" if r["captured"] else "no", str(r["triton_fragments"])]
+        cells += [correct, shapes_cell(r)]
+        if timed:
+            cells += [fmt(r.get("eager_ms")), fmt(r.get("compile_ms")), fmt(r.get("answer_ms"))]
+            cells += [fmt(r.get("speedup_vs_eager"), ".2f"), fmt(r.get("speedup_vs_compile"), ".2f")]
+        failure = r.get("error") or (r.get("reason") if original else r.get("verdict_reason"))
+        t.add_row(*cells, (failure or "")[:120])
+    return t
+
+
+def summary_table(s: dict) -> Table:
+    t = Table(title="summary")
+    t.add_column("measure")
+    t.add_column("value", justify="right")
+    keys = ("programs", "captured", "with_triton", "triton_answers", "correct_at_sample", "answers_reverified_correct")
+    for key in keys + ("failed",):
+        t.add_row(key.replace("_", " "), str(s[key]))
+    for key, n in s["other_shapes"].items():
+        t.add_row(f"Triton answers at other shapes: {key}", str(n))
+    for key, n in s["other_shapes_kept_original"].items():
+        t.add_row(f"kept originals at other shapes: {key}", str(n))
+    t.add_row("geomean vs eager (correct answers)", fmt(s["geomean_vs_eager"], ".2f"))
+    t.add_row("geomean vs compile (correct answers)", fmt(s["geomean_vs_compile"], ".2f"))
+    return t
+
+
+def save(path: str | None, data: dict) -> None:
+    """The JSON so far, after every program (atomically): a run cut short still leaves its rows."""
+    if path:
+        tmp = Path(f"{path}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)
+
+
+def parse_args(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--only", default=None, help="comma-separated program names (default: the whole suite)")
+    ap.add_argument("--sizes", choices=("small", "llm"), default="small")
+    ap.add_argument("--dtype", choices=DTYPES, default=None, help="override each program's dtype constant")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--workers", type=int, default=None)
+    ap.add_argument("--budget-s", type=float, default=120.0, help="search seconds per program")
+    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--sources", default="lowering")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--cache", default=None, help="search cache (default: none, so a rerun measures the search)")
+    ap.add_argument("--timeout-s", type=float, default=300.0, help="verifier wall clock per task")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--shape-check", action="store_true", help=argparse.SUPPRESS)
+    return ap.parse_args(argv)
+
+
+def main() -> int:
+    args = parse_args()
+    if args.shape_check:
+        return check_shapes()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from report import finish  # bench/, the script's own folder
+
+    from drtriton_ray.verify import Limits, WorkerPool
+
+    paths = program_paths(args.only)
+    size = args.workers or (4 if args.device.startswith("cuda") else 2)
+    rows: list[dict] = []
+    record = {k: str(v) for k, v in vars(args).items() if k != "shape_check"}
+    with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="realworld") as pool:
+        for path in paths:
+            row, answer = convert_program(path, args, pool)
+            if answer is not None:
+                judge_answer(row, sized_source(path.read_text(), args.sizes, args.dtype), answer, args, pool)
+            rows.append(row)
+            print(f"{path.stem}: {row.get('error') or row.get('reason')} triton {row['triton_fragments']} "
+                  f"correct {row.get('correct')} shapes {shapes_cell(row)} {row['wall_s']:.0f}s",
+                  file=sys.stderr, flush=True)  # fmt: skip
+            save(args.out, {"args": record, "rows": rows, "summary": summary(rows)})
+    data = {"args": record, "rows": rows, "summary": summary(rows)}
+    return finish([result_table(rows, args.device), summary_table(data["summary"])], data, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

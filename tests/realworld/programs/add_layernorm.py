@@ -1,0 +1,33 @@
+"""A post-norm transformer block's residual add and LayerNorm (BERT, the original Transformer)."""
+
+import torch
+import torch.nn as nn
+
+KINDS = ("add_layernorm",)
+batch_size = 2
+seq_len = 8
+hidden = 64
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden, eps=1e-5)
+        self.to(dtype)
+
+    def forward(self, x, residual):
+        return self.norm(x + residual)
+
+
+def get_inputs():
+    return [
+        torch.randn(batch_size, seq_len, hidden, dtype=dtype),
+        torch.randn(batch_size, seq_len, hidden, dtype=dtype),
+    ]
+
+
+def get_init_inputs():
+    return [hidden]

@@ -1,0 +1,35 @@
+"""GPT-style causal attention probabilities with the mask built in forward: torch.ones(n, n).triu(1), masked_fill
+with -inf, softmax."""
+
+import math
+
+import torch
+import torch.nn as nn
+
+KINDS = ("causal_mask", "masked_softmax")
+batch_size = 2
+heads = 4
+seq_len = 8
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 2048}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, head_dim):
+        super().__init__()
+        self.scale = 1.0 / math.sqrt(head_dim)
+
+    def forward(self, scores):
+        n = scores.size(-1)
+        mask = torch.ones(n, n, device=scores.device).triu(1).bool()
+        scores = (scores * self.scale).masked_fill(mask, float("-inf"))
+        return torch.softmax(scores, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, heads, seq_len, seq_len, dtype=dtype)]
+
+
+def get_init_inputs():
+    return [64]

@@ -1,0 +1,40 @@
+"""A causal LM head and its loss as Hugging Face computes it: logits = lm_head(h), labels shifted by one with padded
+positions set to -100, cross_entropy(ignore_index=-100)."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+KINDS = ("cross_entropy", "cross_entropy_ignore_index")
+batch_size = 2
+seq_len = 8
+hidden = 32
+vocab = 96
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 2, "seq_len": 1024, "hidden": 2048, "vocab": 32000}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, hidden, vocab):
+        super().__init__()
+        self.lm_head = nn.Linear(hidden, vocab, bias=False)
+        self.to(dtype)
+
+    def forward(self, hidden_states, labels):
+        logits = self.lm_head(hidden_states).float()
+        shift_logits = logits[:, :-1, :].reshape(-1, logits.shape[-1])
+        shift_labels = labels[:, 1:].reshape(-1)
+        return F.cross_entropy(shift_logits, shift_labels, ignore_index=-100)
+
+
+def get_inputs():
+    labels = torch.randint(0, vocab, (batch_size, seq_len))
+    padded = torch.rand(batch_size, seq_len) < 0.25
+    padded[:, 1] = False  # every row keeps a real token to predict
+    labels = torch.where(padded, torch.full_like(labels, -100), labels)
+    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype), labels]
+
+
+def get_init_inputs():
+    return [hidden, vocab]

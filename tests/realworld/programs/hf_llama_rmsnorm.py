@@ -1,0 +1,31 @@
+"""Llama's RMSNorm imported from transformers, as a decoder layer's input norm (LlamaRMSNorm)."""
+
+import torch
+import torch.nn as nn
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+KINDS = ("hf", "rmsnorm")
+batch_size = 2
+seq_len = 8
+hidden = 64
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.norm = LlamaRMSNorm(hidden, eps=1e-6)
+        self.to(dtype)
+
+    def forward(self, hidden_states):
+        return self.norm(hidden_states)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype)]
+
+
+def get_init_inputs():
+    return [hidden]

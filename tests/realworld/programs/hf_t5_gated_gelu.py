@@ -1,0 +1,35 @@
+"""T5 v1.1 / Flan-T5's gated-GELU feed-forward from transformers: wo(gelu_new(wi_0(x)) * wi_1(x))
+(T5DenseGatedActDense with feed_forward_proj="gated-gelu")."""
+
+import torch
+import torch.nn as nn
+from transformers import T5Config
+from transformers.models.t5.modeling_t5 import T5DenseGatedActDense
+
+KINDS = ("hf", "mlp")
+batch_size = 2
+seq_len = 8
+d_model = 64
+d_ff = 128
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 4, "seq_len": 512, "d_model": 2048, "d_ff": 5120}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        config = T5Config(d_model=d_model, d_ff=d_ff, dropout_rate=0.0, feed_forward_proj="gated-gelu")
+        self.ff = T5DenseGatedActDense(config)
+        self.to(dtype)
+
+    def forward(self, hidden_states):
+        return self.ff(hidden_states)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, d_model, dtype=dtype)]
+
+
+def get_init_inputs():
+    return [d_model, d_ff]

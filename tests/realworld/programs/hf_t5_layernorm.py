@@ -1,0 +1,31 @@
+"""T5's LayerNorm from transformers: scale only, no mean subtraction, variance in fp32 (T5LayerNorm)."""
+
+import torch
+import torch.nn as nn
+from transformers.models.t5.modeling_t5 import T5LayerNorm
+
+KINDS = ("hf", "rmsnorm")
+batch_size = 2
+seq_len = 8
+d_model = 64
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 8, "seq_len": 512, "d_model": 4096}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, d_model):
+        super().__init__()
+        self.layer_norm = T5LayerNorm(d_model, eps=1e-6)
+        self.to(dtype)
+
+    def forward(self, hidden_states):
+        return self.layer_norm(hidden_states)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, d_model, dtype=dtype)]
+
+
+def get_init_inputs():
+    return [d_model]

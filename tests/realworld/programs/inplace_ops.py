@@ -1,0 +1,35 @@
+"""In-place operations as memory-conscious model code writes them: a projection, then h.mul_(scale), h.add_(x),
+relu_ on the intermediate."""
+
+import torch
+import torch.nn as nn
+
+KINDS = ("inplace",)
+batch_size = 2
+seq_len = 8
+hidden = 64
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
+DYNAMIC = ("batch_size", "seq_len")
+
+
+class Model(nn.Module):
+    def __init__(self, hidden):
+        super().__init__()
+        self.proj = nn.Linear(hidden, hidden)
+        self.scale = 0.5
+        self.to(dtype)
+
+    def forward(self, x):
+        h = self.proj(x)
+        h.mul_(self.scale)
+        h.add_(x)
+        return torch.relu_(h)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype)]
+
+
+def get_init_inputs():
+    return [hidden]

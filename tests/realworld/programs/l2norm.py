@@ -1,0 +1,25 @@
+"""L2-normalised embeddings (CLIP, sentence-transformers, QK-norm): F.normalize over the last dim."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+KINDS = ("l2norm",)
+batch_size = 16
+hidden = 64
+dtype = torch.float32
+LLM_SIZES = {"batch_size": 8192, "hidden": 4096}
+DYNAMIC = ("batch_size",)
+
+
+class Model(nn.Module):
+    def forward(self, embeddings):
+        return F.normalize(embeddings, p=2, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, hidden, dtype=dtype)]
+
+
+def get_init_inputs():
+    return []
