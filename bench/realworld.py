@@ -289,16 +289,23 @@ def result_table(rows: list[dict], device: str) -> Table:
     for h in heads + ["failure"]:
         t.add_column(h)
     for r in rows:
-        original = r.get("kept_original", True)
         correct = "-" if "correct" not in r else ("yes" if r["correct"] else "NO")
         cells = [r["program"], ",".join(r["kinds"]), "yes" if r["captured"] else "no", str(r["triton_fragments"])]
         cells += [correct, shapes_cell(r)]
         if timed:
             cells += [fmt(r.get("eager_ms")), fmt(r.get("compile_ms")), fmt(r.get("answer_ms"))]
             cells += [fmt(r.get("speedup_vs_eager"), ".2f"), fmt(r.get("speedup_vs_compile"), ".2f")]
-        failure = r.get("error") or (r.get("reason") if original else r.get("verdict_reason"))
-        t.add_row(*cells, (failure or "")[:120])
+        t.add_row(*cells, failure(r)[:160])
     return t
+
+
+def failure(row: dict) -> str:
+    """One line: the conversion's error, else the re-verification's refusal, else why the original was kept."""
+    if row.get("error"):
+        return row["error"]
+    if "correct" in row and not row["correct"]:
+        return f"re-verify: {row.get('verdict')}: {row.get('verdict_reason')}"
+    return row.get("reason", "") if row.get("kept_original", True) else ""
 
 
 def summary_table(s: dict) -> Table:
@@ -339,6 +346,7 @@ def parse_args(argv=None):
     ap.add_argument("--cache", default=None, help="search cache (default: none, so a rerun measures the search)")
     ap.add_argument("--timeout-s", type=float, default=300.0, help="verifier wall clock per task")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--answers", type=Path, default=None, help="a folder to write each answer (NAME.py) into")
     ap.add_argument("--shape-check", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -359,6 +367,9 @@ def main() -> int:
     with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="realworld") as pool:
         for path in paths:
             row, answer = convert_program(path, args, pool)
+            if answer is not None and args.answers:
+                args.answers.mkdir(parents=True, exist_ok=True)
+                (args.answers / path.name).write_text(answer)
             if answer is not None:
                 judge_answer(row, sized_source(path.read_text(), args.sizes, args.dtype), answer, args, pool)
             rows.append(row)

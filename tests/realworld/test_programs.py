@@ -106,3 +106,20 @@ def test_suite_covers_the_kinds_real_code_has():
     hf = [name for name, k in kinds.items() if "hf" in k]
     assert len(hf) >= 8
     assert all(imports_transformers(p) for p in PROGRAMS if p.stem in hf), "hf programs import transformers"
+
+
+def test_bench_converts_a_program_and_calls_its_answer_at_other_shapes(tmp_path):
+    """bench/realworld.py end to end on one program: converted, re-verified, and at the two shapes it was not
+    verified at the answer is right or refuses with an error, never silently wrong."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "realworld.json"
+    args = ["--only", "swiglu", "--budget-s", "60", "--workers", "1", "--out", str(out)]
+    done = subprocess.run([sys.executable, str(root / "bench" / "realworld.py"), *args], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    (row,) = json.loads(out.read_text())["rows"]
+    assert row["captured"] and row["triton_fragments"] >= 1 and row["correct"], row
+    assert [s["outcome"] in ("right", "refused") for s in row["other_shapes"]] == [True, True], row["other_shapes"]
