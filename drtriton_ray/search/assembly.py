@@ -297,11 +297,14 @@ class _RenameModel(ast.NodeTransformer):
 
 def model_new_class(model: ast.ClassDef, forward: str, init_extra: list[str]) -> str:
     """Model's class body as written (constructor, helpers, class constants), named ModelNew, with `forward`
-    in place of its own and `init_extra` run at the end of its constructor."""
+    in place of its own (kept as ORIGINAL) and `init_extra` run at the end of its constructor."""
     cls = _RenameModel().visit(ast.parse(ast.unparse(model)).body[0])
     cls.name = "ModelNew"
     doc = ast.get_docstring(cls, clean=False) is not None
-    cls.body = [n for n in cls.body[doc:] if not (isinstance(n, ast.FunctionDef) and n.name == "forward")]
+    cls.body = cls.body[doc:]
+    for n in cls.body:
+        if isinstance(n, ast.FunctionDef) and n.name == "forward":
+            n.name = ORIGINAL
     if init_extra:
         init = next((n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__"), None)
         if init is None:
@@ -411,23 +414,33 @@ class _Renderer:
         return body + ["return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")")]
 
 
-GUARD = '''def drt_verified_at(name, tensor, shape, dtype):
-    """The kernels were verified at this input's shape and dtype: any other is refused, never answered wrongly."""
-    if tuple(tensor.shape) != shape or tensor.dtype != dtype:
-        raise ValueError(
-            f"this converted module was verified with {name} of shape {shape} and {dtype}, "
-            f"got {tuple(tensor.shape)} and {tensor.dtype}: convert the program at this shape"
-        )'''
+GUARD = '''def drt_verified_at(tensor, shape, dtype):
+    """Whether the kernels were verified at this input's shape and dtype."""
+    return tuple(tensor.shape) == shape and tensor.dtype == dtype'''
+ORIGINAL = "drt_original_forward"  # the user's forward, kept in ModelNew for inputs the kernels were not verified at
 
 
-def guard_lines(graph: Graph, names: dict[int, str]) -> list[str]:
-    """A check of every tensor argument against the shape and dtype the answer was verified at."""
-    lines = []
+def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef) -> list[str]:
+    """Inputs of another shape or dtype than the verified ones go to the user's own forward: right at every
+    shape the original accepts, the kernels' speed where they were verified."""
+    checks = []
     for t in graph.inputs:
         tensor = graph.program.tensors[t]
         shape = "(" + "".join(f"{d}, " for d in tensor.shape).removesuffix(" ") + ")" if tensor.shape else "()"
-        lines.append(f"drt_verified_at({names[t]!r}, {names[t]}, {shape}, torch.{tensor.dtype})")
-    return lines
+        checks.append(f"drt_verified_at({names[t]}, {shape}, torch.{tensor.dtype})")
+    if not checks:
+        return []
+    return [f"if not ({' and '.join(checks)}):", f"    return self.{ORIGINAL}({forward_call(model)})"]
+
+
+def forward_call(model: ast.ClassDef) -> str:
+    """The arguments of Model.forward passed on as they came."""
+    args = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward").args
+    out = [a.arg for a in args.posonlyargs + args.args][1:]
+    out += [f"*{args.vararg.arg}"] if args.vararg else []
+    out += [f"{a.arg}={a.arg}" for a in args.kwonlyargs]
+    out += [f"**{args.kwarg.arg}"] if args.kwarg else []
+    return ", ".join(out)
 
 
 def render_module(
@@ -446,7 +459,7 @@ def render_module(
     model = find_model(tree)
     signature, names = forward_names(model, graph)
     r = _Renderer(constant_lines(graph))
-    body = guard_lines(graph, names) + r.path(graph, pieces, chosen, names)
+    body = guard_lines(graph, names, model) + r.path(graph, pieces, chosen, names)
     if graph.eval_graph is not None:
         ev = graph.eval_graph
         _, eval_names = forward_names(model, ev, EVAL_CONSTANT)

@@ -397,17 +397,34 @@ def _statement_key(node: ast.stmt) -> str:
     return ast.dump(node, include_attributes=False)
 
 
-def problem_statements(problem: Optional[str]) -> set[str]:
-    """The problem's own top-level statements (its imports, constants, helper functions and classes), less its
-    entry points, which no candidate may reuse."""
+@dataclass(frozen=True)
+class UserCode:
+    """What of a problem an answer may repeat as the user's own code: its top-level statements (imports,
+    constants, helper functions and classes; not its entry points, which no candidate may reuse), and its Model's
+    forward, which a converted answer keeps as the path for inputs it was not verified at."""
+
+    statements: frozenset = frozenset()
+    forward: str = ""
+
+
+def _method_key(fn: ast.FunctionDef) -> str:
+    """A method's arguments and body, whatever its name."""
+    return ast.dump(ast.Module([*fn.body], []), include_attributes=False) + ast.dump(fn.args, include_attributes=False)
+
+
+def user_code(problem: Optional[str]) -> UserCode:
     if not problem:
-        return set()
+        return UserCode()
     try:
         tree = ast.parse(problem)
     except SyntaxError:
-        return set()
+        return UserCode()
     entry = {"Model", "get_inputs", "get_init_inputs"}
-    return {_statement_key(n) for n in tree.body if not (entry & _defined_names(n))}
+    statements = frozenset(_statement_key(n) for n in tree.body if not (entry & _defined_names(n)))
+    model = next((n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model"), None)
+    methods = model.body if model else []
+    forward = next((n for n in methods if isinstance(n, ast.FunctionDef) and n.name == "forward"), None)
+    return UserCode(statements, _method_key(forward) if forward else "")
 
 
 def _defined_names(node: ast.stmt) -> set[str]:
@@ -419,9 +436,8 @@ def _defined_names(node: ast.stmt) -> set[str]:
 
 
 class _Checker:
-    def __init__(self, tree: ast.Module, policy: str, shared: frozenset = frozenset()):
-        """`shared`: keys of the problem's own top-level statements (problem_statements)."""
-        self.tree, self.policy, self.shared = tree, policy, shared
+    def __init__(self, tree: ast.Module, policy: str, user: UserCode = UserCode()):
+        self.tree, self.policy, self.user = tree, policy, user
         self.aliases = _Aliases(tree)
         self.violations: list[Violation] = []
         self.kernels = {
@@ -440,7 +456,7 @@ class _Checker:
         """Every statement but those the candidate repeats verbatim from the problem: the user's imports and
         module-level code run as the problem's do (in the same sandbox); they may still not name the Model."""
         for statement in self.tree.body:
-            if _statement_key(statement) in self.shared:
+            if _statement_key(statement) in self.user.statements:
                 for node in ast.walk(statement):
                     if isinstance(node, ast.Name) and node.id == "Model":
                         self.add("reference_model", node, "the problem's Model must not be used")
@@ -550,7 +566,8 @@ class _Checker:
                     and node.value.id == "self"
                     and node.attr in owner_methods
                 ):
-                    todo.append((owner, owner_methods[node.attr]))
+                    if not self._users_forward(owner, owner_methods[node.attr]):
+                        todo.append((owner, owner_methods[node.attr]))
                 elif isinstance(node, ast.Name) and node.id in self.functions:
                     todo.append((None, self.functions[node.id]))
                 elif isinstance(node, ast.Name):
@@ -559,6 +576,12 @@ class _Checker:
                 if name in self.classes and name != cls.name:
                     todo.extend((name, n) for n in self.classes[name].body if isinstance(n, ast.FunctionDef))
         return out, cls
+
+    def _users_forward(self, owner: Optional[str], fn: ast.FunctionDef) -> bool:
+        """A method of ModelNew that is the user's Model.forward verbatim: the path a converted answer takes for
+        inputs it was not verified at. The policy rules judge the kernels' path; the runtime checks see that it
+        is the path verification takes (kernels launched, no PyTorch compute under the strict policy)."""
+        return owner == "ModelNew" and bool(self.user.forward) and _method_key(fn) == self.user.forward
 
     def contract_and_policy(self) -> None:
         if not self.kernels:
@@ -647,7 +670,7 @@ def check_candidate(text: str, policy: str = "strict", problem: Optional[str] = 
         raise SourceError("the candidate does not define class ModelNew at module level")
     if not any(isinstance(n, ast.FunctionDef) and n.name == "forward" for n in model_new[0].body):
         raise SourceError("class ModelNew has no forward method")
-    checker = _Checker(tree, policy, frozenset(problem_statements(problem)))
+    checker = _Checker(tree, policy, user_code(problem))
     checker.safety()
     checker.contract_and_policy()
     return sorted(set(checker.violations), key=lambda v: (v.line, v.rule))

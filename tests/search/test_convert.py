@@ -43,8 +43,8 @@ def check_answer(pool, source: str, result) -> None:
 
 
 def check_other_shapes(source: str, answer: str) -> None:
-    """The answer in this process: right at the sample inputs, and at a doubled leading dim either right or
-    refused with a clear error, never a wrong tensor."""
+    """The answer in this process: right at the sample inputs, and right at a doubled leading dim too, where its
+    kernels were not verified and it runs the user's own forward."""
     original, converted = load_module(source), load_module(answer)
     torch.manual_seed(0)
     model = original["Model"](*original["get_init_inputs"]())
@@ -58,12 +58,7 @@ def check_other_shapes(source: str, answer: str) -> None:
             expected = model(*bigger)
         except (RuntimeError, ValueError, IndexError):  # the original itself refuses these inputs
             return
-        try:
-            got = mine(*bigger)
-        except ValueError as e:
-            assert "was verified with" in str(e), e
-            return
-        torch.testing.assert_close(got, expected, atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(mine(*bigger), expected, atol=1e-4, rtol=1e-4)
 
 
 def test_hand_written_problems_convert_with_the_lowering(pool, tmp_path):
