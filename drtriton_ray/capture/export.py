@@ -32,11 +32,13 @@ import operator
 import re
 import traceback
 import types
+from typing import Optional, Sequence
 
 import torch
 import torch.export  # loaded with this module: a worker imports it once, before its sandbox
 
 from drtriton_ray.capture.aten import Site, bind, is_alias, registry_nodes
+from drtriton_ray.capture.dims import mark_symbolic, size_constants
 from drtriton_ray.capture.errors import CaptureError
 from drtriton_ray.ir import TORCH_OP, Graph, Node, Program, Tensor
 
@@ -46,9 +48,10 @@ CONSTANT_LIMIT = 4096  # elements of one tensor the forward creates, kept as val
 _FRAME = re.compile(r'File "' + re.escape(FILENAME) + r'", line (\d+)')
 
 
-def capture_source(source: str, device: str = "cpu", seed: int = 0) -> Graph:
+def capture_source(source: str, device: str = "cpu", seed: int = 0, dynamic: Optional[Sequence[str]] = ()) -> Graph:
     """The Graph of the program `source` defines, on `device`. Runs the user's code: callers run it only inside
-    the verifier's sandboxed workers (capture/sandbox.py)."""
+    the verifier's sandboxed workers (capture/sandbox.py). `dynamic`: the size constants that may vary (dims.py);
+    None infers them, () keeps every size fixed."""
     mod = load(source)
     model, inputs = build(mod, device, seed, source)
     check_forward(model, inputs, source)
@@ -57,11 +60,33 @@ def capture_source(source: str, device: str = "cpu", seed: int = 0) -> Graph:
         eval_graph = capture_mode(model, inputs, source, training=False)
     except CaptureError as e:
         graph.notes.append(f"eval mode cannot be captured ({e}): only the training-mode graph is kept")
-        return graph
+        eval_graph = graph
     if eval_graph.canonical() != graph.canonical():
         graph.eval_graph = eval_graph
         graph.notes.append("the forward computes differently in eval mode: its eval-mode graph is kept too")
+    if dynamic is None or dynamic:
+        constants = size_constants(source, vars(mod)) if dynamic is None else declared(mod, dynamic)
+        mark_symbolic(graph, constants, lambda values: recapture(source, device, seed, values), dynamic is not None)
     return graph
+
+
+def declared(mod, names: Sequence[str]) -> dict[str, int]:
+    out = {}
+    for name in names:
+        value = getattr(mod, name, None)
+        if type(value) is not int or value < 1:
+            raise CaptureError(f"--dynamic {name}: the problem has no module-level size constant {name} (an integer)")
+        out[name] = value
+    return out
+
+
+def recapture(source: str, device: str, seed: int, values: dict) -> Graph:
+    """The training-mode graph with some module-level constants set to other values."""
+    mod = load(source)
+    for name, value in values.items():
+        setattr(mod, name, value)
+    model, inputs = build(mod, device, seed, source)
+    return capture_mode(model, inputs, source, training=True)
 
 
 def capture_mode(model, inputs: list, source: str, training: bool) -> Graph:

@@ -19,6 +19,10 @@ new values as extra outputs, after the forward's own, named in `updates` (output
 `results` are the forward's own outputs. A program that computes differently in eval mode (BatchNorm's running
 statistics, Dropout, a `self.training` branch) carries its eval-mode capture in `eval_graph`; the Graph itself is
 the training-mode capture (nn.Module's default mode).
+
+Varying sizes: `dims` names the problem's module-level size constants that may take other values (`batch_size`,
+`seq_len`) with their sample values; a tensor dim that varies with them carries its expression in `Tensor.sym`
+(capture/dims.py).
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ class Graph:
     notes: list[str] = field(default_factory=list)  # what stayed PyTorch and why, for the report
     updates: dict[int, str] = field(default_factory=dict)  # output tensor id -> the buffer it updates
     eval_graph: Optional["Graph"] = None  # the eval-mode capture, where it differs from this (training) one
+    dims: dict[str, int] = field(default_factory=dict)  # the size constants that may vary -> their sample values
 
     @property
     def outputs(self) -> list[int]:
@@ -74,6 +79,8 @@ class Graph:
         d["updates"] = {str(k): v for k, v in self.updates.items()}
         if self.eval_graph is not None:
             d["eval_graph"] = self.eval_graph.to_dict()
+        if self.dims:
+            d["dims"] = dict(self.dims)
         return d
 
     def canonical(self) -> str:
@@ -100,4 +107,5 @@ class Graph:
             d["notes"],
             {int(k): v for k, v in d.get("updates", {}).items()},
             cls.from_dict(d["eval_graph"]) if d.get("eval_graph") else None,
+            dict(d.get("dims", {})),
         )
