@@ -299,7 +299,7 @@ class _Run:
     def load_problem(self, module_name: str) -> None:
         try:
             problem = _load_module(self.task.problem_source, module_name, self.ctx.scratch)
-            self.Model, self.get_inputs = problem.Model, problem.get_inputs
+            self.problem, self.Model, self.get_inputs = problem, problem.Model, problem.get_inputs
             self.tol = getattr(problem, "TOLERANCE", None)
             torch.manual_seed(self.verdict.seed)
             self.init_inputs = list(problem.get_init_inputs())
@@ -748,6 +748,25 @@ class _Run:
                 )
         self.buffers = self.wide = None
 
+    def shape_trials(self) -> None:
+        """The base distributions' trials again at each of the task's other shapes: the problem's size constants set,
+        then restored for the checks that follow. A kernel specialized to the problem's own sizes fails here."""
+        for shape in self.task.shapes:
+            unknown = [k for k in shape if type(getattr(self.problem, k, None)) is not int]
+            if unknown:
+                self.reject("shapes", Status.BAD_PROBLEM, f"the problem has no size constant {unknown[0]}")
+            saved = {k: getattr(self.problem, k) for k in shape}
+            label = "shape " + ", ".join(f"{k}={v}" for k, v in shape.items())
+            try:
+                vars(self.problem).update(shape)
+                self.widen()
+                for dist in BASE_DISTRIBUTIONS:
+                    self.trial(f"trial {dist} at {label}", dist)
+            finally:
+                vars(self.problem).update(saved)
+                self.buffers = self.wide = None
+            self.verdict.shapes.append({"values": dict(shape), "trials": len(BASE_DISTRIBUTIONS)})
+
     def hand_back(self) -> None:
         """A large problem's trials leave gigabytes in the allocator's cache: they go back to the driver before its
         exclusive section ends, or the next worker's first allocation finds the GPU full (an H200 run: 127 GiB held
@@ -851,6 +870,7 @@ class _Run:
         # trial holds it alone, so a worker waiting to time waits for one trial, not for a whole checks phase.
         with self.phase("checks"), self.gpu_section("exclusive") if self.big else nullcontext():
             self.trials()
+            self.shape_trials()
             self.hand_back()
         with self.phase("faithfulness"), self.gpu_section(checks_section):
             self.faithfulness()

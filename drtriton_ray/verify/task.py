@@ -42,6 +42,9 @@ class Task:
     problem_check: Optional[dict] = None
     # Parent-side AST checks; only pool-level fault tests turn them off to reach the runtime defences.
     static_checks: bool = True
+    # Other shapes to check the candidate at, besides the problem's own: each sets module-level size constants of
+    # the problem ({"batch_size": 3, "seq_len": 17}) before get_inputs() draws the trials' inputs (checks.py).
+    shapes: tuple = ()
 
 
 @dataclass
