@@ -41,7 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import finish  # noqa: E402  (bench/, the script's own folder)
 
 from drtriton_ray.capture.errors import CaptureError  # noqa: E402
-from drtriton_ray.convert import ConversionError, convert, load_policy  # noqa: E402
+from drtriton_ray.convert import DEFAULTS, ConversionError, convert, load_policy  # noqa: E402
 from drtriton_ray.verify import Limits, WorkerPool  # noqa: E402
 
 
@@ -285,13 +285,13 @@ def main() -> int:
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--budget-s", type=float, default=120.0, help="search seconds per problem")
-    ap.add_argument("--k", type=int, default=5)
+    ap.add_argument("--k", type=int, default=DEFAULTS.k)
     ap.add_argument("--sources", default="lowering")
     ap.add_argument("--model", default=None)
-    ap.add_argument("--samples", type=int, default=4, help="model answers per fragment (the model source)")
-    ap.add_argument("--max-tokens", type=int, default=1024, help="the model's answer length at most")
+    ap.add_argument("--samples", type=int, default=DEFAULTS.samples, help="model answers per fragment (model source)")
+    ap.add_argument("--max-tokens", type=int, default=DEFAULTS.max_tokens, help="the model's answer length at most")
     ap.add_argument("--cache", default=None)
-    ap.add_argument("--timeout-s", type=float, default=300.0, help="verifier wall clock per task")
+    ap.add_argument("--timeout-s", type=float, default=DEFAULTS.timeout_s, help="verifier wall clock per task")
     ap.add_argument("--out", default=None)
     ap.add_argument("--shard", type=parse_shard, default=Shard(), help="I/N: items I, I+N, ... of each level's list")
     ap.add_argument("--merge", nargs="+", metavar=("OUT", "IN"), help="join shard outputs IN... into OUT; no run")

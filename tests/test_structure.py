@@ -1,5 +1,6 @@
-"""The package's structure, read from the source with ast: no import cycle anywhere (the stage CLIs share helpers
-through cli_common, never through cli.py), no function longer than 80 lines, no private name imported from another
+"""The package's structure, read from the source with ast: no import cycle anywhere, between modules or between
+first-level packages (the stage CLIs share helpers through cli_common, never through cli.py), capture, lower, search
+and verify independent of the synthesizer, no function longer than 80 lines, no private name imported from another
 module."""
 
 import ast
@@ -86,6 +87,34 @@ def test_the_graph_sees_the_cli_imports():
 
 def test_no_import_cycle():
     assert cycles(import_graph()) == []
+
+
+def first_level(module: str) -> str:
+    """A module's first-level package (drtriton_ray.search.cli -> search), or the top-level module itself."""
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 else parts[0]
+
+
+def package_graph() -> dict[str, set[str]]:
+    """The import graph collapsed to first-level packages and top-level modules."""
+    graph = {}
+    for m, imported in import_graph().items():
+        graph.setdefault(first_level(m), set()).update(first_level(i) for i in imported)
+    return {p: imported - {p} for p, imported in graph.items()}
+
+
+def test_no_import_cycle_between_packages():
+    assert cycles({"a": {"b"}, "b": {"a"}, "c": set()}) == [["a", "b"]]
+    graph = package_graph()
+    assert {"search", "convert", "serve", "verify"} <= set(graph) and "search" in graph["convert"]
+    assert cycles(graph) == []
+
+
+def test_the_consumers_of_programs_do_not_import_the_synthesizer():
+    """capture, lower, search and verify take programs from drtriton_ray.ir, never from synth."""
+    graph = package_graph()
+    assert "synth" in graph["rl"]  # the graph sees a package that does import it
+    assert [p for p in ("capture", "lower", "search", "verify") if "synth" in graph[p]] == []
 
 
 def test_functions_are_short():

@@ -41,7 +41,7 @@ def build_actors(cfg: RLConfig, prior: dict | None = None) -> dict:
     from drtriton_ray.rl.generator import Generator
     from drtriton_ray.rollout.actor import rollout_actor
     from drtriton_ray.rollout.pool import EnginePool
-    from drtriton_ray.verify.service import CPUVerifier, Verifier
+    from drtriton_ray.verify.service import CPUVerifier, GPUVerifier
     from drtriton_ray.verify.task import Limits
 
     r, v = cfg.rollout, cfg.verify
@@ -71,7 +71,7 @@ def build_actors(cfg: RLConfig, prior: dict | None = None) -> dict:
     limits = Limits(task_timeout_s=v.task_timeout_s)
     if v.device == "cuda":
         verifiers = [
-            Verifier.options(
+            GPUVerifier.options(
                 num_cpus=v.num_cpus, num_gpus=v.num_gpus, resources=v.resources, max_restarts=v.max_restarts
             ).remote("cuda", v.workers_per_actor, 100, limits)
             for _ in range(v.actors)

@@ -19,6 +19,7 @@ from drtriton_ray.models.load import ModelError
 from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
 from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
 from drtriton_ray.search.fragments import Fragment, enumerate_fragments
+from drtriton_ray.search.settings import ConversionSettings
 from drtriton_ray.search.sources import (
     Attempt,
     Budget,
@@ -26,7 +27,7 @@ from drtriton_ray.search.sources import (
     ConfigSource,
     LoweringSource,
     ModelSource,
-    Policy,
+    PolicyModel,
     RefineSource,
     VerdictSummary,
     one_line,
@@ -39,35 +40,6 @@ SECOND_ROUND = ("refine", "configs")
 # a full measurement, because timing holds the GPU's exclusive section and so bounds how many workers help. The
 # assembled module, the answer, is timed with the verifier's full default.
 FRAGMENT_TIMING_TRIALS = 10
-
-
-@dataclass
-class SearchConfig:
-    k: int = 5  # longest fragment, in nodes
-    samples: int = 4  # model answers per fragment: 1 greedy + samples - 1 sampled
-    sources: tuple[str, ...] = ("lowering",)
-    budget_s: float = 600.0  # wall seconds, capture to answer
-    max_candidates: int = 256  # candidates sent to the verifier (cache answers are free)
-    device: str = "cpu"
-    seed: int = 0
-    model: Optional[str] = None  # model folder, for the model and refine sources
-    engine: str = "hf"  # hf | vllm
-    max_tokens: int = 1024
-    variants: int = 3  # launch-config variants per verified candidate
-    batch: int = 16  # tasks per verifier submission
-    timing: bool = True  # GPU: time candidates (the tiling needs it); CPU never times
-    cache: Optional[str] = None  # folder or fsspec URI; None: no cache
-    # The machine the cache is keyed by (device_key) where the caller knows it better than this process can: the
-    # service's Search runs without a GPU and passes its Verifier replicas' GPU model. None: device_key(device).
-    machine: Optional[str] = None
-
-    @property
-    def timed(self) -> bool:
-        return self.device.startswith("cuda") and self.timing
-
-    def key_settings(self) -> dict:
-        """What changes the answer a search can find (the budget only cuts it short)."""
-        return {"k": self.k, "samples": self.samples, "sources": sorted(self.sources), "model": self.model}
 
 
 @dataclass
@@ -142,13 +114,13 @@ def task_seed(seed: int, *parts) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def build_sources(config: SearchConfig, policy=None) -> tuple[dict, Optional[Policy]]:
-    """The configured sources by name; the model and refine sources share one Policy (one engine): `policy` where
-    the caller has one (the service's Policy deployment, same ids/generate interface), else loaded here."""
+def build_sources(config: ConversionSettings, policy=None) -> tuple[dict, Optional[PolicyModel]]:
+    """The configured sources by name; the model and refine sources share one PolicyModel (one engine): `policy`
+    where the caller has one (the service's Policy deployment, same ids/generate interface), else loaded here."""
     if policy is None and any(s in ("model", "refine") for s in config.sources):
         from pathlib import Path
 
-        policy = Policy(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
+        policy = PolicyModel(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
     makers = {
         "lowering": lambda: LoweringSource(),
         "model": lambda: ModelSource(policy, config.samples, config.seed),
@@ -161,7 +133,7 @@ def build_sources(config: SearchConfig, policy=None) -> tuple[dict, Optional[Pol
 class Search:
     """One conversion's state: attempts so far, the budget, the cache, the verifier."""
 
-    def __init__(self, config: SearchConfig, verifier, progress: Optional[Callable[[Progress], None]] = None):
+    def __init__(self, config: ConversionSettings, verifier, progress: Optional[Callable[[Progress], None]] = None):
         self.config, self.verifier = config, verifier
         self.callback = progress or (lambda p: None)
         self.start = time.monotonic()
@@ -428,11 +400,12 @@ def kept_original(source: str) -> str:
     return source.rstrip("\n") + "\n" + KEPT_ORIGINAL
 
 
-def cached_result(source: str, config: SearchConfig) -> Optional[ConversionResult]:
+def cached_result(source: str, config: ConversionSettings) -> Optional[ConversionResult]:
     """The whole result of an earlier search of this program with these settings on this machine, if the cache
     holds one (reading the cache runs nothing: the service's Api answers repeats with it)."""
     if not config.cache:
         return None
+    config = config.resolved()
     cache = Cache(config.cache, config.machine or device_key(config.device))
     hit = cache.get_result(program_key(source, config.key_settings()))
     if hit is None:
@@ -442,13 +415,16 @@ def cached_result(source: str, config: SearchConfig) -> Optional[ConversionResul
     return result
 
 
-def search(source: str, config: SearchConfig, verifier, progress=None, graph=None, policy=None) -> ConversionResult:
+def search(
+    source: str, config: ConversionSettings, verifier, progress=None, graph=None, policy=None
+) -> ConversionResult:
     """Convert `source` (KernelBench format) with `verifier` (a WorkerPool or VerifyService): capture (unless
     `graph`, the program's Graph, is given), search, assemble, verify. `policy`: the model engine to use (the
     caller keeps and closes it) instead of one loaded here. Raises CaptureError when the program cannot be
     captured."""
     from drtriton_ray.capture.sandbox import capture_program
 
+    config = config.resolved()
     s = Search(config, verifier, progress)
     key = program_key(source, config.key_settings())
     result = cached_result(source, config)

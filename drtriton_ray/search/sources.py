@@ -24,9 +24,8 @@ from pathlib import Path
 from typing import Optional, Protocol, Sequence
 
 from drtriton_ray.search.fragments import Fragment
+from drtriton_ray.search.settings import MODEL_SOURCES
 
-SOURCES = ("lowering", "model", "refine", "configs")
-MODEL_SOURCES = ("model", "refine")  # need --model
 SAMPLED_TEMPERATURE = 0.8  # as eval-model's: DRTriton's N-1 sampled answers
 
 
@@ -137,7 +136,7 @@ class LoweringSource:
         return out
 
 
-class Policy:
+class PolicyModel:
     """A model folder behind a rollout engine (hf: transformers, anywhere; vllm: GPU), driven from its own event
     loop so the synchronous search can call it between verifier batches."""
 
@@ -246,7 +245,7 @@ class ModelSource:
 
     name = "model"
 
-    def __init__(self, policy: Policy, samples: int = 4, seed: int = 0):
+    def __init__(self, policy: PolicyModel, samples: int = 4, seed: int = 0):
         self.policy, self.samples, self.seed = policy, samples, seed
         self.stats = SourceStats()
 
@@ -307,7 +306,7 @@ class RefineSource:
 
     name = "refine"
 
-    def __init__(self, policy: Policy, seed: int = 0):
+    def __init__(self, policy: PolicyModel, seed: int = 0):
         self.policy, self.seed = policy, seed
         self.stats = SourceStats()
         self.refined: set[str] = set()  # candidate ids already refined: one second turn each

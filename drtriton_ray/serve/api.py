@@ -17,7 +17,7 @@ from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse
 from pydantic import ValidationError
 from ray import serve
 
-from drtriton_ray.serve.config import ServeSettings, SubmitRequest, limit_problems, search_config
+from drtriton_ray.serve.config import ServeSettings, SubmitRequest, conversion_settings, limit_problems
 from drtriton_ray.serve.jobs import ACTIVE, JobStore, final_progress, public, summary
 from drtriton_ray.serve.verifier import retryable
 
@@ -204,7 +204,7 @@ class Api:
         machine = "cpu-interpreter" if self.settings.device == "cpu" else self.store.machine()
         if machine is None or not self.settings.cache_dir:  # no search has learnt the GPU model yet
             return None
-        result = cached_result(source, search_config(options, self.settings, machine))
+        result = cached_result(source, conversion_settings(options, self.settings, machine))
         if result is None:
             return None
         job = self.store.create(source, options, client)

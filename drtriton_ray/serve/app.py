@@ -17,9 +17,9 @@ from ray.serve import Application
 
 from drtriton_ray.serve.api import Api
 from drtriton_ray.serve.config import Replicas, ServeSettings
-from drtriton_ray.serve.policy import Policy
+from drtriton_ray.serve.policy import PolicyDeployment
 from drtriton_ray.serve.searcher import Search
-from drtriton_ray.serve.verifier import Verifier
+from drtriton_ray.serve.verifier import VerifierDeployment
 
 IMPORT_PATH = "drtriton_ray.serve.app:build_app"
 
@@ -48,7 +48,7 @@ def build_app(args: Optional[dict] = None) -> Application:
         num_cpus=settings.verifier_workers,
         **({"num_gpus": settings.verifier_gpus} if settings.device == "cuda" else {}),
     )
-    verifier = Verifier.options(
+    verifier = VerifierDeployment.options(
         autoscaling_config=autoscaling(settings.verifier),
         max_ongoing_requests=settings.verifier_max_ongoing,
         ray_actor_options=verifier_resources,
@@ -61,7 +61,7 @@ def build_app(args: Optional[dict] = None) -> Application:
         policy_resources = actor_options(
             settings.policy, num_cpus=1, **({"num_gpus": settings.policy_gpus} if settings.device == "cuda" else {})
         )
-        policy = Policy.options(
+        policy = PolicyDeployment.options(
             autoscaling_config=autoscaling(settings.policy),
             ray_actor_options=policy_resources,
             health_check_timeout_s=300,  # loading a model takes a while

@@ -10,6 +10,14 @@ from typing import Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from drtriton_ray.placement import Resources, resources_field
+from drtriton_ray.search.settings import (
+    DEFAULTS,
+    MODEL_SOURCES,
+    SETTINGS,
+    SOURCES,
+    ConversionSettings,
+    default_sources,
+)
 
 # Hard ceilings of the request model (the OpenAPI schema shows them); a deployment's settings may only lower them.
 MAX_BUDGET_S = 3600.0
@@ -46,7 +54,7 @@ class ServeSettings(BaseModel):
     dataset_dir: Optional[str] = str(default_root() / "dataset")  # None: no flywheel
     model: Optional[str] = None  # a policy model folder: the Policy deployment and the model/refine sources
     engine: Optional[str] = None  # hf | vllm (default: vllm on cuda where installed)
-    max_tokens: int = Field(1024, ge=16)
+    max_tokens: int = Field(DEFAULTS.max_tokens, ge=SETTINGS["max_tokens"]["ge"])
     # verifier
     verifier_workers: int = Field(2, ge=1)  # worker processes per Verifier replica
     task_timeout_s: float = Field(120.0, gt=0)  # per verification or capture: a program that hangs is killed here
@@ -63,11 +71,11 @@ class ServeSettings(BaseModel):
     searches_per_replica: int = Field(2, ge=1)
     policy: Replicas = Replicas(min_replicas=1, max_replicas=1)
     api: Replicas = Replicas(min_replicas=1, max_replicas=2, target_ongoing_requests=50)
-    # limits
+    # limits: by default a request may ask what `drtriton convert` does by default
     max_source_bytes: int = Field(200_000, ge=100)
-    max_budget_s: float = Field(600.0, gt=0, le=MAX_BUDGET_S)
-    max_candidates: int = Field(256, ge=1, le=MAX_CANDIDATES)
-    max_k: int = Field(5, ge=1, le=MAX_K)
+    max_budget_s: float = Field(DEFAULTS.budget_s, gt=0, le=MAX_BUDGET_S)
+    max_candidates: int = Field(DEFAULTS.max_candidates, ge=1, le=MAX_CANDIDATES)  # also a request's default
+    max_k: int = Field(DEFAULTS.k, ge=1, le=MAX_K)
     max_samples: int = Field(8, ge=1, le=MAX_SAMPLES)
     default_budget_s: float = Field(300.0, gt=0)
     queue_size: int = Field(32, ge=1)  # jobs queued or running, all clients: beyond it, 429
@@ -84,22 +92,27 @@ class ServeSettings(BaseModel):
         return v
 
 
+def option(name: str, le: Optional[float] = None):
+    """A request option: one of ConversionSettings' fields, its lower bound and help from the settings table."""
+    meta = SETTINGS[name]
+    return Field(None, gt=meta["gt"], ge=meta["ge"], le=le, description=meta["help"])
+
+
 class ConversionOptions(BaseModel):
-    """A request's search options; every one optional, bounded by the service's settings."""
+    """A request's search options (ConversionSettings' fields); every one optional, bounded by the service's
+    settings."""
 
     model_config = ConfigDict(extra="forbid")
 
-    budget_s: Optional[float] = Field(None, gt=0, le=MAX_BUDGET_S, description="wall seconds for the search")
-    max_candidates: Optional[int] = Field(None, ge=1, le=MAX_CANDIDATES, description="candidates verified at most")
-    k: Optional[int] = Field(None, ge=1, le=MAX_K, description="longest fragment, in nodes")
-    samples: Optional[int] = Field(None, ge=1, le=MAX_SAMPLES, description="model answers per fragment")
-    sources: Optional[list[str]] = Field(None, description="lowering, model, refine, configs")
+    budget_s: Optional[float] = option("budget_s", MAX_BUDGET_S)
+    max_candidates: Optional[int] = option("max_candidates", MAX_CANDIDATES)
+    k: Optional[int] = option("k", MAX_K)
+    samples: Optional[int] = option("samples", MAX_SAMPLES)
+    sources: Optional[list[str]] = Field(None, description=", ".join(SOURCES))
 
     @field_validator("sources")
     @classmethod
     def _sources(cls, v):
-        from drtriton_ray.search.sources import SOURCES
-
         if v is None:
             return None
         unknown = [s for s in v if s not in SOURCES]
@@ -117,8 +130,6 @@ class SubmitRequest(BaseModel):
 
 def limit_problems(opts: ConversionOptions, settings: ServeSettings) -> list[str]:
     """Where a request's options exceed this service's settings (the model's own caps are checked by pydantic)."""
-    from drtriton_ray.search.sources import MODEL_SOURCES
-
     caps = [
         ("budget_s", settings.max_budget_s),
         ("max_candidates", settings.max_candidates),
@@ -136,17 +147,13 @@ def limit_problems(opts: ConversionOptions, settings: ServeSettings) -> list[str
     return problems
 
 
-def search_config(opts: dict, settings: ServeSettings, machine: Optional[str] = None):
-    """The SearchConfig of a job's stored options (the defaults and caps of this service filled in), as
-    drtriton_ray.convert.convert would build it; `machine` keys the cache (the Verifier's GPU model)."""
-    from drtriton_ray.convert import default_sources
-    from drtriton_ray.search.search import SearchConfig
-
-    model = Path(settings.model) if settings.model else None
-    return SearchConfig(
-        k=opts.get("k") or min(5, settings.max_k),
-        samples=opts.get("samples") or min(4, settings.max_samples),
-        sources=tuple(opts.get("sources") or default_sources(model, settings.device)),
+def conversion_settings(opts: dict, settings: ServeSettings, machine: Optional[str] = None) -> ConversionSettings:
+    """The ConversionSettings of a job's stored options, the defaults and caps of this service filled in;
+    `machine` keys the cache (the Verifier's GPU model)."""
+    return ConversionSettings(
+        k=opts.get("k") or min(DEFAULTS.k, settings.max_k),
+        samples=opts.get("samples") or min(DEFAULTS.samples, settings.max_samples),
+        sources=tuple(opts.get("sources") or default_sources(settings.model, settings.device)),
         budget_s=opts.get("budget_s") or min(settings.default_budget_s, settings.max_budget_s),
         max_candidates=opts.get("max_candidates") or settings.max_candidates,
         device=settings.device,
@@ -154,5 +161,6 @@ def search_config(opts: dict, settings: ServeSettings, machine: Optional[str] = 
         engine=settings.engine or "hf",  # the engine runs in the Policy deployment, which picks it there
         max_tokens=settings.max_tokens,
         cache=settings.cache_dir,
+        timeout_s=settings.task_timeout_s,
         machine=machine,
     )

@@ -1,6 +1,6 @@
-"""The Policy deployment (the model source: one engine per replica, shared by every search) and the adapter the
-synchronous search calls it through, with the interface of drtriton_ray.search.sources.Policy (`ids`, `generate`,
-`generate_s`, `close`).
+"""The Policy deployment, `PolicyDeployment` (the model source: one engine per replica, shared by every search), and
+the adapter the synchronous search calls it through, with the interface of drtriton_ray.search.sources.PolicyModel
+(`ids`, `generate`, `generate_s`, `close`).
 
 A replica loads the model folder once (transformers on CPU, vLLM on a GPU where installed) and keeps it; searches
 on any Search replica send it prompts. It sees prompts and answers only: never the user's program as code."""
@@ -22,16 +22,17 @@ from drtriton_ray.serve.verifier import retryable
 log = logging.getLogger("ray.serve")
 
 
-@serve.deployment(max_ongoing_requests=8, ray_actor_options={"num_cpus": 1})
-class Policy:
+# Serve's deployment name stays "Policy": replica names, logs and the dashboard show it
+@serve.deployment(name="Policy", max_ongoing_requests=8, ray_actor_options={"num_cpus": 1})
+class PolicyDeployment:
     def __init__(self, model: str, device: str, engine: Optional[str], max_tokens: int, seed: int = 0):
-        from drtriton_ray.convert import default_engine
-        from drtriton_ray.search.sources import Policy as Engine
+        from drtriton_ray.search.settings import default_engine
+        from drtriton_ray.search.sources import PolicyModel
 
         if device == "cuda":
             device = "cuda:0"  # Ray sets CUDA_VISIBLE_DEVICES to this replica's GPU
         engine = engine or default_engine(device)  # as drtriton convert picks it
-        self.engine = Engine(Path(model), device, engine, max_tokens, seed)
+        self.engine = PolicyModel(Path(model), device, engine, max_tokens, seed)
         # Loaded (and on a GPU compiled) before the replica takes requests, not in the first search's budget; off
         # this thread, whose event loop Serve may be running, as generate_sync runs off it.
         with concurrent.futures.ThreadPoolExecutor(1) as pool:
@@ -58,7 +59,7 @@ class Policy:
 
 
 class RemotePolicy:
-    """sources.Policy's interface over the Policy deployment's handle; a call whose replica died is sent again."""
+    """PolicyModel's interface over the Policy deployment's handle; a call whose replica died is sent again."""
 
     def __init__(self, handle, retries: int = 5):
         self.handle, self.retries = handle, retries

@@ -1,4 +1,4 @@
-"""The Search deployment: one conversion per call, `drtriton_ray.convert`'s steps (check the request, `search`)
+"""The Search deployment: one conversion per call (`convert_with`: check the request, `search`)
 with the Verifier deployment as its verifier and the Policy deployment as its model. The job's file is the only
 state: the call takes a job id, reads the source and options there, writes progress, the answer, its report and
 the final state back, and appends verified winners to the flywheel dataset.
@@ -18,7 +18,7 @@ import time
 from ray import serve
 
 from drtriton_ray.serve import flywheel
-from drtriton_ray.serve.config import ServeSettings, search_config
+from drtriton_ray.serve.config import ServeSettings, conversion_settings
 from drtriton_ray.serve.jobs import ACTIVE, JobStore, ProgressTracker, final_progress, summary
 from drtriton_ray.serve.policy import RemotePolicy
 from drtriton_ray.serve.verifier import RemoteVerifier, VerifierUnavailable
@@ -76,11 +76,10 @@ class Search:
         return self.known_machine
 
     def convert(self, job: dict) -> str:
-        """convert()'s steps (check the request, search) with the service's verifier and policy handles."""
+        """The conversion (check the request, search) with the service's verifier and policy handles."""
         from drtriton_ray.capture.errors import CaptureError
-        from drtriton_ray.convert import ConversionError, check_request
         from drtriton_ray.models.load import ModelError
-        from drtriton_ray.search.search import search
+        from drtriton_ray.search.convert import ConversionError, convert_with
 
         job_id = job["id"]
         watch = Watch(self.store, job)
@@ -88,9 +87,8 @@ class Search:
         verifier = watch.verifier = RemoteVerifier(self.handle, retries=self.settings.verifier_retries)
         policy = RemotePolicy(self.policy, self.settings.verifier_retries) if self.policy is not None else None
         try:
-            config = search_config(job["options"], self.settings, self.machine(verifier))
-            check_request(job["source"], config)
-            result = search(job["source"], config, verifier, watch.progress, policy=policy)
+            settings = conversion_settings(job["options"], self.settings, self.machine(verifier))
+            result = convert_with(job["source"], settings, verifier, watch.progress, policy)
         except Cancelled:
             return "cancelled"
         except (ConversionError, CaptureError, VerifierUnavailable, ModelError) as e:

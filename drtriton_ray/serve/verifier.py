@@ -1,5 +1,5 @@
-"""The Verifier deployment (a sandboxed WorkerPool per replica: one replica per GPU, or CPU replicas running the
-Triton interpreter) and the adapter through which a synchronous search calls it.
+"""The Verifier deployment, `VerifierDeployment` (a sandboxed WorkerPool per replica: one replica per GPU, or CPU
+replicas running the Triton interpreter), and the adapter through which a synchronous search calls it.
 
 Replicas take one call at a time by default (`max_ongoing_requests=1`): two batches timed at once on one GPU would
 corrupt each other's times, and the pool already spreads one batch over its workers. A replica can die mid-call
@@ -20,8 +20,9 @@ from ray import serve
 log = logging.getLogger("ray.serve")
 
 
-@serve.deployment(max_ongoing_requests=1, ray_actor_options={"num_cpus": 1})
-class Verifier:
+# Serve's deployment name stays "Verifier": replica names, logs and the dashboard show it
+@serve.deployment(name="Verifier", max_ongoing_requests=1, ray_actor_options={"num_cpus": 1})
+class VerifierDeployment:
     def __init__(self, device: str, workers: int, task_timeout_s: float, max_tasks_per_worker: int = 100):
         from drtriton_ray.verify import Limits, WorkerPool
 

@@ -1,4 +1,4 @@
-"""Ray front of the verifier: one `Verifier` actor per GPU (num_gpus=1; its pool has `gpu_workers` processes,
+"""Ray front of the verifier: one `GPUVerifier` actor per GPU (num_gpus=1; its pool has `gpu_workers` processes,
 default 4, that compile and check concurrently and take turns to time, so candidates on a GPU are still timed one
 at a time), CPU verifier actors for interpreter mode, and a service that spreads a batch over all of them and
 returns verdicts in input order. The only module of drtriton_ray.verify that imports Ray."""
@@ -55,7 +55,7 @@ class _VerifierActor:
         self.pool.close()
 
 
-Verifier = ray.remote(num_gpus=1, num_cpus=1)(_VerifierActor)
+GPUVerifier = ray.remote(num_gpus=1, num_cpus=1)(_VerifierActor)
 CPUVerifier = ray.remote(num_cpus=1)(_VerifierActor)
 
 
@@ -86,7 +86,7 @@ class VerifyService:
             raise ValueError(f"gpu_workers must be >= 1, got {gpu_workers}")
         # the pool's processes use the actor's CPUs: reserve one per worker
         self.actors = [
-            Verifier.options(num_cpus=gpu_workers).remote(
+            GPUVerifier.options(num_cpus=gpu_workers).remote(
                 "cuda", gpu_workers, max_tasks_per_worker, limits, reference_cache
             )
             for _ in range(gpu_actors)

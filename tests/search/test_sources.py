@@ -113,10 +113,10 @@ def test_refine_picks_the_models_attempt_that_can_improve():
 
 
 def test_refine_asks_the_model_a_second_turn(tiny_dir):
-    from drtriton_ray.search.sources import Policy
+    from drtriton_ray.search.sources import PolicyModel
 
     f = fragments()[0]
-    policy = Policy(tiny_dir, max_tokens=8)
+    policy = PolicyModel(tiny_dir, max_tokens=8)
     try:
         policy.warm()  # what the service's Policy replica does first: the engine is loaded before any search
         assert policy.engine is not None and policy.generate_s == 0
@@ -133,17 +133,18 @@ def test_refine_asks_the_model_a_second_turn(tiny_dir):
 def test_proposals_made_after_the_seconds_ran_out_get_one_batch_judged(pool):
     """A model's decoding can use up the seconds: its answers, already paid for, still get one verifier batch (and
     no more); a spent candidate count stops everything."""
-    from drtriton_ray.search.search import Search, SearchConfig
+    from drtriton_ray.search.search import Search
+    from drtriton_ray.search.settings import ConversionSettings
 
     frags = [f for f in fragments() if "mul.Tensor" not in f.ops]
     candidates = LoweringSource().propose(frags, Budget(100, 60))
     assert len(candidates) > 2
-    late = Search(SearchConfig(budget_s=0.0, batch=2), pool)
+    late = Search(ConversionSettings(budget_s=0.0, batch=2, cache=None), pool)
     late.fragments = {f.hash: f for f in frags}
     late.run(candidates)
     assert late.budget().spent and late.verified == 2 and len(late.attempts) == 2
     assert all(a.outcome.status for a in late.attempts)
-    none_left = Search(SearchConfig(budget_s=60.0, max_candidates=0, batch=2), pool)
+    none_left = Search(ConversionSettings(budget_s=60.0, max_candidates=0, batch=2, cache=None), pool)
     none_left.fragments = {f.hash: f for f in frags}
     none_left.run(candidates)
     assert none_left.verified == 0

@@ -9,9 +9,9 @@ pytestmark = pytest.mark.gpu
 
 
 def test_verifier_actor_compiles_and_times(ray_local, source):
-    from drtriton_ray.verify.service import Verifier
+    from drtriton_ray.verify.service import GPUVerifier
 
-    actor = Verifier.options(num_cpus=1, num_gpus=0.5).remote("cuda", 2, 100, Limits(task_timeout_s=300))
+    actor = GPUVerifier.options(num_cpus=1, num_gpus=0.5).remote("cuda", 2, 100, Limits(task_timeout_s=300))
     try:
         good = Task(source("problems", "relu"), source("candidates", "good_relu"), name="good")
         verdicts = ray_local.get(actor.verify_batch.remote([good, good]))

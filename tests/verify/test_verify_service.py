@@ -1,4 +1,4 @@
-"""The Ray service on a real local cluster (CPU verifier actors; a GPU cluster gets one Verifier per GPU)."""
+"""The Ray service on a real local cluster (CPU verifier actors; a GPU cluster gets one GPUVerifier per GPU)."""
 
 from drtriton_ray.verify import Status, Task
 
