@@ -12,7 +12,8 @@
 from __future__ import annotations
 
 import math
-from typing import Callable
+import re
+from typing import Callable, Optional
 
 from drtriton_ray.ir.graph import Graph
 from drtriton_ray.ir.program import TORCH_OP, Node, Program, Tensor
@@ -20,6 +21,7 @@ from drtriton_ray.ops.registry import REGISTRY
 
 HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n"
 FLOAT_PREFIXES = ("float", "bfloat")
+SIZE_NAME = re.compile(r"[A-Za-z_]\w*")  # the constants in a symbolic dim's expression
 Namer = Callable[[int], str]
 
 
@@ -85,12 +87,30 @@ def _init_expr(t: Tensor) -> str:
     return f"0.1 * {rand}"
 
 
-def module_constants(p: Program) -> list[str]:
-    """DTYPE and the shape constants: the problem's, repeated verbatim by a solution."""
+def _shape_expr(t: Tensor) -> str:
+    """The shape as source: each symbolic dim by its expression of the size constants, the others as numbers."""
+    return _tuple([name or size for name, size in zip(t.dim_names(), t.shape)])
+
+
+def size_names(p: Program) -> list[str]:
+    """The size constants the program's symbolic dims are expressions of, in order of first appearance."""
+    found: dict[str, None] = {}
+    for t in p.tensors.values():
+        for expr in t.sym:
+            found.update(dict.fromkeys(SIZE_NAME.findall(expr)))
+    return list(found)
+
+
+def module_constants(p: Program, sizes: Optional[dict[str, int]] = None) -> list[str]:
+    """DTYPE, the size constants (symbolic dims; values from `sizes`, else the dims' own sample values) and the
+    shape constants: the problem's, repeated verbatim by a solution."""
     weights = [p.tensors[i] for i in p.weights]
-    return [f"DTYPE = torch.{p.dtype}"] + [
-        f"{_shape_const(t)} = {_tuple(t.shape)}" for t in [p.tensors[i] for i in p.inputs] + weights
-    ]
+    known = {**p.dims(), **(sizes or {})}
+    return (
+        [f"DTYPE = torch.{p.dtype}"]
+        + [f"{name} = {known[name]}" for name in size_names(p)]
+        + [f"{_shape_const(t)} = {_shape_expr(t)}" for t in [p.tensors[i] for i in p.inputs] + weights]
+    )
 
 
 def parameter_lines(p: Program) -> list[str]:
@@ -113,8 +133,11 @@ def _dtype_ref(dtype: str, main: str) -> str:
 
 def draw_expr(t: Tensor, main: str) -> str:
     """get_inputs()'s expression for one input, from its draw hint (ir/graph.py): integer and boolean tensors keep
-    their range (the verifier redraws only floating inputs), floating ones the user's distribution."""
-    shape, d = f"TENSOR_{t.id}_SHAPE", _dtype_ref(t.dtype, main)
+    their range (the verifier redraws only floating inputs), floating ones the user's distribution. A shape with
+    symbolic dims is written out, so that get_inputs() reads the size constants when called (the verifier sets
+    them to other values to check other shapes)."""
+    shape = _shape_expr(t) if any(t.sym) else f"TENSOR_{t.id}_SHAPE"
+    d = _dtype_ref(t.dtype, main)
     if t.dtype == "bool":
         return f"torch.rand({shape}) < 0.5"
     if not t.dtype.startswith(FLOAT_PREFIXES):  # integers: the hint's range, else {0, 1}
@@ -135,13 +158,14 @@ def _returned(p: Program) -> str:
     return outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"
 
 
-def problem_source(p: Program, title: str = "") -> str:
-    """The program in KernelBench's problem format; `title` is the Model's docstring (default: its operators)."""
+def problem_source(p: Program, title: str = "", sizes: Optional[dict[str, int]] = None) -> str:
+    """The program in KernelBench's problem format; `title` is the Model's docstring (default: its operators);
+    `sizes`: the values of the size constants its symbolic dims use (default: the dims' own sample values)."""
 
     def name(t: int) -> str:
         return f"self.weight_{t}" if p.tensors[t].role == "weight" else f"tensor_{t}"
 
-    out = [HEADER] + module_constants(p)
+    out = [HEADER] + module_constants(p, sizes)
     out += [
         "",
         "",

@@ -83,3 +83,17 @@ def test_ir_imports_no_stage():
     code = "import json, sys, drtriton_ray.ir; print(json.dumps(sorted(sys.modules)))"
     loaded = json.loads(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout)
     assert sorted({m.split(".")[1] for m in loaded if m.startswith("drtriton_ray.")}) == ["ir", "ops"]
+
+
+def test_a_problem_with_symbolic_dims_draws_its_inputs_at_the_sizes_set():
+    """The verifier checks other shapes by setting the size constants before get_inputs(): the drawn shapes follow
+    them, while the problem's module-level shape constants keep the sample sizes."""
+    p = rmsnorm_like(sym=True)
+    source = problem_source(p)
+    assert "batch = 2\nseq = 3\n" in source and "TENSOR_0_SHAPE = (batch, seq, 8)" in source
+    mod = load_problem(source)
+    model = mod.Model()
+    mod.batch, mod.seq = 5, 7
+    (x,) = mod.get_inputs()
+    assert x.shape == (5, 7, 8) and model(x).shape == (5, 7, 8)
+    assert "batch = 4\n" in problem_source(p, sizes={"batch": 4})
