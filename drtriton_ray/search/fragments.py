@@ -145,7 +145,7 @@ def local_program(graph: Graph, start: int, end: int, b: _Boundary) -> tuple[Pro
             role, init = "weight", b.weight_init[t]
         else:
             role, init = ("output" if t in outputs else "intermediate"), ""
-        tensors[i] = Tensor(i, list(g.shape), g.dtype, role, init)
+        tensors[i] = Tensor(i, list(g.shape), g.dtype, role, init, list(g.sym))
     nodes = []
     for n in graph.program.nodes[start:end]:
         params = _remap(n.params, local) if n.op == TORCH_OP else copy.deepcopy(n.params)
@@ -197,7 +197,7 @@ def make_fragment(graph: Graph, start: int, end: int, users: dict[int, list[int]
         outputs=b.outputs,
         local=local,
         program=program,
-        source=problem_source(program, " -> ".join(ops)),
+        source=problem_source(program, " -> ".join(ops), graph.dims),
         hash=canonical_hash(program),
         skip=skip_reason(nodes),
     )

@@ -749,23 +749,38 @@ class _Run:
         self.buffers = self.wide = None
 
     def shape_trials(self) -> None:
-        """The base distributions' trials again at each of the task's other shapes: the problem's size constants set,
-        then restored for the checks that follow. A kernel specialized to the problem's own sizes fails here."""
+        """The base distributions' trials again at each of the task's other shapes (the problem's size constants set,
+        then restored), after every check at the problem's own shape: whether the candidate is general. A miss there
+        leaves the verdict correct at the problem's shape and says where it stops being right (Verdict.general);
+        tampering stays fatal."""
         for shape in self.task.shapes:
             unknown = [k for k in shape if type(getattr(self.problem, k, None)) is not int]
             if unknown:
                 self.reject("shapes", Status.BAD_PROBLEM, f"the problem has no size constant {unknown[0]}")
-            saved = {k: getattr(self.problem, k) for k in shape}
             label = "shape " + ", ".join(f"{k}={v}" for k, v in shape.items())
+            entry = {"values": dict(shape), "ok": True, "reason": ""}
+            self.verdict.shapes.append(entry)
             try:
-                vars(self.problem).update(shape)
-                self.widen()
-                for dist in BASE_DISTRIBUTIONS:
-                    self.trial(f"trial {dist} at {label}", dist)
-            finally:
-                vars(self.problem).update(saved)
-                self.buffers = self.wide = None
-            self.verdict.shapes.append({"values": dict(shape), "trials": len(BASE_DISTRIBUTIONS)})
+                self.at_shape(shape, label)
+            except Rejected as r:
+                if r.status == Status.TAMPERING:
+                    raise
+                entry.update(ok=False, reason=r.reason)
+                self.check(f"general ({label})", False, r.reason)
+                break
+        self.verdict.general = all(e["ok"] for e in self.verdict.shapes) if self.task.shapes else None
+
+    def at_shape(self, shape: dict, label: str) -> None:
+        saved = {k: getattr(self.problem, k) for k in shape}
+        try:
+            vars(self.problem).update(shape)
+            self.widen()
+            for dist in BASE_DISTRIBUTIONS:
+                self.trial(f"trial {dist} at {label}", dist)
+        finally:
+            vars(self.problem).update(saved)
+            self.buffers = self.wide = None
+            self.last_out = None  # another shape's outputs are no previous call's to compare storage with
 
     def hand_back(self) -> None:
         """A large problem's trials leave gigabytes in the allocator's cache: they go back to the driver before its
@@ -870,7 +885,6 @@ class _Run:
         # trial holds it alone, so a worker waiting to time waits for one trial, not for a whole checks phase.
         with self.phase("checks"), self.gpu_section("exclusive") if self.big else nullcontext():
             self.trials()
-            self.shape_trials()
             self.hand_back()
         with self.phase("faithfulness"), self.gpu_section(checks_section):
             self.faithfulness()
@@ -883,6 +897,7 @@ class _Run:
             self.widen()
             self.trial(LAST_TRIAL, "problem")
             self.buffers = self.wide = None
+            self.shape_trials()
             self.hand_back()
 
 

@@ -79,8 +79,10 @@ class Verdict:
     # spent holding it exclusive; trial:inputs, trial:candidate, trial:reference, trial:compare: the parts of
     # checks); where the ~seconds per candidate go
     phases: dict = field(default_factory=dict)
-    # the shapes the candidate was checked at beyond the problem's own (Task.shapes), each with its trials' count
+    # the shapes the candidate was checked at beyond the problem's own (Task.shapes): {"values", "ok", "reason"};
+    # general: right at all of them (None: no other shape asked). `correct` is about the problem's own shape.
     shapes: list = field(default_factory=list)
+    general: Optional[bool] = None
 
     def set_reference(self, eager_ms: Optional[float], compile_ms: Optional[float]) -> None:
         """Reference times (measured once per problem and GPU model) and the speedups they give."""
