@@ -25,6 +25,7 @@ from typing import Optional
 
 from drtriton_ray.ir import Graph
 from drtriton_ray.ir import node_line
+from drtriton_ray.ir.render import SIZE_NAME
 from drtriton_ray.search.fragments import Fragment
 
 WEIGHT_ATTR = re.compile(r"^weight_(\d+)$")
@@ -415,22 +416,46 @@ class _Renderer:
 
 
 GUARD = '''def drt_verified_at(tensor, shape, dtype):
-    """Whether the kernels were verified at this input's shape and dtype."""
-    return tuple(tensor.shape) == shape and tensor.dtype == dtype'''
+    """Whether the kernels were verified for this input: its dtype, and its shape where `shape` gives a size (None:
+    a dim the kernels were verified to take at any size)."""
+    return (
+        tensor.dtype == dtype
+        and len(tensor.shape) == len(shape)
+        and all(want is None or got == want for got, want in zip(tensor.shape, shape))
+    )'''
 ORIGINAL = "drt_original_forward"  # the user's forward, kept in ModelNew for inputs the kernels were not verified at
 
 
-def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef) -> list[str]:
+def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef, general: bool = False) -> list[str]:
     """Inputs of another shape or dtype than the verified ones go to the user's own forward: right at every
-    shape the original accepts, the kernels' speed where they were verified."""
-    checks = []
+    shape the original accepts, the kernels' speed where they were verified. `general`: every kernel was verified
+    at other values of the graph's size constants too, so its symbolic dims may take any size, provided the inputs
+    agree on them (each constant read from the first input dim it names alone)."""
+    sizes: dict[str, str] = {}
     for t in graph.inputs:
-        tensor = graph.program.tensors[t]
-        shape = "(" + "".join(f"{d}, " for d in tensor.shape).removesuffix(" ") + ")" if tensor.shape else "()"
+        for axis, name in enumerate(graph.program.tensors[t].dim_names()):
+            if general and name.isidentifier():
+                sizes.setdefault(name, f"{names[t]}.shape[{axis}]")
+    checks, relations = [], []
+    for t in graph.inputs:
+        tensor, dims = graph.program.tensors[t], []
+        for axis, (name, size) in enumerate(zip(tensor.dim_names(), tensor.shape)):
+            here = f"{names[t]}.shape[{axis}]"
+            free = general and name and all(n in sizes for n in SIZE_NAME.findall(name))
+            dims.append("None" if free else str(size))
+            if free and sizes.get(name) != here:
+                relations.append(f"{here} == {size_expression(name, sizes)}")
+        shape = "(" + "".join(f"{d}, " for d in dims).removesuffix(" ") + ")" if dims else "()"
         checks.append(f"drt_verified_at({names[t]}, {shape}, torch.{tensor.dtype})")
+    checks += relations
     if not checks:
         return []
     return [f"if not ({' and '.join(checks)}):", f"    return self.{ORIGINAL}({forward_call(model)})"]
+
+
+def size_expression(expr: str, sizes: dict[str, str]) -> str:
+    """A symbolic dim's expression with each size constant replaced by the input dim it was read from."""
+    return SIZE_NAME.sub(lambda m: f"({sizes[m.group(0)]})", expr)
 
 
 def forward_call(model: ast.ClassDef) -> str:

@@ -246,3 +246,32 @@ ALIAS = Model
     assert "SIZE = 64" in kept and "def helper" in kept and "import torch" in kept
     for gone in ("_init", "def warm", "ALIAS", "class Model", "def get_inputs", "def get_init_inputs"):
         assert gone not in kept, gone
+
+
+def test_the_guard_frees_the_dims_general_kernels_take_and_keeps_their_relations():
+    """Fixed dims and dtypes always checked; with general kernels, symbolic dims take any size as long as the inputs
+    agree on the size constants (here the mask's rows follow the scores' sequence); otherwise every size is checked."""
+    from drtriton_ray.ir import Graph, Program
+    from drtriton_ray.search.assembly import GUARD, guard_lines
+
+    tensors = {
+        0: Tensor(0, [2, 8, 64], "float32", "input", sym=["batch", "seq", ""]),
+        1: Tensor(1, [8, 4], "float32", "input", sym=["seq", ""]),
+        2: Tensor(2, [2, 8, 64], "float32", "output", sym=["batch", "seq", ""]),
+    }
+    graph = Graph(Program([Node("Relu", [0], [2])], tensors, "float32", 0), [0, 1], dims={"batch": 2, "seq": 8})
+    model = ast.parse("class Model:\n    def forward(self, x, m):\n        return x").body[0]
+
+    def accepts(general: bool, x, m) -> bool:
+        (test, _) = guard_lines(graph, {0: "x", 1: "m"}, model, general)
+        namespace = {"torch": torch}
+        exec(GUARD + "\n\ndef ok(x, m):\n    return " + test.removeprefix("if not (").removesuffix("):"), namespace)
+        return namespace["ok"](x, m)
+
+    x, m = torch.zeros(2, 8, 64), torch.zeros(8, 4)
+    assert accepts(False, x, m) and accepts(True, x, m)
+    other = torch.zeros(3, 5, 64), torch.zeros(5, 4)
+    assert accepts(True, *other) and not accepts(False, *other)
+    assert not accepts(True, torch.zeros(3, 5, 64), torch.zeros(6, 4))  # the mask disagrees on seq
+    assert not accepts(True, torch.zeros(3, 5, 32), torch.zeros(5, 4))  # a fixed dim
+    assert not accepts(True, torch.zeros(2, 8, 64, dtype=torch.float64), m)  # the dtype
