@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import collections
 import json
-import math
 import os
 import signal
 import statistics
@@ -29,63 +28,14 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from drtriton_ray.lower.emit import fragments, lower_program
-from drtriton_ray.ops import REGISTRY, SYNTH_NAMES
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.grouping import kernel_groups
+from drtriton_ray.ops import SYNTH_NAMES
 from drtriton_ray.ir import Program
 from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.verify import Limits, Task, Verdict, WorkerPool
+from drtriton_ray.eval.gate import family_rows, geomean
 from drtriton_ray.verify.metrics import summarize
-
-
-# operator families of the per-family breakdown (the registry's families, merged as issue 29 reports them)
-FAMILIES = {
-    "elementwise": "elementwise",
-    "broadcast": "elementwise",
-    "reduce": "reduction/norm/softmax",
-    "norm": "reduction/norm/softmax",
-    "softmax": "reduction/norm/softmax",
-    "scan": "scan",
-    "matmul": "matmul/bmm/linear",
-    "conv": "conv/transposed conv",
-    "pool": "pooling",
-    "layout": "layout",
-    "mask": "layout",
-}
-
-
-def program_families(name: str) -> list[str]:
-    """The families of a program's operators, from its log name `id Op+Op+...`: every non-elementwise family it
-    has (a program counts in each), or elementwise when it has no other."""
-    ops = name.split(" ", 1)[-1].split("+")
-    found = sorted({FAMILIES[REGISTRY[op].family] for op in ops if op in REGISTRY})
-    return [f for f in found if f != "elementwise"] or found or ["unknown"]
-
-
-# issue 29's subset: programs made only of elementwise and reduction/norm/softmax operators (one more row)
-SUBSET = "(only elementwise, norm)"
-
-
-def family_rows(programs: list[dict]) -> dict:
-    """(level, family) -> programs, correct, geomean speedups, mean kernels per program; SUBSET as one more family."""
-    groups = collections.defaultdict(list)
-    for p in programs:
-        fams = program_families(p["name"])
-        for fam in fams:
-            groups[(p["level"], fam)].append(p)
-        if set(fams) <= {"elementwise", "reduction/norm/softmax"}:
-            groups[(p["level"], SUBSET)].append(p)
-    rows = {}
-    for key, ps in sorted(groups.items()):
-        ok = [p for p in ps if p.get("status") == "correct"]
-        kernels = [p["kernels"] for p in ps if p.get("kernels")]
-        rows[key] = {
-            "programs": len(ps),
-            "correct": len(ok),
-            "eager": geomean([p.get("speedup_vs_eager") for p in ok]),
-            "compile": geomean([p.get("speedup_vs_compile") for p in ok]),
-            "kernels": sum(kernels) / len(kernels) if kernels else None,
-        }
-    return rows
 
 
 def _x(v, fmt="{:.2f}x"):
@@ -129,11 +79,6 @@ def interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def geomean(xs):
-    xs = [x for x in xs if x]
-    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else None
-
-
 def program_config(level: int, k: int, profile: str, device: str) -> tuple[SynthConfig, int]:
     """(sampler config, index) of a level's program k: level 1 is operator k alone, levels 2 and 5 the k-th draw."""
     if level == 1:
@@ -169,7 +114,7 @@ class Levels:
             candidate = lower_program(program, r.source)
         except Exception as e:  # noqa: BLE001
             return name, Verdict(status="lowering_error", reason=f"{type(e).__name__}: {e}", name=name)
-        self.kernels[name] = len(fragments(program))
+        self.kernels[name] = len(kernel_groups(program))
         return name, Task(r.source, candidate, name=name, timing_trials=a.timing_trials)
 
 

@@ -32,10 +32,11 @@ from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from convert import problems as kernelbench_problems  # noqa: E402  (bench/, the script's own folder)
-from convert import summary  # noqa: E402
-from convert import table as summary_table  # noqa: E402
+from convert import table as summary_table  # noqa: E402  (bench/, the script's own folder)
 from serve_load import ROOT, TERMINAL, start_service  # noqa: E402
+
+from drtriton_ray.search.runs import Clock, row_of, summary  # noqa: E402
+from drtriton_ray.search.runs import problems as kernelbench_problems  # noqa: E402
 
 
 def selection(args) -> list[Path]:
@@ -53,20 +54,6 @@ def options(args) -> dict:
     if args.sources:
         opts["sources"] = args.sources.split(",")
     return {k: v for k, v in opts.items() if v is not None}
-
-
-class Clock:
-    """The run's deadlines: no submission after `submit_by`, nothing waited for after `end`."""
-
-    def __init__(self, t0: float, deadline_s: float | None, grace_s: float):
-        self.submit_by = t0 + deadline_s if deadline_s else float("inf")
-        self.end = self.submit_by + grace_s
-
-    def may_submit(self) -> bool:
-        return time.monotonic() < self.submit_by
-
-    def over(self) -> bool:
-        return time.monotonic() >= self.end
 
 
 def submit(client: httpx.Client, source: str, opts: dict, clock: Clock) -> tuple[str | None, str]:
@@ -92,35 +79,6 @@ def poll(client: httpx.Client, job_id: str, clock: Clock, timeout_s: float) -> d
             client.delete(f"/v1/conversions/{job_id}")
             return {**status, "state": "unfinished", "error": f"cancelled after {time.monotonic() - t0:.0f} s"}
         time.sleep(1.0)
-
-
-CANDIDATE_KEYS = ("asked", "proposed", "verified", "correct")  # per source, from the report
-
-
-def row_of(name: str, status: dict, report: dict | None, solution: str | None) -> dict:
-    """bench/convert.py's row keys (its summary reads them) from the job's status and report."""
-    result, progress = status.get("result") or {}, status.get("progress") or {}
-    row = {"problem": name, "id": status.get("id"), "state": status.get("state"), "error": status.get("error")}
-    row |= {"captured": report is not None, "triton_fragments": 0, "kept_original": True, "correct": False}
-    judged = {src: {"judged": n} for src, n in (progress.get("candidates") or {}).items()}  # so far, by progress
-    row |= {"speedup_vs_eager": None, "speedup_vs_compile": None, "candidates": judged}
-    if report is not None:
-        kept, cands = report["kept_original"], report["candidates"]
-        row |= {
-            "nodes": report["program"].get("nodes"),
-            "triton_fragments": sum(1 for p in report["tiling"] if p.get("kind") == "triton"),
-            "kept_original": kept,
-            "reason": report["reason"],
-            "correct": (report["end_to_end"] or {}).get("correct", False) if not kept else True,
-            "speedup_vs_eager": result.get("speedup_vs_eager"),
-            "speedup_vs_compile": result.get("speedup_vs_compile"),
-            "policy": result.get("policy"),
-            "from_cache": result.get("from_cache"),
-            "candidates": {src: {k: c.get(k, 0) for k in CANDIDATE_KEYS} for src, c in cands.items()},
-            "search_s": report.get("wall_s"),
-            "solution_lines": len(solution.splitlines()) if solution else 0,
-        }
-    return row
 
 
 def convert_one(url: str, path: Path, args, clock: Clock) -> dict:

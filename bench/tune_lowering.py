@@ -13,102 +13,20 @@ does: the table can choose the kernel per shape bucket."""
 from __future__ import annotations
 
 import argparse
-import functools
-import importlib.util
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
-from types import SimpleNamespace
 
 import torch
-import triton
-import triton.testing
 
-from drtriton_ray.lower import tuning, wrappers
+from drtriton_ray.eval.tune import environment, launcher, tune_one
+from drtriton_ray.lower import tuning
 from drtriton_ray.lower.elementwise import is_elementwise
-from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, library_source, split_small
 from drtriton_ray.ops import REGISTRY
 from drtriton_ray.ir import Program
 from drtriton_ray.synth import Sampler, SynthConfig
-
-
-def elementwise_launcher(p: Program, k: int, tmp: Path):
-    """(call(config) running node k as the lowering's generated elementwise kernel, its input tensor ids)."""
-    src, line = fused_elementwise(p, [k], "timed", None)
-    path = tmp / f"tune_{abs(hash(src))}.py"
-    path.write_text(HEADER + "\n" + library_source([src]) + "\n\n" + src)
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    mod.DTYPE = getattr(torch, p.dtype)
-    args = line.split("timed(", 1)[1].rstrip(")").split(", ")
-    setup = "flat_args" if hasattr(mod, "flat_args") else "elementwise_args"  # dense inputs only: the flat wrapper
-    base = getattr(mod, setup)
-
-    def call(env, config):
-        setattr(mod, setup, functools.partial(base, config=config))
-        return mod.timed(*(env[a] for a in args))
-
-    return call
-
-
-def launcher(p: Program, k: int, tmp: Path):
-    """call(env, config) running node k through the library wrapper (or generated elementwise kernel)."""
-    node = p.nodes[k]
-    if is_elementwise(node.op):
-        return elementwise_launcher(p, k, tmp)
-    shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
-    out_shape = p.tensors[node.outputs[0]].shape
-
-    @functools.lru_cache(maxsize=None)
-    def code(config_json: str):
-        config = tuning.resolved(node.op, node.params, shapes, out_shape, json.loads(config_json))
-        small, config = split_small(config)  # a conv's kernel: the emitter's wrapper choice (conv, conv_small)
-        text = launch_call(node, shapes[0], out_shape, {"SMALL": small} if small else None)
-        return compile(text[:-1] + ", config=__config__)", "<launch>", "eval"), config
-
-    def call(env, config):
-        launch, rest = code(json.dumps(config, sort_keys=True))
-        return eval(launch, {**vars(wrappers), **env, "__config__": rest})
-
-    return call
-
-
-def environment(p: Program, k: int, device: str = "cuda") -> dict:
-    node, dtype = p.nodes[k], getattr(torch, p.dtype)
-    env = {f"tensor_{t}": torch.randn(p.tensors[t].shape, device=device, dtype=dtype) for t in node.inputs}
-    weights = {f"weight_{w}": torch.randn(p.tensors[w].shape, device=device, dtype=dtype) for w in node.weights}
-    return {**env, "self": SimpleNamespace(**weights)}
-
-
-def same(a, b) -> bool:
-    if a.dtype == torch.int64:
-        return torch.equal(a, b)
-    return torch.allclose(a.float(), b.float(), atol=1e-4, rtol=1e-4, equal_nan=True)
-
-
-def gpu_ms(fn) -> float:
-    return triton.testing.do_bench(fn, warmup=5, rep=30, return_mode="median")
-
-
-def tune_one(call, env, kernel, dims, timer=gpu_ms) -> tuple[dict | None, dict]:
-    """(the best configuration if it beats the default by 3%, the timings in ms)."""
-    ms = lambda config: timer(lambda: call(env, config))  # noqa: E731
-    want = call(env, None)
-    times = {"default": ms(None)}
-    best, best_ms = None, times["default"] * 0.97
-    for config in tuning.candidates(kernel, dims):
-        try:
-            ok = same(call(env, config), want)
-            t = ms(config) if ok else None
-        except Exception as e:  # noqa: BLE001 - a configuration that does not compile (resources) is skipped
-            ok, t = False, f"{type(e).__name__}"
-        times[json.dumps(config)] = t
-        if ok and t < best_ms:
-            best, best_ms = config, t
-    return best, times
 
 
 def programs(args):

@@ -630,14 +630,9 @@ def test_tuning_candidates_keep_values(tmp_path, monkeypatch):
     """bench/tune_lowering.py's pieces on CPU: every candidate configuration of each tuned kernel, applied as on a GPU
     (the wrappers told they run compiled, the interpreter running them), gives the default's values; the launch is
     the emitter's own call with `config=`."""
-    import sys
-    from pathlib import Path
-
+    from drtriton_ray.eval import tune as tune_lowering
     from drtriton_ray.lower import tuning, wrappers
     from drtriton_ray.lower.elementwise import is_elementwise
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import tune_lowering
 
     monkeypatch.setattr(wrappers, "compiled", lambda t: True)
     ops = ("Matmul", "Linear", "Sum", "Softmax", "LayerNorm", "GroupNorm", "BatchNorm", "Conv2d", "MaxPool2d", "GELU")
@@ -698,11 +693,7 @@ def compile_for_hopper(script: str, *args: str) -> str:
 def test_family_rows_subset():
     """bench/lowering.py's per-family table: a program counts in each non-elementwise family it has, and in the
     subset row (issue 29's elementwise/norm programs) only when it has no other family."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import lowering as bench
+    from drtriton_ray.eval import gate as bench
 
     def prog(name, vs_compile):
         return {

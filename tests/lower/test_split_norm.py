@@ -154,11 +154,7 @@ def test_split_norm_choice_and_tuning_key():
 
 def test_split_norm_tuning_candidates_keep_values(tmp_path, split_everywhere, monkeypatch):
     """bench/tune_lowering.py's candidates for split_norm, applied as on a GPU (interpreted), keep the values."""
-    import sys
-    from pathlib import Path
-
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
-    import tune_lowering
+    from drtriton_ray.eval import tune as tune_lowering
 
     monkeypatch.setattr(wrappers, "compiled", lambda t: True)
     rec = _handmade(*SPLIT_FUSED["clamp-group-norm-hardswish"])

@@ -15,18 +15,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
+from drtriton_ray.search.runs import MergeError, Shard, merge, parse_shard, problems, shard_problems, summary
 
-from convert import (  # noqa: E402
-    MergeError,
-    Shard,
-    merge,
-    parse_shard,
-    problems,
-    shard_problems,
-    summary,
-)
+ROOT = Path(__file__).resolve().parents[2]
 
 ARGS = {"levels": "2", "count": "4", "seed": "0", "sources": "lowering,model", "budget_s": "45.0", "k": "4"}
 
@@ -171,8 +162,7 @@ def test_pipeline_runs_and_merges_shards(tmp_path):
 
 
 def test_a_row_names_the_sources_of_its_candidates_and_its_answer(tmp_path):
-    from convert import convert_one
-
+    from drtriton_ray.search.runs import convert_one
     from drtriton_ray.verify import Limits, WorkerPool
 
     args = argparse.Namespace(device="cpu", budget_s=60.0, k=2, sources="lowering", model=None, samples=1)

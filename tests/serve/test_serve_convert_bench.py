@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT / "bench"))
 
 
 def run_bench(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess, dict]:
@@ -41,9 +40,7 @@ def test_two_problems_convert_through_the_service(tmp_path):
 
 
 def test_rows_and_deadline_without_a_service():
-    from serve_convert import Clock, row_of
-
-    from convert import summary
+    from drtriton_ray.search.runs import Clock, row_of, summary
 
     gone = Clock(0.0, deadline_s=1.0, grace_s=0.0)  # time.monotonic() is far past 1 s
     assert not gone.may_submit() and gone.over()
