@@ -179,12 +179,17 @@ def shape_check(source: str, answer: str, shapes: list[dict], device: str) -> li
 
 
 def load_source(text: str, name: str):
-    import types
+    """Import `text` from a file of its own: compiled Triton reads a @jit function's source from its file (exec'd
+    text works only in the interpreter)."""
+    import importlib.util
+    import tempfile
 
-    module = types.ModuleType(name)
-    module.__file__ = f"<{name}>"
+    path = Path(tempfile.mkdtemp(prefix="realworld-")) / f"{name}.py"
+    path.write_text(text)
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module  # dataclasses and triton's source lookup need the module registered
-    exec(compile(text, module.__file__, "exec"), module.__dict__)
+    spec.loader.exec_module(module)
     return module
 
 
