@@ -391,12 +391,15 @@ KEPT_ORIGINAL = '''
 
 class ModelNew(Model):
     """The original program, kept: no verified Triton version of it was faster (the report says why)."""
+
+    def forward(self, *args, **kwargs):
+        return super().forward(*args, **kwargs)
 '''
 
 
 def kept_original(source: str) -> str:
-    """The user's program as the answer: it still defines `ModelNew` (the same constructor and state_dict), so the
-    file the converter writes loads and re-verifies like any answer."""
+    """The user's program as the answer: it still defines `ModelNew` (the same constructor, state_dict and forward),
+    so the file the converter writes loads like any answer (and `drtriton verify` says it holds no Triton kernel)."""
     return source.rstrip("\n") + "\n" + KEPT_ORIGINAL
 
 
