@@ -41,7 +41,7 @@ def main() -> int:
     for rep in range(args.repeats):
         seeded = [dataclasses.replace(t, seed=(t.seed or 0) + 1000 * rep) for t in tasks]
         with WorkerPool(args.device, size=1, limits=Limits(task_timeout_s=600), name=f"verdicts{rep}") as pool:
-            verdicts = pool.map(seeded)
+            verdicts = pool.verify(seeded)
         for task, v in zip(seeded, verdicts):
             print(rep, task.name, v.status, "" if v.correct else v.reason[:600])
             if not v.correct:

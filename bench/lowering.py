@@ -303,7 +303,7 @@ def main() -> None:
                     drawn = [source.get(level, j) for j in range(k, min(count, k + 2 * pool.size))]
                     tasks = [x for _, x in drawn if isinstance(x, Task)]
                     d0 = time.monotonic()
-                    done = iter(pool.map(tasks))
+                    done = iter(pool.verify(tasks))
                     for name, x in drawn:
                         v = next(done) if isinstance(x, Task) else x
                         verdicts.append(v)

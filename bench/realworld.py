@@ -110,7 +110,7 @@ def reverify(pool, problem: str, answer: str, device: str, policy: str):
     from drtriton_ray.verify import Task
 
     task = Task(problem, answer, policy=policy, seed=0, timing=device.startswith("cuda"))
-    return pool.map([task])[0]
+    return pool.verify([task])[0]
 
 
 def convert_program(path: Path, args, pool) -> tuple[dict, str | None]:

@@ -130,7 +130,7 @@ def prime_launchers(tasks: list, device: str, store: str) -> dict:
     """Fill `store` with the launchers of `tasks`' kernels: a one-worker pool verifies them once, and the store's
     builder finishes before the pool closes. What the store was told of and built."""
     with WorkerPool(device, size=1, limits=Limits(task_timeout_s=600), name="prime", launcher_store=store) as pool:
-        pool.map(tasks)
+        pool.verify(tasks)
         if pool.launchers is None:
             return {}
         pool.launchers.wait()

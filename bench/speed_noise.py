@@ -106,7 +106,7 @@ def verify_repeats(pool, cands, repeats: int, trials: int) -> dict[str, list[flo
         for name, src, sol in cands
     ]
     out: dict[str, list[float]] = {name: [] for name, _, _ in cands}
-    for task, verdict in zip(tasks, pool.map(tasks)):
+    for task, verdict in zip(tasks, pool.verify(tasks)):
         ok = verdict.correct and verdict.speedup_vs_eager
         out[task.name.rsplit("#", 1)[0]].append(math.log(verdict.speedup_vs_eager) if ok else math.nan)
     return out

@@ -643,7 +643,7 @@ def main() -> None:
         if args.repeats:
             once = replace(tasks[0], profile_gpu=False)  # the profiler's per-launch cost is not the kernel's
             with WorkerPool(args.device, size=1, limits=Limits(task_timeout_s=600), name="repeat") as pool:
-                repeats = [v.candidate_ms for v in pool.map([once] * args.repeats)]
+                repeats = [v.candidate_ms for v in pool.verify([once] * args.repeats)]
         workers_label = next(
             (k for k in results if k.startswith("pool, ") and "1 worker" not in k), next(iter(results))
         )

@@ -160,7 +160,7 @@ class _LazyPool:
             self.pool = WorkerPool(
                 self.device, size=self.size, limits=Limits(task_timeout_s=self.timeout_s), name=f"eval-{self.device}"
             )
-        return self.pool.map(tasks)
+        return self.pool.verify(tasks)
 
     def close(self) -> None:
         if self.pool is not None:

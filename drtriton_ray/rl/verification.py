@@ -81,7 +81,7 @@ class VerifierQueue:
         verdicts = None
         try:
             verdicts = await call_with_restarts(
-                lambda: actor.verify_batch.remote(tasks), lambda: self.counters.update(["verifier_failures"])
+                lambda: actor.verify.remote(tasks), lambda: self.counters.update(["verifier_failures"])
             )
         except RayActorError as e:
             log.warning("verifier unavailable: %s", e)
@@ -105,7 +105,7 @@ def verify_spread(verifiers: list, tasks: list[Task]) -> list:
     import ray
 
     n = len(verifiers)
-    parts = ray.get([v.verify_batch.remote(tasks[i::n]) for i, v in enumerate(verifiers)])
+    parts = ray.get([v.verify.remote(tasks[i::n]) for i, v in enumerate(verifiers)])
     out: list = [None] * len(tasks)
     for i, part in enumerate(parts):
         out[i::n] = part

@@ -101,13 +101,6 @@ def tiling_rows(graph, pieces: list[Piece]) -> list[dict]:
     return [{**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces]
 
 
-def verify_batch(verifier, tasks: list) -> list:
-    """Verdicts in task order from a WorkerPool (map) or the Ray VerifyService (verify)."""
-    if not tasks:
-        return []
-    return verifier.map(tasks) if hasattr(verifier, "map") else verifier.verify(tasks)
-
-
 def task_seed(seed: int, *parts) -> int:
     """The verifier's trial seed for a task, fixed by the search's seed: the same run judges the same way."""
     digest = hashlib.sha256("/".join(map(str, (seed, *parts))).encode()).digest()
@@ -212,7 +205,7 @@ class Search:
             chunk = fresh[i : i + min(self.config.batch, budget.candidates)]
             self.progress(Progress("verify", self.verified, self.config.max_candidates, f"{len(chunk)} candidates"))
             t0 = time.monotonic()
-            verdicts = verify_batch(self.verifier, [self.task(c) for c in chunk])
+            verdicts = self.verifier.verify([self.task(c) for c in chunk])
             self.verify_s += time.monotonic() - t0
             self.verified += len(chunk)
             for c, v in zip(chunk, verdicts):
@@ -278,7 +271,7 @@ class Search:
         task = Task(source, module, policy=policy, name="assembled", seed=task_seed(self.config.seed, "whole"))
         task.timing = self.config.timed
         t0 = time.monotonic()
-        (verdict,) = verify_batch(self.verifier, [task])
+        (verdict,) = self.verifier.verify([task])
         self.verify_s += time.monotonic() - t0
         self.verified += 1
         return verdict

@@ -13,7 +13,7 @@ import logging
 import os
 import threading
 import time
-from typing import Optional
+from typing import Optional, Sequence
 
 from ray import serve
 
@@ -40,11 +40,11 @@ class VerifierDeployment:
 
     def verify(self, tasks: list) -> list:
         with self.lock:
-            return self.pool.map(tasks)
+            return self.pool.verify(tasks)
 
-    def capture(self, sources: list[str]) -> list[dict]:
+    def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
         with self.lock:
-            return self.pool.capture(sources)
+            return self.pool.capture(sources, dynamic)
 
     def time_reference(self, source: str) -> Optional[dict]:
         with self.lock:
@@ -85,11 +85,11 @@ class RemoteVerifier:
         self.handle, self.retries, self.backoff_s = handle, retries, backoff_s
         self.resent = 0  # calls sent again after a replica died
 
-    def call(self, method: str, arg):
+    def call(self, method: str, *args):
         errors = retryable()
         for attempt in range(self.retries + 1):
             try:
-                return getattr(self.handle, method).remote(arg).result()
+                return getattr(self.handle, method).remote(*args).result()
             except errors as e:
                 if attempt == self.retries:
                     raise VerifierUnavailable(f"the verifier died {attempt + 1} times during {method}: {e}") from None
@@ -100,8 +100,8 @@ class RemoteVerifier:
     def verify(self, tasks: list) -> list:
         return self.call("verify", tasks)
 
-    def capture(self, sources: list[str]) -> list[dict]:
-        return self.call("capture", sources)
+    def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
+        return self.call("capture", sources, dynamic)
 
     def time_reference(self, source: str) -> Optional[dict]:
         return self.call("time_reference", source)

@@ -33,7 +33,7 @@ def lowered_pairs(levels: list[int], count: int, seed: int, profile: str, pool: 
             # torch.compile of every problem's reference)
             tasks.append(Task(rec.source, solution, policy="strict", name=rec.id, timing=False))
     rows, rejected = [], {}
-    for (rec, solution), verdict in zip(records, pool.map(tasks)):
+    for (rec, solution), verdict in zip(records, pool.verify(tasks)):
         if verdict.status != "correct":
             rejected[verdict.status] = rejected.get(verdict.status, 0) + 1
             continue
@@ -69,7 +69,7 @@ def external_pairs(path: str, pool: WorkerPool) -> tuple[list[dict], int]:
     verdicts = dict(
         zip(
             to_check,
-            pool.map(
+            pool.verify(
                 [Task(rows[i]["source"], rows[i]["solution"], name=f"{p.stem}-{i}", timing=False) for i in to_check]
             ),
         )

@@ -104,7 +104,7 @@ def _verify_one(problem_text: str, candidate: Path, policy: str, name: str, devi
         return verdict
     pool = _pool(device, timeout)
     try:
-        return pool.verify(task)
+        return pool.verify([task])[0]
     finally:
         pool.close()
 
@@ -156,7 +156,7 @@ def eval_cmd(
     if tasks:
         pool = _pool(device, timeout, workers)
         try:
-            for slot, v in zip(slots, pool.map(tasks)):
+            for slot, v in zip(slots, pool.verify(tasks)):
                 verdicts[slot] = v
         finally:
             pool.close()

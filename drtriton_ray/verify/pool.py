@@ -52,7 +52,7 @@ import time
 from collections import deque
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
-from typing import Optional
+from typing import Optional, Sequence
 
 from drtriton_ray.verify.launchers import LauncherStore, default_root
 from drtriton_ray.verify.protocol import (
@@ -479,16 +479,18 @@ class WorkerPool:
         return self.reference_times.get(key)
 
     # -- capture --
-    def capture(self, sources: list[str]) -> list[dict]:
+    def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
         """Each user program captured to a Graph in a worker, since capturing runs the user's code: per source
-        {"graph": Graph JSON} or {"error": one line}. Runs between map() calls, so it has the GPU to itself."""
+        {"graph": Graph JSON} or {"error": one line}. Runs between verify() calls, so it has the GPU to itself."""
         results: list = [None] * len(sources)
         pending, busy = deque(range(len(sources))), {}
         while pending or busy:
             for slot in range(len(self._workers)):
                 if pending and slot not in busy:
                     i = pending.popleft()
-                    self._ready(self._workers[slot]).conn.send(RunCapture(sources[i]))
+                    self._ready(self._workers[slot]).conn.send(
+                        RunCapture(sources[i], None if dynamic is None else tuple(dynamic))
+                    )
                     busy[slot] = (i, time.perf_counter() + self.limits.task_timeout_s)
             conns = {self._workers[slot].conn: slot for slot in busy}
             timeout = max(0.0, min(d for _, d in busy.values()) - time.perf_counter())
@@ -517,10 +519,7 @@ class WorkerPool:
                 self._replace(w)
 
     # -- serving --
-    def verify(self, task: Task) -> Verdict:
-        return self.map([task])[0]
-
-    def map(self, tasks: list[Task]) -> list[Verdict]:
+    def verify(self, tasks: list[Task]) -> list[Verdict]:
         """Verdicts in input order; distinct tasks spread over the pool's workers, copies answered once."""
         copy_of = first_copies(tasks)
         distinct = [i for i, j in enumerate(copy_of) if i == j]

@@ -24,6 +24,7 @@ class RunReference:
 @dataclass
 class RunCapture:
     source: str  # a user's program: captured to a Graph in the worker, the only place user code runs
+    dynamic: Optional[tuple] = ()  # the size constants that may vary (capture/dims.py); None: inferred
 
 
 @dataclass

@@ -6,7 +6,7 @@ returns verdicts in input order. The only module of drtriton_ray.verify that imp
 from __future__ import annotations
 
 import os
-from typing import Optional
+from typing import Optional, Sequence
 
 import ray
 from ray.util import ActorPool
@@ -39,11 +39,11 @@ class _VerifierActor:
             reference_cache=reference_cache,
         )
 
-    def verify_batch(self, tasks: list[Task]) -> list[Verdict]:
-        return self.pool.map(tasks)
+    def verify(self, tasks: list[Task]) -> list[Verdict]:
+        return self.pool.verify(tasks)
 
-    def capture(self, sources: list[str]) -> list[dict]:
-        return self.pool.capture(sources)
+    def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
+        return self.pool.capture(sources, dynamic)
 
     def time_reference(self, problem_source: str) -> Optional[dict]:
         return self.pool.time_reference(problem_source)
@@ -100,14 +100,13 @@ class VerifyService:
         """Verdicts in input order. Small chunks, handed to whichever actor is free, balance slow candidates."""
         chunks = [tasks[i : i + self.chunk] for i in range(0, len(tasks), self.chunk)]
         pool = ActorPool(self.actors)
-        return [v for part in pool.map(lambda actor, batch: actor.verify_batch.remote(batch), chunks) for v in part]
+        return [v for part in pool.map(lambda actor, batch: actor.verify.remote(batch), chunks) for v in part]
 
-    def capture(self, sources: list[str]) -> list[dict]:
+    def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
         """Each program captured in a worker of whichever actor is free (pool.WorkerPool.capture)."""
         pool = ActorPool(self.actors)
-        return [
-            r for part in pool.map(lambda actor, one: actor.capture.remote(one), [[s] for s in sources]) for r in part
-        ]
+        batches = [[s] for s in sources]
+        return [r for part in pool.map(lambda actor, one: actor.capture.remote(one, dynamic), batches) for r in part]
 
     def time_reference(self, problem_source: str) -> Optional[dict]:
         """A program's eager and torch.compile times on the first GPU actor (None without one)."""

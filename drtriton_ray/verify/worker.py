@@ -115,13 +115,13 @@ def _device_poisoned(device: str, verdict) -> bool:
     return verdict is not None and any(m in verdict.reason for m in _CUDA_ERROR_MARKERS)
 
 
-def _capture(source: str, device: str) -> dict:
+def _capture(source: str, device: str, dynamic: Optional[tuple] = ()) -> dict:
     """A user's program captured to a Graph here, inside the sandbox: {"graph": JSON} or {"error": why}."""
     from drtriton_ray.capture.export import capture_source
     from drtriton_ray.capture.errors import CaptureError
 
     try:
-        return {"graph": capture_source(source, device=device).to_json()}
+        return {"graph": capture_source(source, device=device, dynamic=dynamic).to_json()}
     except CaptureError as e:
         return {"error": str(e)}
     except Exception as e:  # the capture's own failure, not the program's: still one line for the caller
@@ -220,7 +220,7 @@ def _serve(conn, ctx, device: str, limits) -> None:
             return
         _arm_cpu_limit(limits.cpu_s)
         if isinstance(message, RunCapture):
-            result = _capture(message.source, device)
+            result = _capture(message.source, device, message.dynamic)
             release_memory(device, compiled=True)
             poisoned = _device_poisoned(device, None)
             conn.send(CaptureReady(result, poisoned))

@@ -21,7 +21,7 @@ def verdicts(tmp_path_factory):
     with WorkerPool(
         "cpu", size=2, limits=Limits(task_timeout_s=300), root=str(tmp_path_factory.mktemp("pool"))
     ) as pool:
-        return {t.name: v for t, v in zip(tasks, pool.map(tasks))}
+        return {t.name: v for t, v in zip(tasks, pool.verify(tasks))}
 
 
 def test_every_capture_op_is_exercised():
@@ -52,5 +52,5 @@ def test_lowering_verifies_compiled_on_gpu(tmp_path):
         src = problem_source(p)
         tasks.append(Task(src, lower_program(p, src), name=name, seed=7, timing=False, compile_reference=False))
     with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=300), root=str(tmp_path)) as pool:
-        for task, v in zip(tasks, pool.map(tasks)):
+        for task, v in zip(tasks, pool.verify(tasks)):
             assert v.correct, (task.name, v.status, v.reason)

@@ -32,7 +32,7 @@ CASES = {
 @pytest.fixture(scope="module")
 def verdicts(pool):
     names = list(CASES)
-    return dict(zip(names, pool.map([Task(PROBLEM, CASES[n][0], name=n) for n in names])))
+    return dict(zip(names, pool.verify([Task(PROBLEM, CASES[n][0], name=n) for n in names])))
 
 
 @pytest.mark.parametrize("name", list(CASES))

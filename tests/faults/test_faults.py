@@ -61,7 +61,7 @@ def results(tmp_path_factory):
     ) as pool:
         for name, (payload, _, _) in FAULTS.items():
             before = pool.alive_workers()
-            bad, good = pool.map(
+            bad, good = pool.verify(
                 [Task(RELU, faulty(payload), static_checks=False, name=name), Task(RELU, GOOD, name=f"{name}-next")]
             )
             out[name] = (bad, good, before, pool.alive_workers())
@@ -96,7 +96,7 @@ def test_illegal_memory_access_replaces_worker():
     bad_kernel = GOOD.replace("tl.load(x_ptr + offs, mask=mask)", "tl.load(x_ptr + offs.to(tl.int64) * 68719476736)")
     with WorkerPool("cuda", size=1, limits=Limits(task_timeout_s=120), name="faults-gpu") as pool:
         before = pool.alive_workers()
-        bad, good = pool.map([Task(RELU, bad_kernel, name="ima"), Task(RELU, GOOD, name="next")])
+        bad, good = pool.verify([Task(RELU, bad_kernel, name="ima"), Task(RELU, GOOD, name="next")])
         assert bad.status in (Status.DEVICE_ERROR.value, Status.CRASH.value), (bad.status, bad.reason)
         assert good.correct, (good.status, good.reason)
         assert pool.alive_workers() != before

@@ -38,7 +38,7 @@ def check_answer(pool, source: str, result) -> None:
     assert not report.kept_original, report.reason
     all_triton = all(t["kind"] == "triton" for t in report.tiling + (report.eval_tiling or []))
     assert report.end_to_end["policy"] == ("strict" if all_triton else "hybrid")
-    (verdict,) = pool.map([Task(source, result.module_source, policy=report.end_to_end["policy"], seed=1)])
+    (verdict,) = pool.verify([Task(source, result.module_source, policy=report.end_to_end["policy"], seed=1)])
     assert verdict.correct, verdict.reason
 
 

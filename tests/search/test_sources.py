@@ -74,7 +74,7 @@ def test_lowering_candidates_vary_their_tuned_kernels_and_stay_correct():
     assert len(variants) == 3 and all(note.startswith("matmul_kernel {") for _, note in variants)
     assert all("config={'BM'" in text for text, _ in variants)
     with WorkerPool("cpu", size=1) as pool:
-        verdicts = pool.map([Task(f.source, text, seed=1, timing=False) for text, _ in variants[:2]])
+        verdicts = pool.verify([Task(f.source, text, seed=1, timing=False) for text, _ in variants[:2]])
     assert all(v.correct for v in verdicts), [v.reason for v in verdicts]
 
 

@@ -115,7 +115,7 @@ def test_hand_written_programs_convert_and_their_answers_verify(service, pool):
         assert "class ModelNew" in r.text and "@triton.jit" in r.text
         report = client.get(f"/v1/conversions/{job_id}/report").json()
         assert report["end_to_end"]["policy"] == result["policy"] and report["verified"] == progress["verified"]
-        (verdict,) = pool.map([Task(read(name), r.text, policy=result["policy"], seed=3)])
+        (verdict,) = pool.verify([Task(read(name), r.text, policy=result["policy"], seed=3)])
         assert verdict.correct, f"{name}: {verdict.reason}"
     table = flywheel.read(settings["dataset_dir"])  # every winner and module went to the dataset
     rows = table.to_pylist()

@@ -14,7 +14,7 @@ def test_verifier_actor_compiles_and_times(ray_local, source):
     actor = GPUVerifier.options(num_cpus=1, num_gpus=0.5).remote("cuda", 2, 100, Limits(task_timeout_s=300))
     try:
         good = Task(source("problems", "relu"), source("candidates", "good_relu"), name="good")
-        verdicts = ray_local.get(actor.verify_batch.remote([good, good]))
+        verdicts = ray_local.get(actor.verify.remote([good, good]))
         for v in verdicts:
             assert v.correct, (v.status, v.reason)
             assert v.device.startswith("cuda") and v.candidate_ms > 0 and v.eager_ms > 0

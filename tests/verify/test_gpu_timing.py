@@ -14,7 +14,7 @@ def test_timing_and_reference_cache(source, tmp_path):
     with WorkerPool(
         "cuda", size=2, limits=Limits(task_timeout_s=300), name="gpu", reference_cache=str(tmp_path)
     ) as pool:
-        verdicts = pool.map([task] * 3)
+        verdicts = pool.verify([task] * 3)
         for v in verdicts:
             assert v.correct, (v.status, v.reason)
             assert v.candidate_ms > 0 and v.eager_ms > 0 and v.compile_ms > 0
@@ -23,13 +23,13 @@ def test_timing_and_reference_cache(source, tmp_path):
             assert {"compile", "checks", "timing"} <= set(v.phases)
         assert len({(v.eager_ms, v.compile_ms) for v in verdicts}) == 1
         assert len(pool.reference_times) == 1 and len(pool.reference_log) == 1
-        second = pool.verify(task)
+        second = pool.verify([task])[0]
         assert second.correct and (second.eager_ms, second.compile_ms) == (verdicts[0].eager_ms, verdicts[0].compile_ms)
     assert len(list(tmp_path.glob("*.json"))) == 1
     with WorkerPool(
         "cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2", reference_cache=str(tmp_path)
     ) as pool:  # a later pool reads the times from disk
-        third = pool.verify(task)
+        third = pool.verify([task])[0]
         assert third.correct and third.eager_ms == verdicts[0].eager_ms and not pool.reference_log
 
 
@@ -42,16 +42,16 @@ def test_eager_only_reference_is_completed_when_compile_is_asked(source, tmp_pat
     with WorkerPool(
         "cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu", reference_cache=str(tmp_path)
     ) as pool:
-        eager_only = pool.verify(task)
+        eager_only = pool.verify([task])[0]
         assert eager_only.correct and eager_only.eager_ms > 0 and eager_only.compile_ms is None
         assert eager_only.speedup_vs_eager > 0 and eager_only.speedup_vs_compile is None
-        assert pool.verify(task).eager_ms == eager_only.eager_ms and len(pool.reference_log) == 1
-        full = pool.verify(replace(task, compile_reference=True))
+        assert pool.verify([task])[0].eager_ms == eager_only.eager_ms and len(pool.reference_log) == 1
+        full = pool.verify([replace(task, compile_reference=True)])[0]
         assert full.compile_ms > 0 and len(pool.reference_log) == 2
     with WorkerPool(
         "cuda", size=1, limits=Limits(task_timeout_s=300), name="gpu2", reference_cache=str(tmp_path)
     ) as pool:
-        again = pool.verify(replace(task, compile_reference=True))
+        again = pool.verify([replace(task, compile_reference=True)])[0]
         assert again.compile_ms == full.compile_ms and not pool.reference_log
 
 
@@ -65,7 +65,7 @@ def test_large_problem_is_checked_alone(source):
     small = Task(source("problems", "relu"), source("candidates", "good_relu"), name="small", timing=False)
     large = Task(problem, source("candidates", "good_relu"), name="large", timing=False)
     with WorkerPool("cuda", size=2, limits=Limits(task_timeout_s=300), name="gpu-big") as pool:
-        big, little = pool.map([large, small])
+        big, little = pool.verify([large, small])
     assert big.correct and little.correct, (big.reason, little.reason)
     assert "checked alone on the GPU (large problem)" in big.checks[0].detail
     assert "alone" not in little.checks[0].detail

@@ -27,14 +27,14 @@ def relu_variant(source, body: str) -> str:
     ],
 )
 def test_null_candidate_self_test_refuses_problem(pool, source, body, words):
-    v = pool.verify(Task(relu_variant(source, body), source("candidates", "good_relu")))
+    v = pool.verify([Task(relu_variant(source, body), source("candidates", "good_relu"))])[0]
     assert v.status == Status.BAD_PROBLEM.value and words in v.reason, (v.status, v.reason)
     assert [c.name for c in v.checks] == ["problem"]
 
 
 def test_self_test_passes_real_problems_and_is_cached(pool, source):
     task = Task(source("problems", "relu"), source("candidates", "good_relu"))
-    verdicts = pool.map([task] * 4)  # two workers: each tests the problem once, then reuses the result
+    verdicts = pool.verify([task] * 4)  # two workers: each tests the problem once, then reuses the result
     assert all(v.correct for v in verdicts), [(v.status, v.reason) for v in verdicts]
     assert all(v.checks[0].name == "problem" and "self-test passed" in v.checks[0].detail for v in verdicts)
 
@@ -55,7 +55,7 @@ def test_reference_and_candidate_compared_in_the_same_mode(pool, source, edit, s
     candidate = source("candidates", "good_batchnorm")
     if edit is not None:
         candidate = candidate.replace(*edit)
-    v = pool.verify(Task(source("problems", "batchnorm"), candidate, name="bn"))
+    v = pool.verify([Task(source("problems", "batchnorm"), candidate, name="bn")])[0]
     assert v.status == status.value, (v.status, v.reason)
     if label is None:
         names = [c.name for c in v.checks]
@@ -66,7 +66,7 @@ def test_reference_and_candidate_compared_in_the_same_mode(pool, source, edit, s
 
 
 def test_verdict_reports_phase_times(pool, source):
-    v = pool.verify(Task(source("problems", "relu"), source("candidates", "good_relu")))
+    v = pool.verify([Task(source("problems", "relu"), source("candidates", "good_relu"))])[0]
     assert v.correct
     assert {"problem", "import", "construct", "checks", "faithfulness"} <= set(v.phases)
     assert all(x >= 0 for x in v.phases.values())
@@ -80,7 +80,7 @@ def test_pool_accounts_for_a_jobs_seconds(pool, source):
     holds = {k: len(v) for k, v in pool.section_holds.items()}
     before = dict(pool.loop_seconds)
     tasks = [Task(source("problems", "relu"), source("candidates", "good_relu") + f"\n# {k}\n") for k in range(3)]
-    verdicts = pool.map(tasks)
+    verdicts = pool.verify(tasks)
     assert all(v.correct for v in verdicts)
     for v in verdicts:
         assert v.phases["after_task"] >= 0
@@ -174,7 +174,7 @@ def test_reference_out_of_memory_blames_neither_problem_nor_candidate(pool, sour
 
     problem = relu_variant(source, OUT_OF_MEMORY)
     candidate = source("candidates", "good_relu")
-    for v in pool.map([Task(problem, candidate)] * 3):  # every time: nothing was cached as "unusable"
+    for v in pool.verify([Task(problem, candidate)] * 3):  # every time: nothing was cached as "unusable"
         assert v.status == Status.VERIFIER_LIMIT.value, (v.status, v.reason)
         assert "ran out of memory with no other worker's kernels running" in v.reason
         assert [c.name for c in v.checks] == ["problem"]
@@ -195,7 +195,7 @@ def test_verifier_limit_on_a_shared_gpu_is_rerun_alone(tmp_path, source):
         *(Task(source("problems", "relu"), good, name=f"ok{k}") for k in (1, 2, 3)),
     ]
     with WorkerPool("cpu", size=2, gated=True, limits=Limits(task_timeout_s=120), root=str(tmp_path)) as pool:
-        verdicts = pool.map(tasks)
+        verdicts = pool.verify(tasks)
         log = pool.solo_log
     assert [v.status for v in verdicts] == ["correct", "verifier_limit", "correct", "correct", "correct"]
     assert verdicts[1].reason.endswith("(so again when run alone, no other task in flight)"), verdicts[1].reason
@@ -204,7 +204,7 @@ def test_verifier_limit_on_a_shared_gpu_is_rerun_alone(tmp_path, source):
 
 
 def test_reference_out_of_memory_in_a_trial_is_verifier_limit(pool, source):
-    v = pool.verify(Task(OOM_IN_TRIALS, source("candidates", "good_relu")))
+    v = pool.verify([Task(OOM_IN_TRIALS, source("candidates", "good_relu"))])[0]
     assert v.status == Status.VERIFIER_LIMIT.value, (v.status, v.reason)
     assert v.reason.startswith("trial problem (eval mode): the reference ran out of memory"), v.reason
 
@@ -222,7 +222,7 @@ def test_candidate_out_of_memory_on_a_shared_gpu_is_rerun_alone(tmp_path, source
         Task(source("problems", "relu"), good, name="ok1"),
     ]
     with WorkerPool("cpu", size=2, gated=True, limits=Limits(task_timeout_s=120), root=str(tmp_path)) as pool:
-        verdicts = pool.map(tasks)
+        verdicts = pool.verify(tasks)
         log = pool.solo_log
     assert [v.status for v in verdicts] == ["correct", "resource_limit", "correct"], [v.reason for v in verdicts]
     assert verdicts[1].reason.endswith("(so again when run alone, no other task in flight)"), verdicts[1].reason
@@ -235,15 +235,15 @@ def test_a_workers_self_test_is_handed_to_the_others(tmp_path, source):
     relu = source("problems", "relu")
     with WorkerPool("cpu", size=2, limits=Limits(task_timeout_s=120), root=str(tmp_path), gated=True) as p:
         candidates = [source("candidates", "good_relu") + f"\n# candidate {k}\n" for k in range(3)]
-        assert all(v.correct for v in p.map([Task(relu, c) for c in candidates]))
+        assert all(v.correct for v in p.verify([Task(relu, c) for c in candidates]))
         key = p._key(Task(relu, ""), p._workers[0])
         assert p.problem_checks[key]["reason"] is None and p.problem_checks[key]["scales"]
         # A check handed over is used as it is: no worker has seen this problem, yet none runs its self-test.
         fresh = relu + "\n# another problem\n"
         given = {"reason": None, "out_nbytes": [], "peak": 0, "scales": {"large": 10.0, "offset": None}}
-        v = p.verify(Task(fresh, candidates[0], problem_check=given))
+        v = p.verify([Task(fresh, candidates[0], problem_check=given)])[0]
         assert v.correct and "large x10, offset none" in v.checks[0].detail, v.checks[0].detail
-        refused = p.verify(Task(fresh + "#\n", candidates[0], problem_check=dict(given, reason="told so")))
+        refused = p.verify([Task(fresh + "#\n", candidates[0], problem_check=dict(given, reason="told so"))])[0]
         assert refused.status == Status.BAD_PROBLEM.value and refused.reason == "told so"
         # While a worker loads a new problem, an idle one takes another problem's task first.
         tasks = [Task(fresh + "#2\n", candidates[0]), Task(fresh + "#2\n", candidates[1]), Task(relu, candidates[2])]

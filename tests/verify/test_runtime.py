@@ -38,7 +38,7 @@ def good_verdicts(pool, source):
     # Policy hybrid: PyTorch does part of the work, the kernel the rest.
     hybrid = source("candidates", "good_relu").replace("        return y\n", "        return y.clone()\n")
     tasks.append(Task(source("problems", "relu"), hybrid, policy="hybrid", name="hybrid"))
-    return {t.name: v for t, v in zip(tasks, pool.map(tasks))}
+    return {t.name: v for t, v in zip(tasks, pool.verify(tasks))}
 
 
 @pytest.mark.parametrize("name", [*GOOD, "synth-L1-0", "synth-L2-1", "hybrid"])
@@ -60,7 +60,7 @@ def test_parameters_copied_by_name(good_verdicts):
 
 def test_seeds_are_fresh(pool, source):
     task = Task(source("problems", "relu"), source("candidates", "good_relu"))
-    a, b = pool.verify(task), pool.verify(task)
+    a, b = pool.verify([task])[0], pool.verify([task])[0]
     assert a.correct and b.correct and a.seed != b.seed
 
 
@@ -75,7 +75,7 @@ def test_copies_are_checked_once(pool, source):
         Task(relu, good + "\n", name="d", seed=1),
     ]
     before = pool.duplicates
-    a, b, c, d = pool.map(tasks)
+    a, b, c, d = pool.verify(tasks)
     assert pool.duplicates - before == 1
     assert [v.name for v in (a, b, c, d)] == ["a", "b", "c", "d"]
     assert a.correct and b.correct and d.correct and not c.correct
@@ -93,7 +93,7 @@ def test_mismatched_parameters_rejected(pool, source):
         .replace("self.bias", "self.b")
         .replace(f"{w_line}\n        {b_line}", f"{b_line}\n        {w_line}")
     )
-    v = pool.verify(Task(source("problems", "fused_linear"), renamed))
+    v = pool.verify([Task(source("problems", "fused_linear"), renamed)])[0]
     assert v.status == Status.VALUE_MISMATCH.value, (v.status, v.reason)
 
 
@@ -121,7 +121,7 @@ def test_bad_inputs_get_clear_verdicts(pool, source, problem, candidate, status,
         problem if problem is not None else source("problems", "relu"),
         candidate if candidate is not None else source("candidates", "good_relu"),
     )
-    v = pool.verify(task)
+    v = pool.verify([task])[0]
     assert v.status == status.value and words in v.reason, (v.status, v.reason)
 
 
@@ -134,14 +134,14 @@ def test_bad_inputs_get_clear_verdicts(pool, source, problem, candidate, status,
     ],
 )
 def test_candidate_errors_are_verdicts(pool, source, change, words):
-    v = pool.verify(Task(source("problems", "relu"), source("candidates", "good_relu").replace(*change, 1)))
+    v = pool.verify([Task(source("problems", "relu"), source("candidates", "good_relu").replace(*change, 1))])[0]
     assert not v.correct and words in v.reason, (v.status, v.reason)
 
 
 def test_workers_recycled_after_k_tasks(tmp_path, source):
     task = Task(source("problems", "relu"), source("candidates", "good_relu"))
     with WorkerPool("cpu", size=1, max_tasks_per_worker=2, root=str(tmp_path), name="recycle") as pool:
-        verdicts = [pool.verify(task) for _ in range(3)]
+        verdicts = [pool.verify([task])[0] for _ in range(3)]
         assert all(v.correct for v in verdicts)
         assert [v.worker for v in verdicts] == ["recycle/w0.0", "recycle/w0.0", "recycle/w0.1"]
         assert pool.replacements == 1

@@ -51,7 +51,7 @@ SPECIALIZED = CANDIDATE.replace("NUMEL", "96")  # the problem's own 4 x 24, writ
 
 def test_a_general_kernel_passes_at_every_shape_and_a_specialized_one_is_not_general(pool):
     shapes = ({"batch_size": 7}, {"batch_size": 1, "hidden": 40})
-    general, specialized, unknown, alone = pool.map(
+    general, specialized, unknown, alone = pool.verify(
         [
             Task(PROBLEM, GENERAL, shapes=shapes, timing=False),
             Task(PROBLEM, SPECIALIZED, shapes=shapes, timing=False),

@@ -16,7 +16,7 @@ from drtriton_ray.verify import Task, WorkerPool
 if __name__ == "__main__":
     rec = Sampler(SynthConfig(level=1, profile="small", ops=("Matmul",)), seed=7).sample(0)
     with WorkerPool("cpu", size=1) as pool:
-        print(pool.verify(Task(rec.source, lower_program(Program.from_json(rec.dag), rec.source))).status)
+        print(pool.verify([Task(rec.source, lower_program(Program.from_json(rec.dag), rec.source))])[0].status)
 """
 
 
@@ -35,7 +35,7 @@ from drtriton_ray.verify import Task, WorkerPool
 if __name__ == "__main__":
     problem, candidate = open("problem.py").read(), open("candidate.py").read()
     with WorkerPool("cpu", size=1) as pool:
-        v = pool.verify(Task(problem, candidate, static_checks=False))
+        v = pool.verify([Task(problem, candidate, static_checks=False)])[0]
         print(v.status, v.reason)
 """
 

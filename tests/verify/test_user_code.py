@@ -56,7 +56,7 @@ BYPASS = KERNEL.replace("BODY", "self.drt_original_forward(x)")  # a decoy launc
 
 
 def test_the_kept_forward_passes_as_user_code_and_a_bypass_through_it_is_caught(pool):
-    honest, strict_bypass, hybrid_bypass = pool.map(
+    honest, strict_bypass, hybrid_bypass = pool.verify(
         [
             Task(PROBLEM, HONEST, timing=False),
             Task(PROBLEM, BYPASS, timing=False),
