@@ -475,16 +475,18 @@ def render_module(
     chosen: dict[tuple[int, int], tuple[Fragment, str]],
     eval_pieces: Optional[list[Piece]] = None,
     eval_chosen: Optional[dict[tuple[int, int], tuple[Fragment, str]]] = None,
+    general: bool = False,
 ) -> str:
     """The assembled ModelNew for `pieces` (choose_tiling's); `chosen` maps each Triton piece's (start, end) to
     its fragment and the verified candidate code run for it. Repeats of one computation (same hash) share
     their kernels, each called on its own tensors. A graph with an eval-mode graph runs `pieces` in training
-    mode and `eval_pieces` (with `eval_chosen`; all of its nodes in PyTorch where None) in eval mode."""
+    mode and `eval_pieces` (with `eval_chosen`; all of its nodes in PyTorch where None) in eval mode. `general`:
+    every kernel was verified at other sizes too (guard_lines)."""
     tree = ast.parse(source)
     model = find_model(tree)
     signature, names = forward_names(model, graph)
     r = _Renderer(constant_lines(graph))
-    body = guard_lines(graph, names, model) + r.path(graph, pieces, chosen, names)
+    body = guard_lines(graph, names, model, general) + r.path(graph, pieces, chosen, names)
     if graph.eval_graph is not None:
         ev = graph.eval_graph
         _, eval_names = forward_names(model, ev, EVAL_CONSTANT)

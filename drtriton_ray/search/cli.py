@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from drtriton_ray.cli_common import err, fail, out
-from drtriton_ray.search.settings import DEFAULTS, SETTINGS, ConversionSettings, flag
+from drtriton_ray.search.settings import DEFAULTS, SETTINGS, ConversionSettings, flag, parse_dynamic
 
 
 def option(name: str, *short: str):
@@ -46,6 +46,7 @@ def convert_cmd(
     cache: Optional[str] = option("cache"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the cache"),
     timeout: float = option("timeout_s"),
+    dynamic: str = typer.Option("", flag("dynamic"), help=SETTINGS["dynamic"]["help"]),
 ):
     """Convert PROBLEM into a faster verified Triton module by test-time search (docs/convert.md)."""
     settings = ConversionSettings(
@@ -60,6 +61,7 @@ def convert_cmd(
         seed=seed,
         cache=None if no_cache else cache,
         timeout_s=timeout,
+        dynamic=parse_dynamic(dynamic),
     )
     problems = settings.problems(flag)
     if problems:
@@ -136,6 +138,10 @@ def _print(report) -> None:
     tiles = " | ".join(f"{'+'.join(t['ops'])}:{t['kind']}" for t in report.tiling)
     table.add_row("tiling", tiles or "-")
     table.add_row("answer", ("original program kept: " if report.kept_original else "") + report.reason)
+    if report.shapes:
+        where = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in report.shapes)
+        kernels = "kernels at all of them" if report.general else "kernels at the first, your forward elsewhere"
+        table.add_row("shapes verified", f"{where} ({kernels})")
     table.add_row(
         "speedup vs eager / torch.compile", f"{_fmt(report.speedup_vs_eager)} / {_fmt(report.speedup_vs_compile)}"
     )

@@ -55,6 +55,7 @@ def convert(
     engine: Optional[str] = DEFAULTS.engine,
     max_tokens: int = DEFAULTS.max_tokens,
     timeout_s: float = DEFAULTS.timeout_s,
+    dynamic: Optional[Sequence[str]] = DEFAULTS.dynamic,
     progress: Optional[Callable[[Progress], None]] = None,
     policy=None,
 ) -> ConversionResult:
@@ -77,6 +78,7 @@ def convert(
         timeout_s=timeout_s,
         engine=engine,
         max_tokens=max_tokens,
+        dynamic=None if dynamic is None else tuple(dynamic),
     )
     return convert_with(source, settings, verifier, progress, policy)
 

@@ -15,6 +15,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Optional
 
+from drtriton_ray.ir.render import size_names
 from drtriton_ray.models.load import ModelError
 from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
 from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
@@ -71,6 +72,10 @@ class ConversionReport:
     tiling: list[dict] = field(default_factory=list)
     eval_tiling: Optional[list[dict]] = None  # the eval-mode graph's, where the program computes differently in eval
     end_to_end: Optional[dict] = None  # the assembled module's verdict summary and policy
+    # the size constants that may vary (capture's dims) and the values the answer was verified at: the problem's
+    # own first, then the others; `general`: its kernels run at all of them (else only at the problem's own sizes)
+    shapes: list[dict] = field(default_factory=list)
+    general: Optional[bool] = None
     kept_original: bool = True
     reason: str = ""
     speedup_vs_eager: Optional[float] = None
@@ -137,6 +142,7 @@ class Search:
         self.verified = 0
         self.verify_s = 0.0
         self.fragments: dict[str, Fragment] = {}  # one per hash: the one verified for all its places
+        self.dims: dict[str, int] = {}  # the program's size constants that may vary (capture's dims)
 
     def progress(self, p: Progress) -> None:
         """The caller's callback, with the search's counts so far filled in."""
@@ -225,11 +231,14 @@ class Search:
             timing=self.config.timed,
             timing_trials=FRAGMENT_TIMING_TRIALS,
             compile_reference=False,  # the tiling weighs fragments against eager; torch.compile is for the whole
+            shapes=other_shapes(self.dims, size_names(f.program)),
         )
 
     def best(self, h: str) -> Optional[Attempt]:
-        """A fragment's best verified attempt: the fastest where timed, else the first correct one."""
+        """A fragment's best verified attempt: among the general ones where there are any (right at other sizes too),
+        the fastest where timed, else the first."""
         correct = [a for a in self.attempts if a.candidate.fragment == h and a.outcome.correct]
+        correct = [a for a in correct if a.outcome.general] or correct
         if self.config.timed:
             correct = [a for a in correct if a.outcome.candidate_ms is not None]
             return min(correct, key=lambda a: a.outcome.candidate_ms, default=None)
@@ -264,12 +273,14 @@ class Search:
         node_ms = node_times(n, measured) if self.config.timed else None
         return choose_tiling(n, options, node_ms), chosen
 
-    def check_whole(self, source: str, module: str, policy: str):
+    def check_whole(self, source: str, module: str, policy: str, general: bool = False):
         """The assembled module against the user's program, timed against eager and torch.compile."""
         from drtriton_ray.verify.task import Task
 
         task = Task(source, module, policy=policy, name="assembled", seed=task_seed(self.config.seed, "whole"))
         task.timing = self.config.timed
+        # where the kernels claim other sizes; elsewhere the answer's guard sends them to the user's own forward
+        task.shapes = other_shapes(self.dims, self.dims) if general else ()
         t0 = time.monotonic()
         (verdict,) = self.verifier.verify([task])
         self.verify_s += time.monotonic() - t0
@@ -304,20 +315,39 @@ class Search:
         if eval_pieces is not None and all(p.kind == "torch" for p in eval_pieces):
             report.reason = "no verified fragment of the eval-mode graph (a path without kernels): the original is kept"
             return kept_original(source)
+        general = self.all_general(pieces, chosen) and self.all_general(eval_pieces or [], eval_chosen or {})
         try:
-            module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen)
+            module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen, general)
         except AssemblyError as e:
             report.reason = f"the verified fragments could not be assembled ({e}): the original program is kept"
             return kept_original(source)
         strict = all(p.kind == "triton" for p in pieces + (eval_pieces or []))
-        policy = "strict" if strict else "hybrid"
-        self.progress(Progress("assemble", 0, 1, f"verifying the assembled module ({policy})"))
-        verdict = self.check_whole(source, module, policy)
-        if policy == "strict" and verdict.status == "static_rejected":  # the user's own helpers use PyTorch
-            policy = "hybrid"
-            verdict = self.check_whole(source, module, policy)
+        verdict, policy = self.check_whole_any(source, module, "strict" if strict else "hybrid", general)
+        if general and verdict.correct and verdict.general is False:  # a kernel wrong at sizes the tiling trusted
+            general = False
+            module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen, general)
+            verdict, policy = self.check_whole_any(source, module, policy, general)
         report.end_to_end = {**VerdictSummary.of(verdict).to_dict(), "policy": policy}
+        report.shapes = [dict(self.dims)] + [s["values"] for s in verdict.shapes if s["ok"]] if self.dims else []
+        report.general = general if self.dims else None
         return self.decide(source, module, verdict, report)
+
+    def all_general(self, pieces: list[Piece], chosen: dict) -> bool:
+        """Whether every Triton piece's kernels were verified at the program's other sizes too."""
+        if not self.dims:
+            return False
+        picked = [chosen[(p.start, p.end)][0] for p in pieces if p.kind == "triton"]
+        return all(self.best(f.hash) is not None and self.best(f.hash).outcome.general for f in picked)
+
+    def check_whole_any(self, source: str, module: str, policy: str, general: bool = False):
+        """The assembled module verified under `policy`; strict refused statically (the user's own helpers use
+        PyTorch) is tried again as hybrid. The verdict and the policy that judged it."""
+        self.progress(Progress("assemble", 0, 1, f"verifying the assembled module ({policy})"))
+        verdict = self.check_whole(source, module, policy, general)
+        if policy == "strict" and verdict.status == "static_rejected":
+            policy = "hybrid"
+            verdict = self.check_whole(source, module, policy, general)
+        return verdict, policy
 
     def decide(self, source: str, module: str, verdict, report: ConversionReport) -> str:
         if not verdict.correct:
@@ -390,6 +420,14 @@ class ModelNew(Model):
 '''
 
 
+def other_shapes(dims: dict[str, int], names) -> tuple:
+    """The sizes a candidate is checked at besides the problem's own: each constant one more, then all doubled."""
+    used = {n: dims[n] for n in names if n in dims}
+    if not used:
+        return ()
+    return tuple({n: v + 1} for n, v in used.items()) + ({n: 2 * v for n, v in used.items()},)
+
+
 def kept_original(source: str) -> str:
     """The user's program as the answer: it still defines `ModelNew` (the same constructor, state_dict and forward),
     so the file the converter writes loads like any answer (and `drtriton verify` says it holds no Triton kernel)."""
@@ -430,7 +468,8 @@ def search(
         return result
     if graph is None:
         s.progress(Progress("capture", 0, 1, "capturing the program in a verifier worker"))
-        graph = capture_program(source, verifier)
+        graph = capture_program(source, verifier, config.dynamic)
+    s.dims = dict(graph.dims)
     placed = {"train": [f for f in enumerate_fragments(graph, config.k) if not f.skip]}
     if graph.eval_graph is not None:  # searched too: the verifier wants kernels in eval mode as well
         placed["eval"] = [f for f in enumerate_fragments(graph.eval_graph, config.k) if not f.skip]

@@ -40,6 +40,9 @@ class ConversionSettings:
     timeout_s: float = setting(300.0, "seconds per verification before a candidate is killed", gt=0, flag="--timeout")
     engine: Optional[str] = setting(None, "hf or vllm (default: vllm on cuda where installed)")
     max_tokens: int = setting(1024, "longest model answer, in tokens", ge=16)
+    dynamic: Optional[tuple[str, ...]] = setting(
+        (), "size constants that may vary at call time, comma-separated (batch_size,seq_len), or auto to infer them"
+    )
     # The search's own knobs (no flag or request field sets them)
     variants: int = 3  # launch-config variants per verified candidate
     batch: int = 16  # tasks per verifier submission
@@ -59,7 +62,8 @@ class ConversionSettings:
 
     def key_settings(self) -> dict:
         """What changes the answer a search can find (the budget only cuts it short)."""
-        return {"k": self.k, "samples": self.samples, "sources": sorted(self.sources or ()), "model": self.model}
+        key = {"k": self.k, "samples": self.samples, "sources": sorted(self.sources or ()), "model": self.model}
+        return key if self.dynamic == () else {**key, "dynamic": "auto" if self.dynamic is None else list(self.dynamic)}
 
     def problems(self, name: Callable[[str], str] = str) -> list[str]:
         """What is wrong with these settings, each setting called `name(field)` (its flag, keyword...)."""
@@ -95,6 +99,15 @@ DEFAULTS = ConversionSettings()
 def flag(name: str) -> str:
     """A setting's `drtriton convert` flag."""
     return SETTINGS[name]["flag"] or "--" + name.replace("_", "-")
+
+
+def parse_dynamic(text: Optional[str]) -> Optional[tuple[str, ...]]:
+    """`--dynamic` as the setting: "" none, "auto" inferred (None), else the comma-separated names."""
+    if text is None or not text.strip():
+        return ()
+    if text.strip() == "auto":
+        return None
+    return tuple(n.strip() for n in text.split(",") if n.strip())
 
 
 def default_sources(model: Optional[str], device: str) -> tuple[str, ...]:

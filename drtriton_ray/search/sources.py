@@ -56,6 +56,7 @@ class VerdictSummary:
     compile_ms: Optional[float] = None
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
+    general: Optional[bool] = None  # right at the other sizes it was checked at too (None: none asked)
 
     @classmethod
     def of(cls, verdict) -> "VerdictSummary":

@@ -150,3 +150,43 @@ def test_programs_that_cannot_be_captured(pool):
         convert(read("data_dependent"), verifier=pool, cache=None)
     with pytest.raises(CaptureError, match="refuses to run"):
         convert(read("raises"), verifier=pool, cache=None)
+
+
+SOFTMAX = """import torch
+import torch.nn as nn
+
+batch_size = 3
+seq_len = 16
+
+
+class Model(nn.Module):
+    def forward(self, x):
+        return torch.softmax(x, dim=-1)
+
+
+def get_inputs():
+    return [torch.randn(batch_size, 4, seq_len)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_dims_that_vary_are_verified_at_several_sizes(pool, tmp_path):
+    """--dynamic: capture finds the dims batch_size drives, every candidate is checked at other batch sizes too, and
+    an answer whose kernels are all general takes any batch size (its guard checks only the fixed dims); one whose
+    kernels are not runs the user's forward there. Either is right at every batch size."""
+    general = convert(SOFTMAX, sources=["lowering"], k=1, verifier=pool, cache=tmp_path, dynamic=["batch_size"])
+    report = general.report
+    assert not report.kept_original and report.general, report.reason
+    assert report.shapes == [{"batch_size": 3}, {"batch_size": 4}, {"batch_size": 6}]
+    assert "(None, 4, 16)" in general.module_source  # the guard frees the batch dim
+    check_other_shapes(SOFTMAX, general.module_source)
+    rmsnorm = read("rmsnorm").replace("torch.randn(4, 8, 64)", "torch.randn(batch_size, 8, 64)") + "\nbatch_size = 4\n"
+    fixed = convert(rmsnorm, sources=["lowering"], k=2, verifier=pool, cache=tmp_path, dynamic=None)  # inferred
+    assert not fixed.report.kept_original and fixed.report.general is False
+    assert fixed.report.shapes == [{"batch_size": 4}]  # its kernels hold the sample size: verified there alone
+    check_other_shapes(rmsnorm, fixed.module_source)
+    with pytest.raises(CaptureError, match="--dynamic seq: the problem has no module-level size constant seq"):
+        convert(SOFTMAX, verifier=pool, cache=None, dynamic=["seq"])
