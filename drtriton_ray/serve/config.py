@@ -17,6 +17,7 @@ from drtriton_ray.search.settings import (
     SOURCES,
     ConversionSettings,
     default_sources,
+    parse_dynamic,
 )
 
 # Hard ceilings of the request model (the OpenAPI schema shows them); a deployment's settings may only lower them.
@@ -109,6 +110,7 @@ class ConversionOptions(BaseModel):
     k: Optional[int] = option("k", MAX_K)
     samples: Optional[int] = option("samples", MAX_SAMPLES)
     sources: Optional[list[str]] = Field(None, description=", ".join(SOURCES))
+    dynamic: Optional[str] = Field(None, description=SETTINGS["dynamic"]["help"])
 
     @field_validator("sources")
     @classmethod
@@ -163,4 +165,5 @@ def conversion_settings(opts: dict, settings: ServeSettings, machine: Optional[s
         cache=settings.cache_dir,
         timeout_s=settings.task_timeout_s,
         machine=machine,
+        dynamic=parse_dynamic(opts.get("dynamic")),
     )

@@ -79,3 +79,14 @@ def test_gpu_shares_let_a_verifier_and_a_policy_share_one_gpu():
     assert gpus(build_app({"device": "cuda", "model": "/models/policy"})) == (1.0, 1.0)
     shared = {"device": "cuda", "model": "/models/policy", "verifier_gpus": 0.5, "policy_gpus": 0.5}
     assert gpus(build_app(shared)) == (0.5, 0.5)
+
+
+def test_a_request_may_name_the_dims_that_vary():
+    """The service takes --dynamic as the CLI does: names, "auto" to infer them, nothing for fixed sizes."""
+    from drtriton_ray.serve.config import ConversionOptions, ServeSettings, conversion_settings
+
+    settings = ServeSettings()
+    named = ConversionOptions(dynamic="batch_size,seq_len").model_dump()
+    assert conversion_settings(named, settings).dynamic == ("batch_size", "seq_len")
+    assert conversion_settings(ConversionOptions(dynamic="auto").model_dump(), settings).dynamic is None
+    assert conversion_settings(ConversionOptions().model_dump(), settings).dynamic == ()
