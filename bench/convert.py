@@ -25,15 +25,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
-import os
 import sys
 from pathlib import Path
 
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from report import finish  # noqa: E402  (bench/, the script's own folder)
+from report import finish, save  # noqa: E402  (bench/, the script's own folder)
 
 from drtriton_ray.convert import DEFAULTS, ConversionError, load_policy  # noqa: E402
 from drtriton_ray.search.runs import (  # noqa: E402
@@ -61,14 +59,6 @@ def table(level: int | str, s: dict) -> Table:
     t.add_row(f"geomean vs torch.compile ({s['compile_known']} timed)", f"{s['geomean_vs_compile']:.2f}x")
     t.add_row("median search s", f"{s['median_search_s']:.1f}")
     return t
-
-
-def save(path: str | None, data: dict) -> None:
-    """The JSON so far, after every problem (atomically): a run cut short still leaves its rows."""
-    if path:
-        tmp = Path(f"{path}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
 
 
 def merge_main(out: str, inputs: list[str]) -> int:

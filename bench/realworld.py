@@ -34,6 +34,9 @@ from pathlib import Path
 
 from rich.table import Table
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from report import save  # noqa: E402  (bench/, the script's own folder)
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "realworld" / "programs"
 TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 3e-2}  # atol = rtol, by the output's dtype
@@ -117,6 +120,7 @@ def convert_program(path: Path, args, pool) -> tuple[dict, str | None]:
     """One program's row (conversion part) and its answer's source (None where conversion failed)."""
     from drtriton_ray.capture.errors import CaptureError
     from drtriton_ray.convert import ConversionError, convert
+    from drtriton_ray.search.runs import report_fields
 
     source = sized_source(path.read_text(), args.sizes, args.dtype)
     meta = constants(source)
@@ -134,11 +138,7 @@ def convert_program(path: Path, args, pool) -> tuple[dict, str | None]:
     r = result.report
     e2e = r.end_to_end or {}
     row.update(
-        captured=True,
-        nodes=r.program.get("nodes"),
-        torch_nodes=r.program.get("torch_nodes"),
-        triton_fragments=sum(1 for p in r.tiling if p.get("kind") == "triton"),
-        kept_original=r.kept_original,
+        **report_fields(r),
         reason=" ".join(str(r.reason).split())[:300],
         search_correct=e2e.get("correct"),
         policy=e2e.get("policy"),
@@ -327,14 +327,6 @@ def summary_table(s: dict) -> Table:
     t.add_row("geomean vs eager (correct answers)", fmt(s["geomean_vs_eager"], ".2f"))
     t.add_row("geomean vs compile (correct answers)", fmt(s["geomean_vs_compile"], ".2f"))
     return t
-
-
-def save(path: str | None, data: dict) -> None:
-    """The JSON so far, after every program (atomically): a run cut short still leaves its rows."""
-    if path:
-        tmp = Path(f"{path}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(data, indent=1))
-        os.replace(tmp, path)
 
 
 def parse_args(argv=None):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 
@@ -16,3 +17,11 @@ def finish(tables: list, data, json_path: str | None = None) -> int:
     if json_path:
         Path(json_path).write_text(json.dumps(data, indent=1))
     return 0
+
+
+def save(path: str | None, data: dict) -> None:
+    """The JSON so far, written atomically after every item: a run cut short still leaves its rows."""
+    if path:
+        tmp = Path(f"{path}.{os.getpid()}.tmp")
+        tmp.write_text(json.dumps(data, indent=1))
+        os.replace(tmp, path)

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from drtriton_ray.cli_common import err, fail, out
-from drtriton_ray.search.settings import DEFAULTS, SETTINGS, ConversionSettings, flag, parse_dynamic
+from drtriton_ray.search.settings import DEFAULTS, SETTINGS, ConversionSettings, flag, parse_dynamic, settings_of
 
 
 def option(name: str, *short: str):
@@ -49,8 +49,8 @@ def convert_cmd(
     dynamic: str = typer.Option("", flag("dynamic"), help=SETTINGS["dynamic"]["help"]),
 ):
     """Convert PROBLEM into a faster verified Triton module by test-time search (docs/convert.md)."""
-    settings = ConversionSettings(
-        model=str(model) if model is not None else None,
+    settings = settings_of(
+        model=model,
         budget_s=budget_s,
         max_candidates=max_candidates,
         device=device,

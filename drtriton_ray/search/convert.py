@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Callable, Optional, Sequence
 
 from drtriton_ray.search.search import ConversionResult, Progress, search
-from drtriton_ray.search.settings import DEFAULTS, ConversionSettings, default_engine
+from drtriton_ray.search.settings import DEFAULTS, ConversionSettings, default_engine, settings_of
 
 
 class ConversionError(ValueError):
@@ -64,21 +64,9 @@ def convert(
     at the end). `cache`: a folder or fsspec URI, None for none. `policy`: a loaded model (`load_policy`) to reuse
     over many calls, so that each does not load and compile it again (the caller closes it). Raises ConversionError
     on a bad request, CaptureError when the program cannot be captured."""
-    settings = ConversionSettings(
-        model=str(model) if model is not None else None,
-        budget_s=budget_s,
-        max_candidates=max_candidates,
-        device=device,
-        workers=workers,
-        k=k,
-        samples=samples,
-        sources=tuple(sources) if sources is not None else None,
-        seed=seed,
-        cache=str(cache) if cache is not None else None,
-        timeout_s=timeout_s,
-        engine=engine,
-        max_tokens=max_tokens,
-        dynamic=None if dynamic is None else tuple(dynamic),
+    keywords = dict(locals())
+    settings = settings_of(
+        **{k: v for k, v in keywords.items() if k not in ("source", "verifier", "progress", "policy")}
     )
     return convert_with(source, settings, verifier, progress, policy)
 

@@ -54,6 +54,17 @@ def shard_problems(root: Path, level: int, count: int, seed: int, shard: Shard =
     return shard.of(problems(root, level, count, seed))
 
 
+def report_fields(r) -> dict:
+    """A conversion report's shape in a bench row: captured, graph size, Triton fragments, kept original."""
+    return dict(
+        captured=True,
+        nodes=r.program.get("nodes"),
+        torch_nodes=r.program.get("torch_nodes"),
+        triton_fragments=sum(1 for p in r.tiling if p.get("kind") == "triton"),
+        kept_original=r.kept_original,
+    )
+
+
 def convert_one(path: Path, args, pool, policy=None) -> dict:
     """One problem's row: capture, Triton fragments, the answer's verdict and speedups, seconds."""
     row = {"problem": path.name, "captured": False, "triton_fragments": 0, "kept_original": True}
@@ -78,11 +89,7 @@ def convert_one(path: Path, args, pool, policy=None) -> dict:
         return row
     r = result.report
     row.update(
-        captured=True,
-        nodes=r.program.get("nodes"),
-        torch_nodes=r.program.get("torch_nodes"),
-        triton_fragments=sum(1 for p in r.tiling if p.get("kind") == "triton"),
-        kept_original=r.kept_original,
+        **report_fields(r),
         reason=r.reason,
         policy=(r.end_to_end or {}).get("policy"),
         correct=(r.end_to_end or {}).get("correct", False) if not r.kept_original else True,

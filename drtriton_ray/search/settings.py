@@ -101,6 +101,17 @@ def flag(name: str) -> str:
     return SETTINGS[name]["flag"] or "--" + name.replace("_", "-")
 
 
+def settings_of(**values) -> ConversionSettings:
+    """ConversionSettings from a door's values (a keyword or an option each): paths as text, sequences as tuples."""
+    for name in ("model", "cache"):
+        if values.get(name) is not None:
+            values[name] = str(values[name])
+    for name in ("sources", "dynamic"):
+        if values.get(name) is not None:
+            values[name] = tuple(values[name])
+    return ConversionSettings(**values)
+
+
 def parse_dynamic(text: Optional[str]) -> Optional[tuple[str, ...]]:
     """`--dynamic` as the setting: "" none, "auto" inferred (None), else the comma-separated names."""
     if text is None or not text.strip():

@@ -78,15 +78,23 @@ def output_scale(r):
     that is exactly zero everywhere is then compared exactly): a 0-d float64 tensor on r's device, not read back."""
     import torch
 
-    total = torch.zeros((), dtype=torch.float64, device=r.device)
-    count = torch.zeros((), dtype=torch.float64, device=r.device)
-    for start in range(0, r.numel(), CHUNK):
-        r64 = r[start : start + CHUNK].to(torch.float64)
-        finite = torch.isfinite(r64)
-        total += torch.where(finite, r64 * r64, 0.0).sum()
-        count += finite.sum()
     tiny = torch.finfo(r.dtype).tiny if r.is_floating_point() else 0.0
-    return torch.where(count > 0, total / count.clamp_min(1.0), 0.0).sqrt().clamp_min(tiny)
+    return finite_rms(r).clamp_min(tiny)
+
+
+def finite_rms(x):
+    """Root mean square of a flat tensor's finite values (0 where none), summed in float64 by chunks: a 0-d float64
+    tensor on x's device, not read back."""
+    import torch
+
+    total = torch.zeros((), dtype=torch.float64, device=x.device)
+    count = torch.zeros((), dtype=torch.float64, device=x.device)
+    for start in range(0, x.numel(), CHUNK):
+        x64 = x[start : start + CHUNK].to(torch.float64)
+        finite = torch.isfinite(x64)
+        total += torch.where(finite, x64 * x64, 0.0).sum()
+        count += finite.sum()
+    return torch.where(count > 0, total / count.clamp_min(1.0), 0.0).sqrt()
 
 
 def _work_dtype(dtype):
@@ -264,14 +272,7 @@ def _exact_scale(x):
     tensor on the device)."""
     import torch
 
-    total = torch.zeros((), dtype=torch.float64, device=x.device)
-    count = torch.zeros((), dtype=torch.float64, device=x.device)
-    for start in range(0, x.numel(), CHUNK):
-        x64 = x[start : start + CHUNK].to(torch.float64)
-        finite = torch.isfinite(x64)
-        total += torch.where(finite, x64 * x64, 0.0).sum()
-        count += finite.sum()
-    rms = torch.where(count > 0, total / count.clamp_min(1.0), 0.0).sqrt()
+    rms = finite_rms(x)
     return torch.where(rms > 0, rms, ZERO_SCALE)
 
 
