@@ -136,7 +136,7 @@ def test_reference_lowering_passes_the_real_verifier(tok, problems, pool, script
             for p in problems
         },
     )
-    report = asyncio.run(evaluate(engine, tok, problems, pool.map, samples=1, temperature=0.0))
+    report = asyncio.run(evaluate(engine, tok, problems, pool.verify, samples=1, temperature=0.0))
     assert report.pass_at_1 == 1.0 and report.pass_at_k == 1.0, [a.reason for p in report.problems for a in p.answers]
     # the worker ran each answer's trials from the evaluation's seed for it: a rerun draws the same inputs
     assert [p.answers[0].verify_seed for p in report.problems] == [verify_seed(0, p.id, 0) for p in problems]
