@@ -34,7 +34,8 @@ from rich.console import Console  # noqa: E402
 from rich.table import Table  # noqa: E402
 
 from drtriton_ray.lower import tuning  # noqa: E402
-from drtriton_ray.lower.emit import fragments, lower_program  # noqa: E402
+from drtriton_ray.lower.emit import lower_program  # noqa: E402
+from drtriton_ray.lower.grouping import kernel_groups  # noqa: E402
 from drtriton_ray.ir import Program  # noqa: E402
 from drtriton_ray.synth import Sampler, SynthConfig  # noqa: E402
 from drtriton_ray.ir import load_problem  # noqa: E402
@@ -117,9 +118,9 @@ def probe(rec, args, tmp: Path) -> dict:
         mod = load_candidate(source, tmp / f"v{j}_{rec.id.replace('-', '_')}.py")
         torch.manual_seed(rec.seed)
         runs[kind] = mod.ModelNew().to(device)
-    row = {"index": rec.index, "name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(fragments(prog))}
+    row = {"index": rec.index, "name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(kernel_groups(prog))}
     row["shapes"] = [list(x.shape) for x in inputs]
-    row["kernels_unfused"] = len(fragments(prog, fuse=False))
+    row["kernels_unfused"] = len(kernel_groups(prog, fuse=False))
     time_ms = timer(args.smoke)
     with torch.no_grad(), full_float32():
         want = model(*inputs)

@@ -23,11 +23,12 @@ from pathlib import Path
 
 import torch
 import triton.testing
-from lowering import program_families  # bench/, the script's own folder
 from rich.console import Console
 from rich.table import Table
 
-from drtriton_ray.lower.emit import fragments, lower_program
+from drtriton_ray.eval.gate import program_families
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.grouping import kernel_groups
 from drtriton_ray.ops import REGISTRY
 from drtriton_ray.ir import Program
 from drtriton_ray.synth import Sampler, SynthConfig
@@ -59,8 +60,8 @@ def time_program(rec, tmp: Path) -> dict:
         mod = load_candidate(lower_program(prog, rec.source, fuse=fuse), tmp / f"{kind}_{rec.id.replace('-', '_')}.py")
         torch.manual_seed(rec.seed)
         runs[kind] = mod.ModelNew().cuda()
-    out = {"name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(fragments(prog))}
-    out["kernels_unfused"] = len(fragments(prog, fuse=False))
+    out = {"name": f"{rec.id} {'+'.join(rec.ops)}", "kernels": len(kernel_groups(prog))}
+    out["kernels_unfused"] = len(kernel_groups(prog, fuse=False))
     with torch.no_grad(), full_float32():
         for kind in KINDS:
             try:

@@ -12,74 +12,23 @@ import json
 import os
 from pathlib import Path
 
-from drtriton_ray.lower import wrappers
+from drtriton_ray.lower import lowerings
 
 TABLE = Path(__file__).resolve().parents[2] / "configs" / "lowering-tuning.json"
-NORMS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm")
-REDUCE = ("Sum", "Mean", "Max", "Min", "ArgMax", "ArgMin", "Var", "Norm")
-ALONG = ("Softmax", "LogSoftmax", "CumSum", "CumMax", "CumMin")
-
-
-def _prod(xs) -> int:
-    out = 1
-    for x in xs:
-        out *= x
-    return out
 
 
 def kernel_dims(op: str, params: dict, in_shapes: list[list[int]], out_shape: list[int]):
-    """(library kernel, the sizes its launch configuration depends on) of an operator, or None if not tuned."""
-    x = list(in_shapes[0]) if in_shapes else []
-    if op == "SoftmaxReduce":  # its reduction's kernel (the statistics' kernel takes the wrapper's tile)
-        d = params["dim"] % len(x)
-        return "softmax_reduce_kernel", (_prod(x[:d] + x[d + 1 :]), x[d])
-    if op in REDUCE or op in ALONG:
-        d = params["dim"] % len(x)
-        kernel = "reduce_kernel" if op in REDUCE else "along_dim_kernel"
-        if op in ALONG and wrappers.long_column(x[d], _prod(x[d + 1 :])):
-            kernel = "along_loop_kernel"
-        return kernel, (_prod(x[:d] + x[d + 1 :]), x[d])
-    if op in NORMS or op == "BatchNorm":
-        rows = x[0] * (params.get("num_groups") or x[1]) if op in ("GroupNorm", "InstanceNorm") else None
-        rows = x[1] if op == "BatchNorm" else rows or _prod(x[: len(x) - params.get("k", 1)])
-        if wrappers.few_long_rows(rows, _prod(x) // rows):
-            return "split_norm", (rows, _prod(x) // rows)
-        if op in ("LayerNorm", "RMSNorm") and wrappers.whole_rows(_prod(x) // rows):
-            return "row_norm_persistent_kernel", (rows, _prod(x) // rows)
-        return ("batch_norm_kernel" if op == "BatchNorm" else "row_norm_kernel"), (rows, _prod(x) // rows)
-    if op in ("Matmul", "Bmm", "Linear"):
-        k = x[-1]
-        return "matmul_kernel", (_prod(out_shape) // out_shape[-1], out_shape[-1], k)
-    if op.startswith("Conv"):
-        return "conv_kernel", (out_shape[1], _prod(in_shapes[1][1:]), _prod(out_shape) // out_shape[1])
-    if op.startswith(("AvgPool", "MaxPool")):
-        taps = params["kernel"] ** (len(out_shape) - 2)
-        return "pool_rows_kernel", (_prod(out_shape[:-1]), out_shape[-1], taps)  # rows (n*c, od, oh), OW, taps
-    return None
-
-
-def conv_taps(params: dict, weight: list[int], transposed: bool) -> int:
-    """A conv's kernel taps per phase (all of them for a direct conv; a transposed one's phase is reached by every
-    stride / gcd(stride, dilation)-th tap per dim), as conv_args counts them."""
-    stride, dilation = params["stride"], params["dilation"]
-    step = next(t for t in range(1, stride + 1) if t * dilation % stride == 0) if transposed else 1
-    return _prod(-(-k // step) for k in weight[2:])
+    """(library kernel, the sizes its launch configuration depends on) of an operator, or None if not tuned: its
+    registration's tuning key (lower/lowerings.py)."""
+    lowering = lowerings.LOWERINGS.get(op)
+    return lowering.tuning(op, params, in_shapes, out_shape) if lowering and lowering.tuning else None
 
 
 def resolved(op: str, params: dict, in_shapes: list[list[int]], out_shape, config: dict | None) -> dict | None:
-    """A launch's config with what the emitter decides before the wrapper runs: a conv's kernel, "SMALL" (its
-    wrapper conv_small, conv_small_kernel; else conv, conv_kernel). A config that says sets it; one without it was
-    tuned for conv_kernel; none: wrappers.small_reduction (input channels a group, taps, output positions)."""
-    if not op.startswith("Conv") or (config and "SMALL" in config):
-        return config
-    if config:
-        return {**config, "SMALL": False}
-    transposed = op.startswith("ConvTranspose")
-    cin_g = in_shapes[0][1] // params["groups"]
-    # int32 positions, and input images under 2^31 values: conv_small_kernel's sizes are constants, and one past
-    # int32 does not combine with its int32 indices
-    positions = max(_prod(out_shape) // out_shape[1], _prod(in_shapes[0][1:]))
-    return {"SMALL": wrappers.small_reduction(cin_g, conv_taps(params, in_shapes[1], transposed), positions)}
+    """A launch's config with what the emitter decides before the wrapper runs (its registration's `resolve`): a
+    conv's kernel, "SMALL" (its wrapper conv_small, conv_small_kernel; else conv, conv_kernel)."""
+    lowering = lowerings.LOWERINGS.get(op)
+    return lowering.resolve(op, params, in_shapes, out_shape, config) if lowering and lowering.resolve else config
 
 
 def bucket(dims) -> str:

@@ -468,7 +468,7 @@ def setup_variants(code: str, n: int) -> list[tuple[str, str]]:
     """Up to n variants of a lowering candidate with other tile sizes, warps and stages for its configured kernels
     (lower/tuning.py's candidates): the per-shape tuning, done by the search with the verifier's timings."""
     from drtriton_ray.lower import tuning
-    from drtriton_ray.lower.emit import LIBRARY
+    from drtriton_ray.lower.library import LIBRARY
 
     tree = ast.parse(code)
     library = {f.name for f in tree.body if isinstance(f, ast.FunctionDef) and f.name in LIBRARY}

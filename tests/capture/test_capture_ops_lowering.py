@@ -4,7 +4,8 @@ hand-made programs (capture_lowering_programs.py) stand in for captured fragment
 
 import pytest
 
-from drtriton_ray.lower.emit import fusion_groups, lower_program
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.grouping import fusion_groups
 from drtriton_ray.ops.registry import CAPTURE_OPS
 from drtriton_ray.verify import Limits, Task, WorkerPool
 

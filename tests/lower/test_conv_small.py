@@ -13,7 +13,7 @@ import torch
 import test_lowering
 from test_lowering import _handmade, check_lowering
 
-from drtriton_ray.lower import tuning, wrappers
+from drtriton_ray.lower import lowerings, tuning, wrappers
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.ir import Program
 
@@ -81,7 +81,7 @@ def test_small_reduction_choice():
     }
     # a transposed conv's taps per phase: stride 3 reaches each phase with every third of 7 taps
     transposed = {"stride": 3, "padding": 0, "dilation": 1, "groups": 1}
-    assert tuning.conv_taps(transposed, [8, 32, 7], True) == 3
+    assert lowerings.phase_taps(transposed, [8, 32, 7], True) == 3
     assert tuning.resolved("ConvTranspose1d", transposed, [[2, 8, 20], [8, 32, 7]], [2, 32, 62], None)["SMALL"]
     assert tuning.resolved("Sum", {"dim": 0}, [[3, 4]], [4], {"BLOCK_R": 8}) == {"BLOCK_R": 8}
 

@@ -7,7 +7,8 @@ import torch
 import test_lowering
 from test_lowering import _handmade, check_lowering
 
-from drtriton_ray.lower.emit import fragments, lower_program
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.grouping import kernel_groups
 from drtriton_ray.ir import Program
 
 tiled = test_lowering.tiled  # the fixture: the interpreter's tiles, a GPU's, compiled on a GPU
@@ -84,7 +85,7 @@ def test_layout_epilogue(name, tmp_path):
     nodes, shapes, outputs = LAYOUT_FUSED[name]
     rec = _handmade(nodes, shapes, outputs)
     prog = Program.from_json(rec.dag)
-    assert len(fragments(prog)) == 1
+    assert len(kernel_groups(prog)) == 1
     src = lower_program(prog, rec.source)
     assert src.count("# fused: ") == 1 and "permute_setup(" in src
     check_lowering(rec, tmp_path)

@@ -6,7 +6,8 @@ import importlib.util
 import pytest
 import torch
 
-from drtriton_ray.lower.emit import fusion_groups, lower_program
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.grouping import fusion_groups
 from drtriton_ray.ops import SYNTH_NAMES
 from drtriton_ray.ir import Program
 from drtriton_ray.synth import Sampler, SynthConfig
@@ -282,7 +283,8 @@ def test_matmul_folds_batches_into_rows(monkeypatch):
 
 def _with_library(kernel_source: str) -> str:
     """A generated kernel as a module: the header and the library helpers it calls."""
-    from drtriton_ray.lower.emit import HEADER, library_source
+    from drtriton_ray.lower.emit import HEADER
+    from drtriton_ray.lower.library import library_source
 
     return HEADER + "\n" + library_source([kernel_source]) + "\n\n" + kernel_source
 
@@ -559,18 +561,18 @@ def test_fragment_fusion(name, tmp_path):
     fusion, intermediates inside a fragment never allocated, and PyTorch's values."""
     import ast
 
-    from drtriton_ray.lower.emit import fragments
+    from drtriton_ray.lower.grouping import kernel_groups
 
     nodes, shapes, outputs, weights, after, before = FUSED[name]
     rec = _handmade(nodes, shapes, outputs, weights)
     prog = Program.from_json(rec.dag)
-    assert (len(fragments(prog)), len(fragments(prog, fuse=False))) == (after, before)
+    assert (len(kernel_groups(prog)), len(kernel_groups(prog, fuse=False))) == (after, before)
     src = lower_program(prog, rec.source)
     model = next(n for n in ast.parse(src).body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
     forward = next(f for f in model.body if isinstance(f, ast.FunctionDef) and f.name == "forward")
     assert sum(isinstance(s, ast.Assign) for s in forward.body) == after
     assert src.count("# fused: ") == sum(
-        1 for f in fragments(prog) if f.anchor is not None and (f.prologue or f.epilogue)
+        1 for f in kernel_groups(prog) if f.anchor is not None and (f.prologue or f.epilogue)
     )
     check_lowering(rec, tmp_path)
 

@@ -7,7 +7,8 @@ import torch
 from test_lowering import _handmade, _import, check_lowering
 
 from drtriton_ray.lower import wrappers
-from drtriton_ray.lower.emit import fold_softmax_reduce, lower_program
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.passes import fold_softmax_reduce
 from drtriton_ray.ir import Program
 from drtriton_ray.ir import load_problem
 

@@ -1,0 +1,128 @@
+"""Fusion grouping: a program cut into kernels (`KernelGroup`s), in forward order.
+
+Elementwise operators group first: an elementwise node whose output has exactly one consumer, itself elementwise, and
+is not a program output joins that consumer's group (a sub-DAG with one sink). Every other operator anchors a kernel
+and takes a group that only it consumes, as its registration allows (lower/lowerings.py): as its EPILOGUE a group fed
+by its output, applied before its kernel stores (matmul + bias + ReLU is one kernel), else as its PROLOGUE a group
+whose result it alone reads, computed on the values it loads (ReLU + Sum is one kernel); an intermediate inside a
+kernel is never written. A group left over is a kernel of its own."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from drtriton_ray.ir import Node, Program
+from drtriton_ray.lower.elementwise import is_elementwise
+from drtriton_ray.lower.lowerings import LAYOUT_OPS, LOWERINGS, permutation
+
+
+def _consumers(p: Program) -> dict[int, list[int]]:
+    consumers: dict[int, list[int]] = {}
+    for k, n in enumerate(p.nodes):
+        for t in n.inputs:
+            consumers.setdefault(t, []).append(k)
+    return consumers
+
+
+def fusion_groups(p: Program) -> list[list[int]]:
+    """Node indices grouped for fusion, each group in program order, its sink last."""
+    consumers = _consumers(p)
+    outputs = set(p.outputs)
+    sink_of = list(range(len(p.nodes)))
+    for k in reversed(range(len(p.nodes))):  # consumers come later: their sinks are known
+        n = p.nodes[k]
+        users = consumers.get(n.outputs[0], [])
+        if (
+            is_elementwise(n.op)
+            and n.outputs[0] not in outputs
+            and len(users) == 1
+            and is_elementwise(p.nodes[users[0]].op)
+        ):
+            sink_of[k] = sink_of[users[0]]
+    groups: dict[int, list[int]] = {}
+    for k in range(len(p.nodes)):
+        groups.setdefault(sink_of[k], []).append(k)
+    return [groups[s] for s in sorted(groups)]
+
+
+def view_layouts(p: Program) -> set[int]:
+    """The Transpose/Permute nodes emitted as views (reshape_view): those moving only size-1 dims, whose result has
+    its input's layout already, of a tensor a kernel of the program wrote. Of a program input (or a view of one)
+    the copy stays: the forward must launch a kernel its result depends on (the verifier's launch and faithfulness
+    checks)."""
+    aliased, views = set(p.inputs), set()
+    for k, n in enumerate(p.nodes):
+        if n.op in LAYOUT_OPS and n.inputs[0] not in aliased:
+            shape = p.tensors[n.inputs[0]].shape
+            moved = [d for d in permutation(n, len(shape)) if shape[d] != 1]
+            if moved == sorted(moved):
+                views.add(k)
+        elif n.op == "View" and n.inputs[0] in aliased:
+            aliased.add(n.outputs[0])
+    return views
+
+
+def epilogue_ok(node: Node) -> bool:
+    """Whether a node's kernel can apply an epilogue: everything with a float output stored at a flat index."""
+    lowering = LOWERINGS.get(node.op)
+    return lowering is not None and lowering.epilogue(node)
+
+
+def takes_prologue(node: Node) -> bool:
+    """Whether a node's kernel can compute a prologue on the values it loads."""
+    lowering = LOWERINGS.get(node.op)
+    return lowering is not None and lowering.prologue
+
+
+@dataclass
+class KernelGroup:
+    """One kernel: a non-elementwise node (anchor) with the elementwise groups fused before and after it, or an
+    elementwise group alone (anchor None, its nodes in `epilogue`)."""
+
+    anchor: int | None
+    prologue: list[int] = field(default_factory=list)
+    epilogue: list[int] = field(default_factory=list)
+
+    @property
+    def position(self) -> int:
+        """Where its forward line goes: after the last of its nodes (all it reads exists by then)."""
+        return max(self.prologue + self.epilogue + ([] if self.anchor is None else [self.anchor]))
+
+
+def _takes_epilogue(p: Program, a: int, t: int, group: list[int], consumers: dict, outputs: set) -> bool:
+    """Whether anchor a, whose output is t, takes elementwise group `group` (which reads t) as its epilogue."""
+    node, sink = p.nodes[a], p.nodes[group[-1]].outputs[0]
+    lowering = LOWERINGS.get(node.op)
+    return (
+        epilogue_ok(node)
+        and t not in outputs
+        and all(c in group for c in consumers[t])
+        and p.tensors[t].shape == p.tensors[sink].shape
+        and (not lowering.keeps_dtype or p.tensors[t].dtype == p.tensors[sink].dtype)
+    )
+
+
+def kernel_groups(p: Program, fuse: bool = True) -> list[KernelGroup]:
+    """The program's kernels in forward order. With `fuse`, an anchor takes as epilogue an elementwise group that
+    alone consumes its output, of that output's shape, else as prologue a group whose result only it reads."""
+    consumers = _consumers(p)
+    outputs = set(p.outputs)
+    groups = fusion_groups(p)
+    anchors = {g[-1]: KernelGroup(g[-1]) for g in groups if not is_elementwise(p.nodes[g[-1]].op)}
+    loose = [g for g in groups if is_elementwise(p.nodes[g[-1]].op)]
+    for g in list(loose) if fuse else []:
+        for t in dict.fromkeys(t for k in g for t in p.nodes[k].inputs):
+            a = next((k for k in anchors if p.nodes[k].outputs[0] == t), None)
+            if a is not None and not anchors[a].epilogue and _takes_epilogue(p, a, t, g, consumers, outputs):
+                anchors[a].epilogue = g
+                loose.remove(g)
+                break
+    for g in list(loose) if fuse else []:
+        sink = p.nodes[g[-1]].outputs[0]
+        users = set(consumers.get(sink, []))
+        a = next(iter(users)) if len(users) == 1 and sink not in outputs else None
+        if a in anchors and takes_prologue(p.nodes[a]) and not anchors[a].prologue:
+            anchors[a].prologue = g
+            loose.remove(g)
+    groups = list(anchors.values()) + [KernelGroup(None, [], g) for g in loose]
+    return sorted(groups, key=lambda f: f.position)

@@ -1,0 +1,122 @@
+"""Program rewrites before fusion grouping: nodes merged where one kernel can do both, so a large intermediate is
+neither written nor read back (a reduction over a permutation, a norm or softmax read only by a reduction)."""
+
+from __future__ import annotations
+
+import math
+
+from drtriton_ray.ir import Node, Program, Tensor
+from drtriton_ray.lower import wrappers
+from drtriton_ray.lower.lowerings import LAYOUT_OPS, REDUCE_OPS, permutation
+
+
+def fold_layouts(p: Program) -> Program:
+    """The program with each reduction over a transpose or permutation (of x, read by nothing else) done on x in its
+    own layout: reduce(x.permute(P), d) is reduce(x, P[d], keepdim=True).permute(P), squeezed where the reduction
+    drops its dim, so the permutation copies the reduced tensor (or is a view) and x is read once, coalesced, not
+    copied and read again."""
+    readers: dict[int, int] = {}
+    for n in p.nodes:
+        for t in n.inputs:
+            readers[t] = readers.get(t, 0) + 1
+    layout = {n.outputs[0]: n for n in p.nodes if n.op in LAYOUT_OPS}
+    folded = {
+        n.inputs[0]
+        for n in p.nodes
+        if n.op in REDUCE_OPS and n.inputs[0] in layout and readers[n.inputs[0]] == 1 and n.inputs[0] not in p.outputs
+    }
+    nodes, tensors, fresh = [], dict(p.tensors), max(p.tensors) + 1
+    for n in p.nodes:
+        if n.outputs[0] in folded:  # the layout operator: its reader reduces its input instead
+            continue
+        if n.op not in REDUCE_OPS or n.inputs[0] not in folded:
+            nodes.append(n)
+            continue
+        src = layout[n.inputs[0]]
+        x, out = tensors[src.inputs[0]], tensors[n.outputs[0]]
+        perm = list(permutation(src, len(x.shape)))
+        dim = perm[n.params["dim"] % len(x.shape)]
+        kept = [1 if k == dim else size for k, size in enumerate(x.shape)]
+        tensors[fresh] = Tensor(fresh, kept, out.dtype, "intermediate")
+        nodes.append(Node(n.op, [x.id], [fresh], {**n.params, "dim": dim, "keepdim": True}))
+        if n.params["keepdim"]:
+            nodes.append(Node("Permute", [fresh], [out.id], {"dims": perm}))
+        else:
+            tensors[fresh + 1] = Tensor(fresh + 1, [kept[d] for d in perm], out.dtype, "intermediate")
+            nodes.append(Node("Permute", [fresh], [fresh + 1], {"dims": perm}))
+            nodes.append(Node("View", [fresh + 1], [out.id], {"shape": list(out.shape)}))
+        fresh += 2
+    used = {t for n in nodes for t in n.inputs + n.outputs + n.weights}
+    tensors = {k: t for k, t in tensors.items() if k in used or t.role != "intermediate"}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
+def _fold_into_reader(p: Program, fold) -> Program:
+    """The program with each node whose output only one node reads (and is not a program output) merged with that
+    reader where `fold(node, reader)` gives the node replacing both; the node's output is gone."""
+    readers: dict[int, list[int]] = {}
+    for k, n in enumerate(p.nodes):
+        for t in n.inputs:
+            readers.setdefault(t, []).append(k)
+    folded: dict[int, Node] = {}  # reader's index -> the node replacing it and the node it reads
+    dropped, gone = set(), set()
+    for n in p.nodes:
+        users = readers.get(n.outputs[0], [])
+        if len(users) != 1 or n.outputs[0] in p.outputs:
+            continue
+        merged = fold(n, p.nodes[users[0]])
+        if merged is not None:
+            folded[users[0]] = merged
+            dropped.add(id(n))
+            gone.add(n.outputs[0])
+    if not folded:
+        return p
+    nodes = [folded.get(k, n) for k, n in enumerate(p.nodes) if id(n) not in dropped]
+    tensors = {t: v for t, v in p.tensors.items() if t not in gone}
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
+def fold_norm_reduce(p: Program) -> Program:
+    """The program with each layer or RMS norm read only by a reduction over an outer dim (one that is not
+    normalised) as one NormReduce node: norm_reduce_kernel normalises each row where it loads it and reduces across
+    rows, so x is read once and the normalised tensor, as large as x, is neither written nor read back. Rows of up to
+    8192 values (one tile each, wrappers.norm_reduce_rows); sums, means, extrema and L2 norms."""
+
+    def fold(n: Node, r: Node):
+        if n.op not in ("LayerNorm", "RMSNorm") or r.op not in ("Sum", "Mean", "Max", "Min", "Norm"):
+            return None
+        shape, k = p.tensors[n.inputs[0]].shape, n.params.get("k", 1)
+        if (
+            r.params["dim"] % len(shape) < len(shape) - k
+            and len(n.weights) == (2 if n.op == "LayerNorm" else 1)
+            and wrappers.norm_reduce_rows(math.prod(shape[len(shape) - k :]))
+        ):
+            params = {"norm": n.op, "op": r.op, "dim": r.params["dim"], "keepdim": r.params["keepdim"]}
+            return Node("NormReduce", list(n.inputs), list(r.outputs), params, list(n.weights))
+        return None
+
+    return _fold_into_reader(p, fold)
+
+
+def fold_softmax_reduce(p: Program) -> Program:
+    """The program with each softmax or log-softmax read only by a reduction (over any dim: its own or another) as one
+    SoftmaxReduce node: softmax_stats_kernel writes each softmax column's maximum and sum in one pass over x, and
+    softmax_reduce_kernel recomputes the softmax from x and them where it loads x, so the softmax's output, as large
+    as x, is neither written nor read back: x is read twice, where the softmax read it once or twice (a long column)
+    and wrote its output, which the reduction read back."""
+
+    def fold(n: Node, r: Node):
+        if n.op not in ("Softmax", "LogSoftmax") or r.op not in REDUCE_OPS:
+            return None
+        # an arg reduction of a half-precision softmax compares the rounded values (their ties): not recomputed
+        if r.op in ("ArgMax", "ArgMin") and p.tensors[n.outputs[0]].dtype != "float32":
+            return None
+        params = {"softmax": n.op, "sdim": n.params["dim"], "op": r.op, **r.params}
+        return Node("SoftmaxReduce", list(n.inputs), list(r.outputs), params)
+
+    return _fold_into_reader(p, fold)
+
+
+def fold_all(p: Program) -> Program:
+    """The program with every rewrite above applied."""
+    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(p)))
