@@ -98,8 +98,9 @@ def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     assert [r["step"] for r in rows] == [1, 2, 3, 4]
     [first_resumed] = [i for i, r in enumerate(rows) if "resumed_from" in r]
     resumed_from = rows[first_resumed]["resumed_from"]
-    # training continued right after the checkpoint it resumed from, at least step 2's: at most one step lost
-    assert rows[first_resumed]["step"] == resumed_from + 1 and resumed_from >= max(2, max(steps_first) - 1)
+    # training continued right after the checkpoint it resumed from: at most one step lost. Step 2's checkpoint
+    # folder can exist before Ray Train registers it, and an interrupt in between resumes from step 1 (rows above)
+    assert rows[first_resumed]["step"] == resumed_from + 1 and resumed_from >= max(1, max(steps_first) - 1)
     assert f"resumed from step {resumed_from}" in second.stdout
     assert 4 in checkpoint_steps(run_dir)
     assert all(r["sync/failed_engines"] == 0 for r in rows[first_resumed + 1 :])  # every broadcast reached the engine
