@@ -153,7 +153,8 @@ def generated(source: str, name: str):
     from a file as a candidate is (Triton reads a kernel's source)."""
     import importlib.util
 
-    from drtriton_ray.lower.emit import HEADER, library_source
+    from drtriton_ray.lower.emit import HEADER
+    from drtriton_ray.lower.library import library_source
 
     path = Path(tempfile.mkdtemp()) / f"{name}.py"
     path.write_text(HEADER + "\n" + library_source([source]) + "\n\n" + source)

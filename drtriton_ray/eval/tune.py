@@ -17,7 +17,8 @@ import triton.testing
 from drtriton_ray.ir import Program
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.elementwise import is_elementwise
-from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, library_source, split_small
+from drtriton_ray.lower.emit import HEADER, fused_elementwise, launch_call, split_small
+from drtriton_ray.lower.library import library_source
 
 
 def elementwise_launcher(p: Program, k: int, tmp: Path):
