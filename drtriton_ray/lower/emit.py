@@ -26,6 +26,7 @@ from drtriton_ray.lower.library import library_source
 from drtriton_ray.lower.lowerings import LOWERINGS, AnchorKernel, Lowering, Site, StatsKernel, describe
 from drtriton_ray.lower.passes import fold_all
 from drtriton_ray.lower.specialize import specialize
+from drtriton_ray.lower.symbolic import binding_lines, pass_sizes, used_sizes, with_sizes
 from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, resolved
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
@@ -273,6 +274,7 @@ def _kernel(p: Program, f: KernelGroup, g: int, views: set[int], gpu: str | None
     if f.prologue or f.epilogue:
         return _anchor_kernel(p, f, f"fused_{g}", gpu)
     node = p.nodes[f.anchor]
+    lowering_of(node.op)  # a PyTorch node (one with no tensor input too) gets the clear error first
     out_shape = p.tensors[node.outputs[0]].shape
     in_shape = p.tensors[node.inputs[0]].shape
     return None, f"tensor_{node.outputs[0]} = {launch_call(node, in_shape, out_shape, launch_config(p, node, gpu))}"
@@ -284,16 +286,20 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
     configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices). The
     library code it carries is specialized to the constants the program passes it (lower/specialize.py)."""
     gpu = gpu_name() if gpu == "auto" else gpu
+    p = with_sizes(p)  # symbolic dims read from the inputs at run time (lower/symbolic.py)
     p = fold_all(p) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
     views = view_layouts(p)
     for g, f in enumerate(kernel_groups(p, fuse)):
         src, line = _kernel(p, f, g, views, gpu)
+        if src:
+            src, line = pass_sizes(src, line, f"fused_{g}", used_sizes(p, src))
         kernels_src += [src] if src else []
         forward.append(line)
     outs = [f"tensor_{o}" for o in p.outputs]
     forward.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
+    forward = binding_lines(p, "\n".join(forward)) + forward
     constants, init = _problem_parts(problem_source)
     library = library_source(forward + kernels_src)
     body = [HEADER] + constants + ["", ""] + ([library, ""] if library else []) + ["\n\n".join(kernels_src)]
