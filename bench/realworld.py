@@ -6,10 +6,10 @@ and answer times, and whether the answer is right at shapes it was never verifie
     python bench/realworld.py --device cpu --budget-s 60 --out realworld.json
     python bench/realworld.py --device cuda --sizes llm --dtype bfloat16 --only hf_llama_rmsnorm,rmsnorm
 
-`--sizes llm` rewrites each program's module-level size constants from its LLM_SIZES before converting; `--dtype`
-rewrites its `dtype = torch....` line. One verifier pool serves every program; a program's failure (a capture
-error, a rejected request, any exception) is recorded in its row and the run goes on. `--out` is rewritten after
-every program.
+The variants a file declares (VARIANTS, e.g. its bfloat16 twin) are programs of their own. `--sizes llm` rewrites
+each program's module-level size constants from its LLM_SIZES before converting; `--dtype` rewrites its
+`dtype = torch....` line. One verifier pool serves every program; a program's failure (a capture error, a rejected
+request, any exception) is recorded in its row and the run goes on. `--out` is rewritten after every program.
 
 The shape-generality check: each answer's ModelNew, loaded with the original Model's state_dict, is called at two
 other values of the program's DYNAMIC constants (+1, and x2 at small sizes or /2 at LLM sizes) and compared with
@@ -20,7 +20,6 @@ must not take the bench down), with TRITON_INTERPRET=1 on CPU."""
 from __future__ import annotations
 
 import argparse
-import ast
 import json
 import math
 import os
@@ -37,6 +36,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import save  # noqa: E402  (bench/, the script's own folder)
 
+from drtriton_ray.eval.realworld import constants, programs, set_constant  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 PROGRAMS = ROOT / "tests" / "realworld" / "programs"
 TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 3e-2}  # atol = rtol, by the output's dtype
@@ -44,35 +45,16 @@ DTYPES = ("float32", "float16", "bfloat16")
 OUTCOMES = ("right", "wrong", "refused", "broken")
 
 
-def program_paths(only: str | None) -> list[Path]:
-    paths = sorted(PROGRAMS.glob("*.py"))
+def program_sources(only: str | None) -> dict[str, str]:
+    """Name -> source of the suite's programs (files and the variants they declare), or of the ones named."""
+    sources = programs(PROGRAMS)
     if not only:
-        return paths
+        return sources
     wanted = [n.strip().removesuffix(".py") for n in only.split(",") if n.strip()]
-    unknown = [n for n in wanted if not (PROGRAMS / f"{n}.py").is_file()]
+    unknown = [n for n in wanted if n not in sources]
     if unknown:
         sys.exit(f"error: no program {', '.join(unknown)} in {PROGRAMS}")
-    return [PROGRAMS / f"{n}.py" for n in wanted]
-
-
-def constants(source: str) -> dict:
-    """The module-level constants given as literals (sizes, KINDS, LLM_SIZES, DYNAMIC), read without running."""
-    out = {}
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
-    return out
-
-
-def set_constant(source: str, name: str, value: str) -> str:
-    """The source with the module-level line `name = ...` replaced by `name = value`."""
-    pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.MULTILINE)
-    if not pattern.search(source):
-        raise KeyError(f"no module-level constant {name}")
-    return pattern.sub(f"{name} = {value}", source, count=1)
+    return {n: sources[n] for n in wanted}
 
 
 def sized_source(source: str, sizes: str, dtype: str | None) -> str:
@@ -116,15 +98,15 @@ def reverify(pool, problem: str, answer: str, device: str, policy: str):
     return pool.verify([task])[0]
 
 
-def convert_program(path: Path, args, pool) -> tuple[dict, str | None]:
+def convert_program(name: str, source: str, args, pool) -> tuple[dict, str | None]:
     """One program's row (conversion part) and its answer's source (None where conversion failed)."""
     from drtriton_ray.capture.errors import CaptureError
     from drtriton_ray.convert import ConversionError, convert
     from drtriton_ray.search.runs import report_fields
 
-    source = sized_source(path.read_text(), args.sizes, args.dtype)
+    source = sized_source(source, args.sizes, args.dtype)
     meta = constants(source)
-    row = {"program": path.stem, "kinds": list(meta.get("KINDS", ())), "captured": False, "triton_fragments": 0}
+    row = {"program": name, "kinds": list(meta.get("KINDS", ())), "captured": False, "triton_fragments": 0}
     t0 = time.monotonic()
     try:
         result = convert(source, device=args.device, budget_s=args.budget_s, sources=args.sources.split(","),
@@ -357,20 +339,20 @@ def main() -> int:
 
     from drtriton_ray.verify import Limits, WorkerPool
 
-    paths = program_paths(args.only)
+    sources = program_sources(args.only)
     size = args.workers or (4 if args.device.startswith("cuda") else 2)
     rows: list[dict] = []
     record = {k: str(v) for k, v in vars(args).items() if k != "shape_check"}
     with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="realworld") as pool:
-        for path in paths:
-            row, answer = convert_program(path, args, pool)
+        for name, source in sources.items():
+            row, answer = convert_program(name, source, args, pool)
             if answer is not None and args.answers:
                 args.answers.mkdir(parents=True, exist_ok=True)
-                (args.answers / path.name).write_text(answer)
+                (args.answers / f"{name}.py").write_text(answer)
             if answer is not None:
-                judge_answer(row, sized_source(path.read_text(), args.sizes, args.dtype), answer, args, pool)
+                judge_answer(row, sized_source(source, args.sizes, args.dtype), answer, args, pool)
             rows.append(row)
-            print(f"{path.stem}: {row.get('error') or row.get('reason')} triton {row['triton_fragments']} "
+            print(f"{name}: {row.get('error') or row.get('reason')} triton {row['triton_fragments']} "
                   f"correct {row.get('correct')} shapes {shapes_cell(row)} {row['wall_s']:.0f}s",
                   file=sys.stderr, flush=True)  # fmt: skip
             save(args.out, {"args": record, "rows": rows, "summary": summary(rows)})

@@ -3,14 +3,17 @@ KernelBench problem at its small sizes and at other values of the dims it declar
 fit a GPU, and the suite covers the kinds of code issue 44 names."""
 
 import ast
-import importlib.util
 import itertools
+import types
 from pathlib import Path
 
 import pytest
 import torch
 
-PROGRAMS = sorted((Path(__file__).parent / "programs").glob("*.py"))
+from drtriton_ray.eval.realworld import constants, programs
+
+FOLDER = Path(__file__).parent / "programs"
+PROGRAMS = programs(FOLDER)  # name -> source: the files and the variants they declare
 REQUIRED_KINDS = {
     "hf",
     "bf16",
@@ -41,11 +44,10 @@ LLM_BYTES = 2 * 2**30  # one program's parameters and inputs at its LLM sizes
 _counter = itertools.count()
 
 
-def load(path: Path):
+def load(name: str):
     """A fresh module object for the program (its size constants can be reassigned without affecting others)."""
-    spec = importlib.util.spec_from_file_location(f"realworld_{path.stem}_{next(_counter)}", path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
+    module = types.ModuleType(f"realworld_{name}_{next(_counter)}")
+    exec(compile(PROGRAMS[name], f"{name}.py", "exec"), module.__dict__)
     return module
 
 
@@ -58,9 +60,9 @@ def outputs(module) -> tuple:
     return inputs, out if isinstance(out, tuple) else (out,)
 
 
-@pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
-def test_program_runs_at_its_sizes_and_at_other_dynamic_sizes(path):
-    module = load(path)
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_program_runs_at_its_sizes_and_at_other_dynamic_sizes(name):
+    module = load(name)
     assert module.__doc__ and module.__doc__.strip(), "say what real code the program stands for"
     assert isinstance(module.KINDS, tuple) and module.KINDS
     assert isinstance(module.DYNAMIC, tuple) and module.DYNAMIC
@@ -78,10 +80,10 @@ def test_program_runs_at_its_sizes_and_at_other_dynamic_sizes(path):
     assert len(seen) == 3, "get_inputs() must build its inputs from the DYNAMIC constants"
 
 
-@pytest.mark.parametrize("path", PROGRAMS, ids=[p.stem for p in PROGRAMS])
-def test_llm_sizes_fit_a_gpu(path):
+@pytest.mark.parametrize("name", PROGRAMS)
+def test_llm_sizes_fit_a_gpu(name):
     """Built on the meta device (no memory): parameters and inputs at LLM sizes stay under 2 GiB."""
-    module = load(path)
+    module = load(name)
     for name, value in module.LLM_SIZES.items():
         setattr(module, name, value)
     with torch.device("meta"):
@@ -93,19 +95,33 @@ def test_llm_sizes_fit_a_gpu(path):
     assert max(t.numel() for t in tensors) > 1_000_000, "LLM sizes should be LLM-sized"
 
 
-def imports_transformers(path: Path) -> bool:
-    tree = ast.parse(path.read_text())
+def imports_transformers(source: str) -> bool:
+    tree = ast.parse(source)
     return any(isinstance(n, ast.ImportFrom) and (n.module or "").startswith("transformers") for n in tree.body)
 
 
 def test_suite_covers_the_kinds_real_code_has():
-    kinds = {path.stem: load(path).KINDS for path in PROGRAMS}
+    kinds = {name: load(name).KINDS for name in PROGRAMS}
     assert len(PROGRAMS) >= 30
     missing = REQUIRED_KINDS - set().union(*kinds.values())
     assert not missing, f"no program of kind {sorted(missing)}"
     hf = [name for name, k in kinds.items() if "hf" in k]
     assert len(hf) >= 8
-    assert all(imports_transformers(p) for p in PROGRAMS if p.stem in hf), "hf programs import transformers"
+    assert all(imports_transformers(PROGRAMS[name]) for name in hf), "hf programs import transformers"
+
+
+def test_variants_are_their_files_with_the_declared_constants():
+    """A declared variant is a program of its own: its file's whole text (the converter sees nothing else) with the
+    constants it declares set, the dtype as a torch dtype."""
+    variants = {}
+    for path in FOLDER.glob("*.py"):
+        variants.update({v: (path.stem, c) for v, c in constants(path.read_text()).get("VARIANTS", {}).items()})
+    assert {"hf_llama_rmsnorm_bf16", "cross_entropy_bf16", "add_layernorm_fp16", "hf_t5_gated_gelu"} <= set(variants)
+    for name, (base, changes) in variants.items():
+        module = load(name)
+        for key, value in changes.items():
+            assert getattr(module, key) == (getattr(torch, value) if key == "dtype" else value), (name, key)
+        assert load(base).dtype == torch.float32 and PROGRAMS[name] != PROGRAMS[base]
 
 
 def test_bench_converts_a_program_and_calls_its_answer_at_other_shapes(tmp_path):

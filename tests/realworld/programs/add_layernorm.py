@@ -1,4 +1,5 @@
-"""A post-norm transformer block's residual add and LayerNorm (BERT, the original Transformer)."""
+"""A post-norm transformer block's residual add and LayerNorm (BERT, the original Transformer); its float16 variant
+as a model run with .half()."""
 
 import torch
 import torch.nn as nn
@@ -10,23 +11,21 @@ hidden = 64
 dtype = torch.float32
 LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
 DYNAMIC = ("batch_size", "seq_len")
+VARIANTS = {"add_layernorm_fp16": {"dtype": "float16", "KINDS": ("add_layernorm", "fp16")}}
 
 
 class Model(nn.Module):
     def __init__(self, hidden):
         super().__init__()
-        self.norm = nn.LayerNorm(hidden, eps=1e-5)
-        self.to(dtype)
+        self.norm = nn.LayerNorm(hidden, eps=1e-5, dtype=dtype)
 
     def forward(self, x, residual):
         return self.norm(x + residual)
 
 
 def get_inputs():
-    return [
-        torch.randn(batch_size, seq_len, hidden, dtype=dtype),
-        torch.randn(batch_size, seq_len, hidden, dtype=dtype),
-    ]
+    x = torch.randn(batch_size, seq_len, hidden, dtype=dtype)
+    return [x, torch.randn_like(x)]
 
 
 def get_init_inputs():

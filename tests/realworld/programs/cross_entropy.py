@@ -1,4 +1,5 @@
-"""A language model's loss: cross-entropy of the logits over the vocabulary against next-token ids."""
+"""A language model's loss: cross-entropy of the logits over the vocabulary against next-token ids; its bfloat16
+variant on a bf16 model's LM head output, mean over the tokens."""
 
 import torch
 import torch.nn as nn
@@ -10,6 +11,13 @@ vocab = 128
 dtype = torch.float32
 LLM_SIZES = {"tokens": 4096, "vocab": 32000}
 DYNAMIC = ("tokens",)
+VARIANTS = {
+    "cross_entropy_bf16": {
+        "dtype": "bfloat16",
+        "KINDS": ("cross_entropy", "bf16"),
+        "LLM_SIZES": {"tokens": 4096, "vocab": 128256},
+    },
+}
 
 
 class Model(nn.Module):
@@ -18,7 +26,8 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [torch.randn(tokens, vocab, dtype=dtype), torch.randint(0, vocab, (tokens,))]
+    logits = torch.randn(tokens, vocab, dtype=dtype)
+    return [logits, torch.randint(0, vocab, (tokens,))]
 
 
 def get_init_inputs():

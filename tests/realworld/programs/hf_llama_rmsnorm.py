@@ -1,4 +1,5 @@
-"""Llama's RMSNorm imported from transformers, as a decoder layer's input norm (LlamaRMSNorm)."""
+"""Llama's RMSNorm imported from transformers, as a decoder layer's input norm (LlamaRMSNorm); its bfloat16 variant
+as a model loaded with torch_dtype=torch.bfloat16 runs it: upcast to fp32 inside, cast back."""
 
 import torch
 import torch.nn as nn
@@ -11,20 +12,26 @@ hidden = 64
 dtype = torch.float32
 LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
 DYNAMIC = ("batch_size", "seq_len")
+VARIANTS = {
+    "hf_llama_rmsnorm_bf16": {
+        "dtype": "bfloat16",
+        "KINDS": ("hf", "rmsnorm", "bf16"),
+        "LLM_SIZES": {"batch_size": 4, "seq_len": 4096, "hidden": 8192},
+    },
+}
 
 
 class Model(nn.Module):
     def __init__(self, hidden):
         super().__init__()
-        self.norm = LlamaRMSNorm(hidden, eps=1e-6)
-        self.to(dtype)
+        self.input_layernorm = LlamaRMSNorm(hidden, eps=1e-6).to(dtype)
 
     def forward(self, hidden_states):
-        return self.norm(hidden_states)
+        return self.input_layernorm(hidden_states)
 
 
 def get_inputs():
-    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype)]
+    return [torch.randn(batch_size, seq_len, hidden).to(dtype)]
 
 
 def get_init_inputs():

@@ -1,7 +1,9 @@
-"""T5's LayerNorm from transformers: scale only, no mean subtraction, variance in fp32 (T5LayerNorm)."""
+"""T5's LayerNorm from transformers: scale only, no mean subtraction, variance in fp32 (T5LayerNorm), as T5Stack
+builds its final norm from the config."""
 
 import torch
 import torch.nn as nn
+from transformers import T5Config
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
 KINDS = ("hf", "rmsnorm")
@@ -14,13 +16,13 @@ DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):
-    def __init__(self, d_model):
+    def __init__(self, config):
         super().__init__()
-        self.layer_norm = T5LayerNorm(d_model, eps=1e-6)
+        self.final_layer_norm = T5LayerNorm(config.d_model, eps=config.layer_norm_epsilon)
         self.to(dtype)
 
     def forward(self, hidden_states):
-        return self.layer_norm(hidden_states)
+        return self.final_layer_norm(hidden_states)
 
 
 def get_inputs():
@@ -28,4 +30,4 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return [d_model]
+    return [T5Config(d_model=d_model, layer_norm_epsilon=1e-6)]
