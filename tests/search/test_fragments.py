@@ -1,4 +1,5 @@
-"""Fragments of hand-built graphs: enumeration, boundaries with fan-out, weights, hashing, rendering."""
+"""Fragments of hand-built graphs: enumeration (windows and fusion regions), boundaries with fan-out, weights,
+hashing, rendering."""
 
 import copy
 
@@ -28,9 +29,63 @@ def run_model(source: str):
 def test_every_contiguous_run_up_to_k():
     g = mlp_block()  # 5 nodes
     for k, expected in ((1, 5), (2, 9), (5, 15), (9, 15)):
-        assert len(enumerate_fragments(g, k)) == expected
+        assert len(enumerate_fragments(g, k, longest=0)) == expected
     with pytest.raises(ValueError):
         enumerate_fragments(g, 0)
+    # beyond the windows: the Linear with its epilogue (GELU, residual Add), one kernel of the lowering
+    assert [f.name for f in enumerate_fragments(g, 1) if f.size > 1] == ["n0-2"]
+    assert len(enumerate_fragments(g, 2)) == 10 and len(enumerate_fragments(g, 3)) == 12
+
+
+def hf_rmsnorm(dtype: str) -> Graph:
+    """Llama's RMSNorm as capture writes it: x.to(float32) (a Torch cast where x is not float32), square, mean,
+    + eps, rsqrt, x * that, .to(dtype), weight * that."""
+    shape, row = [2, 8, 64], [2, 8, 1]
+    t = {0: Tensor(0, shape, dtype, "input"), 1: Tensor(1, [64], dtype, "weight", "positive")}
+    t |= {i: Tensor(i, shape if i in (2, 3, 7, 8) else row, "float32", "intermediate") for i in range(2, 9)}
+    t[8].dtype, t[9] = dtype, Tensor(9, shape, dtype, "output")
+    nodes = [
+        Node("Square", [2], [3]),
+        Node("Mean", [3], [4], {"dim": -1, "keepdim": True}),
+        Node("AddScalar", [4], [5], {"value": 1e-6}),
+        Node("Rsqrt", [5], [6]),
+        Node("Mul", [2, 6], [7]),
+        Node("Mul", [1, 8], [9]),
+    ]
+    if dtype == "float32":  # no casts: x is tensor 2, the last Mul reads tensor 7
+        nodes[0].inputs, nodes[4].inputs, nodes[5].inputs = [0], [0, 6], [1, 7]
+        t = {i: v for i, v in t.items() if i not in (2, 8)}
+    else:
+        for k, (src, dst, to) in ((0, (0, 2, "float32")), (6, (7, 8, dtype))):
+            params = {"target": "aten._to_copy.default", "args": [{"$t": src}], "kwargs": {"dtype": {"$dtype": to}}}
+            nodes.insert(k, Node(TORCH_OP, [src], [dst], params))
+    return Graph(Program(nodes, t, dtype, 0), [0], {1: "norm.weight"})
+
+
+def test_a_written_out_rmsnorm_is_one_fragment():
+    """Six nodes, one fusion region (a mean grown through its elementwise neighbours): one fragment spans it,
+    though windows stop at five nodes; the tiling may then pick it whole."""
+    g = hf_rmsnorm("float32")
+    fragments = by_name(enumerate_fragments(g))
+    whole = fragments["n0-5"]
+    assert whole.ops == ["Square", "Mean", "AddScalar", "Rsqrt", "Mul", "Mul"] and not whole.skip
+    assert whole.inputs == [0, 1] and whole.outputs == [9]
+    assert len(fragments) == 20 + 1 and "n0-5" not in by_name(enumerate_fragments(g, longest=5))
+    _, out = run_model(whole.source)  # the sub-problem runs: an RMSNorm of its own input
+    assert out.shape == (2, 8, 64)
+
+
+def test_casts_join_a_region_and_the_region_without_them_stays():
+    """Hugging Face's casts around the norm: the region grown through them (for a policy: the lowering has no cast)
+    and the one without them (what the lowering can fuse), besides the lowering's own kernels (+ eps, rsqrt, scale);
+    those longer than k=2, none past `longest`."""
+    g = hf_rmsnorm("bfloat16")
+    long = {f.name: f for f in enumerate_fragments(g, 2) if f.size > 2}
+    assert sorted(long) == ["n0-7", "n1-5", "n3-5"]
+    assert long["n0-7"].ops[0] == long["n0-7"].ops[6] == "_to_copy.default"
+    assert long["n1-5"].ops == ["Square", "Mean", "AddScalar", "Rsqrt", "Mul"]
+    capped = by_name(enumerate_fragments(g, 2, longest=7))  # grown through the first cast, up to 7 nodes
+    assert "n0-7" not in capped and max(f.size for f in capped.values()) == 7
 
 
 def test_boundaries_follow_fan_out():
