@@ -3,9 +3,11 @@
 A problem in KernelBench's format sizes its inputs with module-level integers (`batch_size = 16`, `seq_len = 512`).
 Each constant that may vary is set to another value and the program captured again: the tensor dims that change
 are symbolic, each named by an expression of the constants (`batch_size`, `batch_size*seq_len`, `seq_len-1`), and
-`Tensor.sym` records it. A constant cannot vary, and is reported so, where the graph's structure changes with it
-(shape-dependent code), where it sizes a parameter, a buffer or a constant the forward builds, or where a dim
-depends on it in a way no such expression describes.
+`Tensor.sym` records it; so are the integer arguments of operators that change (`view(batch_size*seq_len, 64)`,
+`arange(seq_len)`), in `Node.sym`. A constant cannot vary, and is reported so, where the graph's structure changes
+with it (shape-dependent code), where it sizes a parameter, a buffer or a constant the forward builds, where it sets
+an argument that is not an integer, or where a dim or an argument depends on it in a way no such expression
+describes.
 
 Which constants are tried: those the caller declares (`--dynamic`), else the module-level integers `get_inputs`
 reads that size no last dim of an input (the leading batch and sequence dims, not the feature dims kernels are
@@ -30,6 +32,7 @@ class Variation:
     name: str
     value: int
     dims: dict[tuple[int, int], int] = field(default_factory=dict)
+    args: dict[tuple[int, str], int] = field(default_factory=dict)  # (node, param path) -> its value there
     why_not: str = ""  # non-empty: the constant cannot vary
 
 
@@ -81,27 +84,40 @@ def compare(base: Graph, graph: Graph, name: str, other: int) -> Variation:
                     kind = "a constant the forward builds" if tid in base.constants else "a parameter or buffer"
                     v.why_not = f"{name} sizes {kind} ({base.state.get(tid, f'tensor {tid}')})"
                     return v
-    changed = [k for k, (a, b) in enumerate(zip(base.program.nodes, graph.program.nodes)) if a.params != b.params]
-    if changed:
-        v.why_not = f"{name} sets operator arguments (node {changed[0]}: {base.program.nodes[changed[0]].op})"
+    for k, (a, b) in enumerate(zip(base.program.nodes, graph.program.nodes)):
+        old, new = param_leaves(a.params), param_leaves(b.params)
+        for path in [p for p in old if old[p] != new.get(p)]:
+            if old.keys() != new.keys() or type(old[path]) is not int or type(new[path]) is not int:
+                v.why_not = f"{name} sets operator arguments (node {k}: {a.op})"
+                return v
+            v.args[(k, path)] = new[path]
     return v
 
 
-def expression(sample: int, key: tuple[int, int], deps: list[Variation], values: dict[str, int]) -> Optional[str]:
-    """The dim `key` (sample value `sample`) as `k*c1*c2+o` of the constants it depends on (`deps`, the variations
-    that changed it), checked against each of them; None if no such expression fits."""
-    if len(deps) == 1:
-        d = deps[0]
-        slope, rest = divmod(d.dims[key] - sample, d.value - values[d.name])
+def param_leaves(value, path: str = "") -> dict[str, object]:
+    """A node's params by path ("shape.0", "args.0", "kwargs.size.1"); an encoded tensor or dtype is one leaf."""
+    if isinstance(value, dict) and not any(str(k).startswith("$") for k in value):
+        return {p: v for k, sub in value.items() for p, v in param_leaves(sub, f"{path}{k}.").items()}
+    if isinstance(value, (list, tuple)):
+        return {p: v for k, sub in enumerate(value) for p, v in param_leaves(sub, f"{path}{k}.").items()}
+    return {path.removesuffix("."): value}
+
+
+def expression(sample: int, changed: list[tuple[Variation, int]], values: dict[str, int]) -> Optional[str]:
+    """A size (sample value `sample`) as `k*c1*c2+o` of the constants it depends on (`changed`: the variations that
+    changed it, with its value in each), checked against each of them; None if no such expression fits."""
+    if len(changed) == 1:
+        ((d, now),) = changed
+        slope, rest = divmod(now - sample, d.value - values[d.name])
         offset = sample - slope * values[d.name]
         return None if rest else _format(slope, [d.name], offset)
     product = 1
-    for d in deps:
+    for d, _ in changed:
         product *= values[d.name]
     slope, rest = divmod(sample, product)
-    if rest or any(d.dims[key] != slope * (product // values[d.name]) * d.value for d in deps):
+    if rest or any(now != slope * (product // values[d.name]) * d.value for d, now in changed):
         return None
-    return _format(slope, [d.name for d in deps], 0)
+    return _format(slope, [d.name for d, _ in changed], 0)
 
 
 def _format(slope: int, names: list[str], offset: int) -> Optional[str]:
@@ -138,19 +154,30 @@ def mark_symbolic(graph: Graph, constants: dict[str, int], capture: Capture, dec
 
 
 def name_dims(graph: Graph, ok: list[Variation], constants: dict[str, int]) -> Optional[Variation]:
-    """Tensor.sym for every dim the variations change; the first variation whose dim no expression fits (the
-    names are then left unset)."""
+    """Tensor.sym for every dim the variations change and Node.sym for every argument; the first variation whose
+    dim or argument no expression fits (the names are then left unset)."""
     names: dict[tuple[int, int], str] = {}
     for key in sorted({k for v in ok for k in v.dims}):
-        deps = [v for v in ok if key in v.dims]
-        text = expression(graph.program.tensors[key[0]].shape[key[1]], key, deps, constants)
+        changed = [(v, v.dims[key]) for v in ok if key in v.dims]
+        text = expression(graph.program.tensors[key[0]].shape[key[1]], changed, constants)
         if text is None:
-            return deps[0]
+            return changed[0][0]
         names[key] = text
+    args: dict[tuple[int, str], str] = {}
+    for node, path in sorted({k for v in ok for k in v.args}):
+        changed = [(v, v.args[(node, path)]) for v in ok if (node, path) in v.args]
+        text = expression(param_leaves(graph.program.nodes[node].params)[path], changed, constants)
+        if text is None:
+            return changed[0][0]
+        args[(node, path)] = text
     for t in graph.program.tensors.values():
         t.sym = []
     for (tid, axis), text in names.items():
         t = graph.program.tensors[tid]
         t.sym = t.sym or [""] * len(t.shape)
         t.sym[axis] = text
+    for n in graph.program.nodes:
+        n.sym = {}
+    for (node, path), text in args.items():
+        graph.program.nodes[node].sym[path] = text
     return None

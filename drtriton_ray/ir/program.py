@@ -9,7 +9,9 @@ stand for themselves. Its `inputs` list every tensor it reads, in order of appea
 it returns (an ATen op may return several).
 
 A dim of a shape may be symbolic: `Tensor.sym[k]` names it ("batch", "seq") and `Tensor.shape[k]` holds its sample
-value; "" is a dim fixed by the module (hidden size, head dim, vocab). Synthesized programs have no symbolic dims.
+value; "" is a dim fixed by the module (hidden size, head dim, vocab). A node's integer argument may be symbolic too
+(`x.view(batch * seq, hidden)`, `torch.arange(seq)`): `Node.sym` maps its path in `params` ("shape.0", "args.0") to
+the expression, the param keeping the sample value. Synthesized programs have no symbolic dims.
 
 Synthesis (`drtriton_ray.synth`) and capture (`drtriton_ray.capture`) produce programs; lowering, search,
 verification, RL and serving read them. This package imports nothing of the stages.
@@ -17,6 +19,7 @@ verification, RL and serving read them. This package imports nothing of the stag
 
 from __future__ import annotations
 
+import copy
 import json
 from dataclasses import asdict, dataclass, field
 
@@ -56,6 +59,24 @@ class Tensor:
         return cls(**d)
 
 
+class Size(int):
+    """A symbolic size's sample value (for every decision made from it) that source code writes as its expression
+    (`repr`, `str`): a shape `(Size(2, "batch"), 64)` prints as `(batch, 64)`."""
+
+    def __new__(cls, value: int, expr: str):
+        size = super().__new__(cls, value)
+        size.expr = expr
+        return size
+
+    def __getnewargs__(self):
+        return int(self), self.expr
+
+    def __repr__(self) -> str:
+        return self.expr
+
+    __str__ = __repr__
+
+
 @dataclass
 class Node:
     op: str
@@ -63,9 +84,25 @@ class Node:
     outputs: list[int]
     params: dict = field(default_factory=dict)
     weights: list[int] = field(default_factory=list)
+    sym: dict[str, str] = field(default_factory=dict)  # param path ("shape.0", "args.0") -> its size expression
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Fields as data; `sym` only where an argument is symbolic (see Tensor.to_dict)."""
+        d = asdict(self)
+        if not self.sym:
+            d.pop("sym")
+        return d
+
+    def sized_params(self, code) -> dict:
+        """`params` with each symbolic argument a `Size` written as `code(expression)`."""
+        params = copy.deepcopy(self.params)
+        for path, expr in self.sym.items():
+            *outer, last = [int(k) if k.isdigit() else k for k in path.split(".")]
+            holder = params
+            for k in outer:
+                holder = holder[k]
+            holder[last] = Size(holder[last], code(expr))
+        return params
 
     @classmethod
     def from_dict(cls, d: dict) -> "Node":

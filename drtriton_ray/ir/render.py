@@ -23,6 +23,7 @@ HEADER = "import torch\nimport torch.nn as nn\nimport torch.nn.functional as F\n
 FLOAT_PREFIXES = ("float", "bfloat")
 SIZE_NAME = re.compile(r"[A-Za-z_]\w*")  # the constants in a symbolic dim's expression
 Namer = Callable[[int], str]
+SizeCode = Callable[[str], str]  # a symbolic size's expression -> the code that computes it where a node is rendered
 
 
 def literal(value, name: Namer) -> str:
@@ -46,23 +47,31 @@ def literal(value, name: Namer) -> str:
     return repr(value)
 
 
-def torch_call(node: Node, name: Namer) -> str:
-    """The PyTorch expression of a Torch node: `torch.ops.aten.<op>.<overload>(args, kw=...)`."""
-    args = [literal(a, name) for a in node.params["args"]]
-    args += [f"{k}={literal(v, name)}" for k, v in node.params.get("kwargs", {}).items()]
-    return f"torch.ops.{node.params['target']}({', '.join(args)})"
+def torch_call(params: dict, name: Namer) -> str:
+    """The PyTorch expression of a Torch node's params: `torch.ops.aten.<op>.<overload>(args, kw=...)`."""
+    args = [literal(a, name) for a in params["args"]]
+    args += [f"{k}={literal(v, name)}" for k, v in params.get("kwargs", {}).items()]
+    return f"torch.ops.{params['target']}({', '.join(args)})"
 
 
-def node_expr(n: Node, name: Namer) -> str:
+def size_expr(expr: str) -> str:
+    """A size expression as source over the problem's size constants."""
+    return expr if expr.isidentifier() else f"({expr})"
+
+
+def node_expr(n: Node, name: Namer, sizes: Optional[SizeCode] = None) -> str:
+    """A node's expression; `sizes`: how its symbolic arguments are written (None: their sample values)."""
+    params = n.sized_params(sizes) if sizes and n.sym else n.params
     if n.op == TORCH_OP:
-        return torch_call(n, name)
-    return REGISTRY[n.op].render([name(i) for i in n.inputs], [name(w) for w in n.weights], n.params)
+        return torch_call(params, name)
+    return REGISTRY[n.op].render([name(i) for i in n.inputs], [name(w) for w in n.weights], params)
 
 
-def node_line(n: Node, name: Namer, first_of: str = "") -> str:
+def node_line(n: Node, name: Namer, first_of: str = "", sizes: Optional[SizeCode] = None) -> str:
     """A node's forward line; a node with several outputs unpacks them. `first_of`: the name of a function that
-    takes the first of a sequence, applied to a one-output Torch call (an ATen call may return a 1-tuple)."""
-    expr = node_expr(n, name)
+    takes the first of a sequence, applied to a one-output Torch call (an ATen call may return a 1-tuple);
+    `sizes`: see node_expr."""
+    expr = node_expr(n, name, sizes)
     if first_of and n.op == TORCH_OP and len(n.outputs) == 1:
         expr = f"{first_of}({expr})"
     return f"{', '.join(name(o) for o in n.outputs)} = {expr}"
@@ -95,9 +104,8 @@ def _shape_expr(t: Tensor) -> str:
 def size_names(p: Program) -> list[str]:
     """The size constants the program's symbolic dims are expressions of, in order of first appearance."""
     found: dict[str, None] = {}
-    for t in p.tensors.values():
-        for expr in t.sym:
-            found.update(dict.fromkeys(SIZE_NAME.findall(expr)))
+    for expr in [e for t in p.tensors.values() for e in t.sym] + [e for n in p.nodes for e in n.sym.values()]:
+        found.update(dict.fromkeys(SIZE_NAME.findall(expr)))
     return list(found)
 
 
@@ -175,7 +183,7 @@ def problem_source(p: Program, title: str = "", sizes: Optional[dict[str, int]] 
         "    def __init__(self):",
     ]
     out += ["        super().__init__()"] + [f"        {line}" for line in parameter_lines(p)]
-    out += ["", f"    {forward_signature(p)}"] + [f"        {node_line(n, name)}" for n in p.nodes]
+    out += ["", f"    {forward_signature(p)}"] + [f"        {node_line(n, name, sizes=size_expr)}" for n in p.nodes]
     out += [f"        return {_returned(p)}", "", ""]
     draws = ", ".join(draw_expr(p.tensors[i], p.dtype) for i in p.inputs)
     out += ["def get_inputs():", f"    return [{draws}]", "", "", "def get_init_inputs():", "    return []", ""]

@@ -18,26 +18,10 @@ import copy
 import re
 
 from drtriton_ray.ir import Program
+from drtriton_ray.ir.program import Size
 from drtriton_ray.ir.render import SIZE_NAME
 
 PREFIX = "size_"
-
-
-class Size(int):
-    """A dim's sample value that generated code writes as its expression of run-time sizes (`repr`)."""
-
-    def __new__(cls, value: int, expr: str):
-        size = super().__new__(cls, value)
-        size.expr = expr
-        return size
-
-    def __getnewargs__(self):
-        return int(self), self.expr
-
-    def __repr__(self) -> str:
-        return self.expr
-
-    __str__ = __repr__
 
 
 def code_name(name: str) -> str:
@@ -50,26 +34,36 @@ def code_expr(expr: str) -> str:
     return text if expr.isidentifier() else f"({text})"
 
 
-def bindings(p: Program) -> dict[str, str]:
-    """Size name -> where the forward reads it: the first input dim that is that size alone."""
+def bindings(p: Program, name=lambda t: f"tensor_{t}", inputs=None) -> dict[str, str]:
+    """Size name -> where the forward reads it: the first input dim that is that size alone (`name(t)`: how the
+    forward calls input t; `inputs`: its inputs, default the program's)."""
     found: dict[str, str] = {}
-    for t in p.inputs:
-        for axis, name in enumerate(p.tensors[t].dim_names()):
-            if name.isidentifier():
-                found.setdefault(name, f"tensor_{t}.shape[{axis}]")
+    for t in p.inputs if inputs is None else inputs:
+        for axis, size in enumerate(p.tensors[t].dim_names()):
+            if size.isidentifier():
+                found.setdefault(size, f"{name(t)}.shape[{axis}]")
     return found
 
 
+def readable(expressions, bound) -> bool:
+    """Whether every size the expressions name is bound."""
+    return all(set(SIZE_NAME.findall(e)) <= set(bound) for e in expressions)
+
+
 def with_sizes(p: Program) -> Program:
-    """A copy of `p` whose symbolic dims are `Size`s, where the inputs give every size their expression names."""
+    """A copy of `p` whose symbolic dims and arguments are `Size`s (ir/program.py), where the inputs give every size
+    their expressions name."""
     bound = bindings(p)
     if not bound:
         return p
     p = copy.deepcopy(p)
     for t in p.tensors.values():
         for axis, name in enumerate(t.dim_names()):
-            if name and set(SIZE_NAME.findall(name)) <= set(bound):
+            if name and readable([name], bound):
                 t.shape[axis] = Size(t.shape[axis], code_expr(name))
+    for n in p.nodes:  # a view's target shape, a reduction's sizes: the arguments as Sizes too
+        if n.sym and readable(n.sym.values(), bound):
+            n.params, n.sym = n.sized_params(code_expr), {}
     return p
 
 
@@ -78,9 +72,11 @@ def used_sizes(p: Program, text: str) -> list[str]:
     return [code_name(n) for n in bindings(p) if re.search(rf"\b{code_name(n)}\b", text)]
 
 
-def binding_lines(p: Program, text: str) -> list[str]:
-    """The forward's first lines: each size the generated code reads, from its input dim."""
-    return [f"{code_name(n)} = {where}" for n, where in bindings(p).items() if code_name(n) in used_sizes(p, text)]
+def binding_lines(p: Program, text: str, bound: dict[str, str] | None = None) -> list[str]:
+    """The forward's first lines: each size the generated code (`text`) reads, from its input dim (`bound`, default
+    `bindings(p)`)."""
+    bound = bindings(p) if bound is None else bound
+    return [f"{code_name(n)} = {where}" for n, where in bound.items() if re.search(rf"\b{code_name(n)}\b", text)]
 
 
 def pass_sizes(source: str, line: str, name: str, sizes: list[str]) -> tuple[str, str]:

@@ -26,6 +26,7 @@ from typing import Optional
 from drtriton_ray.ir import Graph
 from drtriton_ray.ir import node_line
 from drtriton_ray.ir.render import SIZE_NAME
+from drtriton_ray.lower.symbolic import binding_lines, bindings, code_expr, readable
 from drtriton_ray.search.fragments import Fragment
 
 WEIGHT_ATTR = re.compile(r"^weight_(\d+)$")
@@ -400,9 +401,12 @@ class _Renderer:
             return names.get(t) or local(t)
 
         body = []
+        bound = bindings(graph.program, names.get, graph.inputs)
         for piece in pieces:
             if piece.kind == "torch":
-                body.append(node_line(graph.program.nodes[piece.start], name))
+                node = graph.program.nodes[piece.start]
+                sizes = code_expr if node.sym and readable(node.sym.values(), bound) else None
+                body.append(node_line(node, name, sizes=sizes))
                 continue
             frag, code = chosen[(piece.start, piece.end)]
             p = self.candidate(piece, frag, code)
@@ -412,7 +416,8 @@ class _Renderer:
             body.append(f"{', '.join(name(t) for t in frag.outputs)} = {p.name}({', '.join(args)})")
         body += write_back_lines(graph, name)
         outs = [name(t) for t in graph.results]
-        return body + ["return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")")]
+        body.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
+        return binding_lines(graph.program, "\n".join(body), bound) + body  # sizes PyTorch nodes read
 
 
 GUARD = '''def drt_verified_at(tensor, shape, dtype):

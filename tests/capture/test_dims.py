@@ -35,14 +35,29 @@ def test_leading_dims_vary_and_the_feature_dim_is_not_inferred():
     assert all(s[:2] == ["batch_size", "seq_len"] for s in sym(g).values())
 
 
-def test_a_constant_that_sets_operator_arguments_cannot_vary():
-    """A reshape to (-1, hidden) and a slice to seq_len - 1 positions carry sizes in their arguments: the answer
-    stays specialized to them, and the notes say why."""
+def test_sizes_in_operator_arguments_are_symbolic_too():
+    """A reshape to (batch_size * seq_len, hidden), a slice to seq_len - 1 positions and an arange(seq_len) carry
+    sizes in their arguments: Node.sym names them, the fragment's problem writes them out, the JSON keeps them."""
+    from drtriton_ray.ir import Graph, problem_source
+
     g = capture_source(problem("return x.reshape(-1, hidden) * 2.0"), dynamic=["batch_size", "seq_len"])
-    assert g.dims == {} and "batch_size sets operator arguments (node 0: View)" in " ".join(g.notes)
+    assert g.dims == {"batch_size": 2, "seq_len": 6}, g.notes
+    view = g.program.nodes[0]
+    assert view.op == "View" and view.sym == {"shape.0": "batch_size*seq_len"}
+    assert "reshape([(batch_size*seq_len), 8])" in problem_source(g.program, sizes=g.dims)
+    assert Graph.from_json(g.to_json()).program.nodes[0].sym == view.sym
     h = capture_source(problem("return x[:, 1:] + 1.0, x * 2.0"), dynamic=["batch_size", "seq_len"])
-    assert h.dims == {"batch_size": 2} and any("seq_len cannot vary" in n for n in h.notes)
-    assert {tuple(t.sym) for t in h.program.tensors.values()} == {("batch_size", "", "")}
+    assert h.dims == {"batch_size": 2, "seq_len": 6}, h.notes
+    assert {n.op: n.sym for n in h.program.nodes}["Narrow"] == {"length": "seq_len-1"}
+    arange = problem("return x + torch.arange(x.shape[1], dtype=x.dtype)[:, None]")
+    a = capture_source(arange, dynamic=["seq_len"])
+    assert a.dims == {"seq_len": 6} and a.program.nodes[0].sym == {"args.0": "seq_len"}, a.notes
+
+
+def test_a_constant_that_sets_other_arguments_cannot_vary():
+    """An argument that changes with a size but is not an integer (a scale of 1 / seq_len) stays specialized."""
+    g = capture_source(problem("return x * (1.0 / x.shape[1])"), dynamic=["seq_len"])
+    assert g.dims == {} and "seq_len sets operator arguments (node 0: MulScalar)" in " ".join(g.notes)
 
 
 def test_a_constant_that_sizes_a_parameter_or_the_graph_cannot_vary():
@@ -71,8 +86,8 @@ def test_no_dims_unless_asked_and_the_json_keeps_them():
 
 
 def test_expressions_fit_every_variation_or_none():
-    b, s = Variation("b", 3, {(0, 0): 18}), Variation("s", 7, {(0, 0): 14})
-    assert expression(12, (0, 0), [b, s], {"b": 2, "s": 6}) == "b*s"
-    assert expression(24, (0, 0), [b, s], {"b": 2, "s": 6}) is None  # 2*b*s would give 36 and 28
-    assert expression(5, (0, 0), [Variation("s", 7, {(0, 0): 6})], {"s": 6}) == "s-1"
-    assert expression(5, (0, 0), [Variation("s", 8, {(0, 0): 6})], {"s": 6}) is None  # half a step: no integer slope
+    b, s = Variation("b", 3), Variation("s", 7)
+    assert expression(12, [(b, 18), (s, 14)], {"b": 2, "s": 6}) == "b*s"
+    assert expression(24, [(b, 18), (s, 14)], {"b": 2, "s": 6}) is None  # 2*b*s would give 36 and 28
+    assert expression(5, [(Variation("s", 7), 6)], {"s": 6}) == "s-1"
+    assert expression(5, [(Variation("s", 8), 6)], {"s": 6}) is None  # half a step: no integer slope

@@ -9,7 +9,8 @@ import torch
 
 from drtriton_ray.capture.export import capture_source
 from drtriton_ray.lower.emit import lower_program
-from drtriton_ray.lower.symbolic import Size, binding_lines, pass_sizes, with_sizes
+from drtriton_ray.ir.program import Size
+from drtriton_ray.lower.symbolic import binding_lines, pass_sizes, with_sizes
 from drtriton_ray.search.fragments import consumers, make_fragment
 
 RMSNORM = """
