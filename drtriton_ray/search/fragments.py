@@ -1,5 +1,16 @@
-"""Fragments of a captured Graph: every contiguous run of 1..K nodes in program order, each a standalone
-KernelBench-format sub-problem (DRTriton's test-time search: up to 5 operators a fragment, as the paper cuts them).
+"""Fragments of a captured Graph, each a standalone KernelBench-format sub-problem: every contiguous run of 1..K
+nodes in program order (DRTriton's test-time search: up to 5 operators a fragment, as the paper cuts them), and the
+runs that hold a whole fusion region, so that a block longer than K can still be one kernel (the tiling chooses):
+
+- each kernel of the reference lowering (lower/grouping.py `kernel_groups`: an anchor with its prologue and
+  epilogue, or an elementwise group), e.g. a tanh GELU written out (8 nodes) or an MLP's matmul with its epilogue;
+- each row kernel (a reduction, norm or softmax) grown through the kernels it hands tensors to or takes them from,
+  while they are elementwise or row kernels, e.g. an RMSNorm written out (square, mean, + eps, rsqrt, scale, weight)
+  or a softmax (max, subtract, exp, sum, divide); grown once more through dtype casts (`Torch` `_to_copy`), which
+  the lowering cannot do but a policy can.
+
+A region's run is [its first node, its last node + 1), nodes between included, kept when at most `longest` nodes
+(16) long and not already a window.
 
 A fragment reads boundary inputs (graph inputs, tensors made before it, state tensors outside a registry weight
 slot, constants) and returns its outputs (tensors it makes that a later node or the graph returns: fan-out seen
@@ -21,6 +32,9 @@ from drtriton_ray.ops import REGISTRY
 
 # Operators that only relabel memory: a fragment of these (and Torch nodes) has nothing a kernel could speed up.
 VIEW_OPS = frozenset({"View", "Permute", "Expand", "Narrow", "Select", "Transpose"})
+LONGEST = 16  # the longest fusion-region fragment, in nodes
+ROW_FAMILIES = frozenset({"reduce", "norm", "softmax"})  # registry families whose kernels reduce along rows
+CASTS = frozenset({"aten._to_copy.default", "aten.type_as.default"})  # Torch nodes that only change the dtype
 
 
 @dataclass
@@ -203,17 +217,62 @@ def make_fragment(graph: Graph, start: int, end: int, users: dict[int, list[int]
     )
 
 
-def enumerate_fragments(graph: Graph, k: int = 5) -> list[Fragment]:
-    """Every contiguous run of 1..k nodes in program order (sum over L of n - L + 1 of them), by start then
-    length; runs that return nothing are left out, runs with nothing to speed up are kept with `skip` set."""
+def enumerate_fragments(graph: Graph, k: int = 5, longest: int = LONGEST) -> list[Fragment]:
+    """Every contiguous run of 1..k nodes in program order (sum over L of n - L + 1 of them), then every fusion
+    region's run of up to `longest` nodes that is not one of those, all by start then length; runs that return
+    nothing are left out, runs with nothing to speed up are kept with `skip` set."""
     if k < 1:
         raise ValueError(f"fragments need at least one node, got k={k}")
     users = consumers(graph.program)
     n = len(graph.program.nodes)
-    found = []
-    for start in range(n):
-        for end in range(start + 1, min(start + k, n) + 1):
-            f = make_fragment(graph, start, end, users)
-            if f is not None:
-                found.append(f)
-    return found
+    runs = [(start, end) for start in range(n) for end in range(start + 1, min(start + k, n) + 1)]
+    runs += [r for r in region_runs(graph.program, longest) if r[1] - r[0] > k]
+    found = [make_fragment(graph, start, end, users) for start, end in sorted(runs)]
+    return [f for f in found if f is not None]
+
+
+def kernel_kind(p: Program, anchor: int | None) -> str:
+    """A kernel of the reference lowering as region growth sees it: elementwise, row (a reduction, norm or
+    softmax), cast (a Torch dtype conversion) or other."""
+    if anchor is None:
+        return "elementwise"
+    node = p.nodes[anchor]
+    if node.op == TORCH_OP:
+        return "cast" if node.params["target"] in CASTS else "other"
+    spec = REGISTRY.get(node.op)
+    return "row" if spec is not None and spec.family in ROW_FAMILIES else "other"
+
+
+def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
+    """The runs [start, end) of the fusion regions (module docstring) of at most `longest` nodes."""
+    from drtriton_ray.lower.grouping import kernel_groups  # the lowering loads Triton: only when enumerating
+
+    groups = kernel_groups(p)
+    kernels = [sorted(g.prologue + g.epilogue + ([] if g.anchor is None else [g.anchor])) for g in groups]
+    kinds = [kernel_kind(p, g.anchor) for g in groups]
+    made = {t: i for i, nodes in enumerate(kernels) for k in nodes for t in p.nodes[k].outputs}
+    near: list[set[int]] = [set() for _ in kernels]
+    for i, nodes in enumerate(kernels):
+        for t in (t for k in nodes for t in p.nodes[k].inputs):
+            if made.get(t, i) != i:
+                near[i].add(made[t])
+                near[made[t]].add(i)
+    spans = [(nodes[0], nodes[-1] + 1) for nodes in kernels]
+    runs = set(spans)
+    for seed in (i for i, kind in enumerate(kinds) if kind == "row"):
+        for joins in (("elementwise", "row"), ("elementwise", "row", "cast")):
+            runs.add(grow(seed, spans, near, [kind in joins for kind in kinds], longest))
+    return sorted(r for r in runs if r[1] - r[0] <= longest)
+
+
+def grow(seed: int, spans: list[tuple[int, int]], near: list[set[int]], joins: list[bool], longest: int):
+    """The run of kernel `seed` and, breadth first, the neighbouring kernels that `joins` allows while the run
+    stays at most `longest` nodes long."""
+    (lo, hi), members, todo = spans[seed], {seed}, [seed]
+    while todo:
+        for j in sorted(near[todo.pop(0)]):
+            a, b = min(lo, spans[j][0]), max(hi, spans[j][1])
+            if j not in members and joins[j] and b - a <= longest:
+                (lo, hi), members = (a, b), members | {j}
+                todo.append(j)
+    return lo, hi
