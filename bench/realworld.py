@@ -1,18 +1,19 @@
-"""`drtriton convert` over the real-world suite (tests/realworld/programs: Hugging Face blocks, bf16/fp16, causal masks
-built in forward, cross-entropy with ignore_index, MoE routing, in-place ops, ...): per program, whether it is
-captured, how many Triton fragments its answer holds, whether the answer re-verifies, on a GPU its eager, compile
-and answer times, and whether the answer is right at shapes it was never verified at.
+"""`drtriton convert` over the real-world suite (tests/realworld/suite.toml and programs/: Hugging Face blocks,
+bf16/fp16, causal masks built in forward, cross-entropy with ignore_index, MoE routing, in-place ops, ...): per
+program, whether it is captured, how many Triton fragments its answer holds, whether the answer re-verifies, on a GPU
+its eager, compile and answer times, and whether the answer is right at shapes it was never verified at.
 
     python bench/realworld.py --device cpu --budget-s 60 --out realworld.json
     python bench/realworld.py --device cuda --sizes llm --dtype bfloat16 --only hf_llama_rmsnorm,rmsnorm
 
-The variants a file declares (VARIANTS, e.g. its bfloat16 twin) are programs of their own. `--sizes llm` rewrites
-each program's module-level size constants from its LLM_SIZES before converting; `--dtype` rewrites its
-`dtype = torch....` line. One verifier pool serves every program; a program's failure (a capture error, a rejected
-request, any exception) is recorded in its row and the run goes on. `--out` is rewritten after every program.
+The manifest (suite.toml) gives each program its kinds, LLM sizes and dynamic dims; the variants it declares (e.g.
+a file's bfloat16 twin) are programs of their own. `--sizes llm` rewrites each program's module-level size
+constants to its LLM sizes before converting; `--dtype` rewrites its `dtype = torch....` constant. One verifier
+pool serves every program; a program's failure (a capture error, a rejected request, any exception) is recorded in
+its row and the run goes on. `--out` is rewritten after every program.
 
 The shape-generality check: each answer's ModelNew, loaded with the original Model's state_dict, is called at two
-other values of the program's DYNAMIC constants (+1, and x2 at small sizes or /2 at LLM sizes) and compared with
+other values of the program's dynamic size constants (+1, and x2 at small sizes or /2 at LLM sizes) and compared with
 the original in eager PyTorch: "right", "wrong" (max abs error, or a wrong shape), "refused" (it raised), or
 "broken" (the answer did not load or take the state_dict). It runs in a child process (an out-of-bounds kernel
 must not take the bench down), with TRITON_INTERPRET=1 on CPU."""
@@ -23,7 +24,6 @@ import argparse
 import json
 import math
 import os
-import re
 import statistics
 import subprocess
 import sys
@@ -36,43 +36,43 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import save  # noqa: E402  (bench/, the script's own folder)
 
-from drtriton_ray.eval.realworld import constants, programs, set_constant  # noqa: E402
+from drtriton_ray.eval.realworld import Program, assigned, constants, set_constant, suite  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PROGRAMS = ROOT / "tests" / "realworld" / "programs"
+MANIFEST = ROOT / "tests" / "realworld" / "suite.toml"
 TOLERANCE = {"float32": 1e-3, "float16": 1e-2, "bfloat16": 3e-2}  # atol = rtol, by the output's dtype
 DTYPES = ("float32", "float16", "bfloat16")
 OUTCOMES = ("right", "wrong", "refused", "broken")
 
 
-def program_sources(only: str | None) -> dict[str, str]:
-    """Name -> source of the suite's programs (files and the variants they declare), or of the ones named."""
-    sources = programs(PROGRAMS)
+def suite_programs(only: str | None) -> dict[str, Program]:
+    """Name -> program of the suite (files and the variants the manifest declares), or of the ones named."""
+    programs = suite(MANIFEST)
     if not only:
-        return sources
+        return programs
     wanted = [n.strip().removesuffix(".py") for n in only.split(",") if n.strip()]
-    unknown = [n for n in wanted if n not in sources]
+    unknown = [n for n in wanted if n not in programs]
     if unknown:
-        sys.exit(f"error: no program {', '.join(unknown)} in {PROGRAMS}")
-    return {n: sources[n] for n in wanted}
+        sys.exit(f"error: no program {', '.join(unknown)} in {MANIFEST}")
+    return {n: programs[n] for n in wanted}
 
 
-def sized_source(source: str, sizes: str, dtype: str | None) -> str:
-    """The program at its small sizes or with its LLM_SIZES, in its own dtype or `dtype` (where it declares one)."""
+def sized_source(program: Program, sizes: str, dtype: str | None) -> str:
+    """The program at its small sizes or its LLM sizes, in its own dtype or `dtype` (where it declares one)."""
+    source = program.source
     if sizes == "llm":
-        for name, value in constants(source)["LLM_SIZES"].items():
+        for name, value in program.llm_sizes.items():
             source = set_constant(source, name, repr(value))
-    if dtype and re.search(r"^dtype\s*=\s*torch\.\w+\s*$", source, re.MULTILINE):
+    if dtype and "dtype" in assigned(source):
         source = set_constant(source, "dtype", f"torch.{dtype}")
     return source
 
 
-def other_shapes(source: str, sizes: str) -> list[dict]:
-    """Two assignments of the DYNAMIC constants the answer was not verified at."""
+def other_shapes(program: Program, source: str, sizes: str) -> list[dict]:
+    """Two assignments of the program's dynamic constants that the answer (of `source`) was not verified at."""
     values = constants(source)
-    dynamic = values["DYNAMIC"]
     second = (lambda v: v * 2) if sizes == "small" else (lambda v: max(1, v // 2))
-    return [{d: values[d] + 1 for d in dynamic}, {d: second(values[d]) for d in dynamic}]
+    return [{d: values[d] + 1 for d in program.dynamic}, {d: second(values[d]) for d in program.dynamic}]
 
 
 def one_line(e: BaseException) -> str:
@@ -98,19 +98,19 @@ def reverify(pool, problem: str, answer: str, device: str, policy: str):
     return pool.verify([task])[0]
 
 
-def convert_program(name: str, source: str, args, pool) -> tuple[dict, str | None]:
-    """One program's row (conversion part) and its answer's source (None where conversion failed)."""
+def convert_program(program: Program, source: str, args, pool) -> tuple[dict, str | None]:
+    """One program's row (conversion part) and its answer's source (None where conversion failed): the program
+    converted from `source`, its text at the sizes and dtype asked for."""
     from drtriton_ray.capture.errors import CaptureError
     from drtriton_ray.convert import ConversionError, convert
     from drtriton_ray.search.runs import report_fields
 
-    source = sized_source(source, args.sizes, args.dtype)
-    meta = constants(source)
-    row = {"program": name, "kinds": list(meta.get("KINDS", ())), "captured": False, "triton_fragments": 0}
+    row = {"program": program.name, "kinds": list(program.kinds), "captured": False, "triton_fragments": 0}
     t0 = time.monotonic()
     try:
         result = convert(source, device=args.device, budget_s=args.budget_s, sources=args.sources.split(","),
-                         k=args.k, cache=args.cache, seed=args.seed, verifier=pool)  # fmt: skip
+                         k=args.k, cache=args.cache, seed=args.seed, verifier=pool,
+                         dynamic=list(program.dynamic))  # fmt: skip
     except (CaptureError, ConversionError) as e:
         row.update(error=one_line(e), wall_s=time.monotonic() - t0)
         return row, None
@@ -124,12 +124,13 @@ def convert_program(name: str, source: str, args, pool) -> tuple[dict, str | Non
         reason=" ".join(str(r.reason).split())[:300],
         search_correct=e2e.get("correct"),
         policy=e2e.get("policy"),
+        general=r.general,  # every kernel verified at the other sizes too (None: no dim varies)
         wall_s=r.wall_s,
     )
     return row, result.module_source
 
 
-def judge_answer(row: dict, source: str, answer: str, args, pool) -> None:
+def judge_answer(row: dict, program: Program, source: str, answer: str, args, pool) -> None:
     """The answer re-verified at its sample shape (times on a GPU), then called at other shapes."""
     try:
         verdict = reverify(pool, source, answer, args.device, row.get("policy") or "hybrid")
@@ -138,7 +139,7 @@ def judge_answer(row: dict, source: str, answer: str, args, pool) -> None:
         row.update(speedup_vs_eager=verdict.speedup_vs_eager, speedup_vs_compile=verdict.speedup_vs_compile)
     except Exception as e:  # noqa: BLE001
         row.update(correct=False, verdict="error", verdict_reason=one_line(e))
-    row["other_shapes"] = shape_check(source, answer, other_shapes(source, args.sizes), args.device)
+    row["other_shapes"] = shape_check(source, answer, other_shapes(program, source, args.sizes), args.device)
 
 
 def shape_check(source: str, answer: str, shapes: list[dict], device: str) -> list[dict]:
@@ -339,18 +340,19 @@ def main() -> int:
 
     from drtriton_ray.verify import Limits, WorkerPool
 
-    sources = program_sources(args.only)
+    programs = suite_programs(args.only)
     size = args.workers or (4 if args.device.startswith("cuda") else 2)
     rows: list[dict] = []
     record = {k: str(v) for k, v in vars(args).items() if k != "shape_check"}
     with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="realworld") as pool:
-        for name, source in sources.items():
-            row, answer = convert_program(name, source, args, pool)
+        for name, program in programs.items():
+            source = sized_source(program, args.sizes, args.dtype)
+            row, answer = convert_program(program, source, args, pool)
             if answer is not None and args.answers:
                 args.answers.mkdir(parents=True, exist_ok=True)
                 (args.answers / f"{name}.py").write_text(answer)
             if answer is not None:
-                judge_answer(row, sized_source(source, args.sizes, args.dtype), answer, args, pool)
+                judge_answer(row, program, source, answer, args, pool)
             rows.append(row)
             print(f"{name}: {row.get('error') or row.get('reason')} triton {row['triton_fragments']} "
                   f"correct {row.get('correct')} shapes {shapes_cell(row)} {row['wall_s']:.0f}s",

@@ -406,7 +406,7 @@ class _Renderer:
             if piece.kind == "torch":
                 node = graph.program.nodes[piece.start]
                 sizes = code_expr if node.sym and readable(node.sym.values(), bound) else None
-                body.append(node_line(node, name, sizes=sizes))
+                body.append(on_input_device(node_line(node, name, sizes=sizes), graph, names))
                 continue
             frag, code = chosen[(piece.start, piece.end)]
             p = self.candidate(piece, frag, code)
@@ -418,6 +418,15 @@ class _Renderer:
         outs = [name(t) for t in graph.results]
         body.append("return " + (outs[0] if len(outs) == 1 else "(" + ", ".join(outs) + ")"))
         return binding_lines(graph.program, "\n".join(body), bound) + body  # sizes PyTorch nodes read
+
+
+DEVICE = re.compile(r"torch\.device\('[^']*'\)")
+
+
+def on_input_device(line: str, graph: Graph, names: dict[int, str]) -> str:
+    """A PyTorch node that creates a tensor (a mask, positions) makes it where the first input lives, not on the
+    device the program was captured on: an answer converted on a CPU runs on a GPU."""
+    return DEVICE.sub(f"{names[graph.inputs[0]]}.device", line) if graph.inputs else line
 
 
 GUARD = '''def drt_verified_at(tensor, shape, dtype):

@@ -275,3 +275,24 @@ def test_the_guard_frees_the_dims_general_kernels_take_and_keeps_their_relations
     assert not accepts(True, torch.zeros(3, 5, 64), torch.zeros(6, 4))  # the mask disagrees on seq
     assert not accepts(True, torch.zeros(3, 5, 32), torch.zeros(5, 4))  # a fixed dim
     assert not accepts(True, torch.zeros(2, 8, 64, dtype=torch.float64), m)  # the dtype
+
+
+def test_pytorch_nodes_read_their_sizes_from_the_inputs_and_make_tensors_on_the_inputs_device():
+    """An arange(seq) the user's forward builds: kept in PyTorch, its length is read from the input (so the answer
+    takes any sequence length) and it is made on the input's device, not on the one the program was captured on."""
+    from drtriton_ray.capture.export import capture_source
+    from drtriton_ray.search.assembly import all_torch
+
+    source = (
+        "import torch\nimport torch.nn as nn\n\nbatch_size = 2\nseq_len = 5\n\n\nclass Model(nn.Module):\n"
+        "    def forward(self, x):\n        return x + torch.arange(x.shape[1], device=x.device)[:, None]\n\n\n"
+        "def get_inputs():\n    return [torch.randn(batch_size, seq_len, 4)]\n\n\n"
+        "def get_init_inputs():\n    return []\n"
+    )
+    graph = capture_source(source, dynamic=["batch_size", "seq_len"])
+    module = render_module(source, graph, all_torch(graph), {}, general=True)
+    assert "size_seq_len = x.shape[1]" in module and "arange.default(size_seq_len, device=x.device" in module, module
+    mine = {}
+    exec(compile(module, "<assembled>", "exec"), mine)
+    x = torch.randn(3, 7, 4)
+    torch.testing.assert_close(mine["ModelNew"]()(x), x + torch.arange(7)[:, None])
