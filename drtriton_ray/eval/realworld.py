@@ -1,33 +1,65 @@
-"""The real-world suite's programs (tests/realworld/programs, bench/realworld.py): each file a KernelBench problem,
-and each variant a file declares (VARIANTS: name -> the module constants it sets, e.g. {"dtype": "bfloat16"}) a
-program of its own, materialized by rewriting those constants in the file's text: a program's source is all the
-converter sees, so a variant is a whole file's text, never an import of another."""
+"""The real-world suite (tests/realworld, bench/realworld.py): its manifest (suite.toml: per program its kinds, LLM
+sizes and dynamic dims) and its programs (programs/NAME.py, each a KernelBench problem). A variant the manifest
+declares is a program of its own, materialized by rewriting module constants in its base file's text: a program's
+source is all the converter sees, so a variant is a whole file's text, never an import of another."""
 
 from __future__ import annotations
 
 import ast
-import re
+import tomllib
+from dataclasses import dataclass
 from pathlib import Path
 
 
-def constants(source: str) -> dict:
-    """The module-level constants given as literals (sizes, KINDS, LLM_SIZES, DYNAMIC), read without running."""
+@dataclass(frozen=True)
+class Program:
+    name: str
+    source: str
+    kinds: tuple[str, ...]
+    llm_sizes: dict[str, int]
+    dynamic: tuple[str, ...]
+    variant_of: str | None = None  # the file a variant's source is made from
+    sets: dict | None = None  # the constants a variant sets
+
+
+def assigned(source: str) -> dict[str, ast.expr]:
+    """Module-level name -> the expression assigned to it, from `name = value` and `a, b = 1, 2` statements."""
     out = {}
     for node in ast.parse(source).body:
-        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
-            try:
-                out[node.targets[0].id] = ast.literal_eval(node.value)
-            except ValueError:
-                continue
+        if not (isinstance(node, ast.Assign) and len(node.targets) == 1):
+            continue
+        target, value = node.targets[0], node.value
+        if isinstance(target, ast.Name):
+            out[target.id] = value
+        elif isinstance(target, ast.Tuple) and isinstance(value, ast.Tuple) and len(target.elts) == len(value.elts):
+            out.update({t.id: v for t, v in zip(target.elts, value.elts) if isinstance(t, ast.Name)})
+    return out
+
+
+def constants(source: str) -> dict:
+    """The module-level constants given as literals (the sizes), read without running."""
+    out = {}
+    for name, value in assigned(source).items():
+        try:
+            out[name] = ast.literal_eval(value)
+        except ValueError:
+            continue
     return out
 
 
 def set_constant(source: str, name: str, value: str) -> str:
-    """The source with the module-level line `name = ...` replaced by `name = value`."""
-    pattern = re.compile(rf"^{re.escape(name)}\s*=.*$", re.MULTILINE)
-    if not pattern.search(source):
+    """The source with the module-level value of `name` replaced by the text `value` (in place: `a, b = 1, 2` stays
+    one line)."""
+    node = assigned(source).get(name)
+    if node is None:
         raise KeyError(f"no module-level constant {name}")
-    return pattern.sub(f"{name} = {value}", source, count=1)
+    data = source.encode()  # ast's columns count UTF-8 bytes
+    starts = [0]
+    for line in data.splitlines(keepends=True):
+        starts.append(starts[-1] + len(line))
+    begin = starts[node.lineno - 1] + node.col_offset
+    end = starts[node.end_lineno - 1] + node.end_col_offset
+    return (data[:begin] + value.encode() + data[end:]).decode()
 
 
 def with_constants(source: str, values: dict) -> str:
@@ -37,14 +69,21 @@ def with_constants(source: str, values: dict) -> str:
     return source
 
 
-def programs(folder: Path) -> dict[str, str]:
-    """Name -> source of every program of the suite in FOLDER: its files and the variants they declare."""
+def suite(manifest: Path) -> dict[str, Program]:
+    """Name -> program of every entry of the MANIFEST, its files read from the folder `programs` beside it."""
+    folder = manifest.parent / "programs"
+    entries = tomllib.loads(manifest.read_text())
     out = {}
-    for path in sorted(folder.glob("*.py")):
-        source = path.read_text()
-        out[path.stem] = source
-        for name, values in constants(source).get("VARIANTS", {}).items():
-            if name in out or (folder / f"{name}.py").exists():
-                raise ValueError(f"{path.name} declares a variant {name} that is already a program")
-            out[name] = with_constants(source, values)
-    return dict(sorted(out.items()))
+    for name, entry in sorted(entries.items()):
+        base = entries[entry.get("variant_of", name)]
+        source = (folder / f"{entry.get('variant_of', name)}.py").read_text()
+        out[name] = Program(
+            name=name,
+            source=with_constants(source, entry.get("sets", {})),
+            kinds=tuple(entry["kinds"]),
+            llm_sizes=dict(entry.get("llm_sizes", base["llm_sizes"])),
+            dynamic=tuple(entry.get("dynamic", base["dynamic"])),
+            variant_of=entry.get("variant_of"),
+            sets=entry.get("sets"),
+        )
+    return out

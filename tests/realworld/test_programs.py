@@ -1,6 +1,6 @@
-"""The real-world suite (tests/realworld/programs, converted by bench/realworld.py): every program is a runnable
-KernelBench problem at its small sizes and at other values of the dims it declares dynamic, declares LLM sizes that
-fit a GPU, and the suite covers the kinds of code issue 44 names."""
+"""The real-world suite (tests/realworld/suite.toml and programs/, converted by bench/realworld.py): every program is a
+runnable KernelBench problem at its small sizes and at other values of the dims the manifest declares dynamic, its
+LLM sizes fit a GPU, and the suite covers the kinds of code issue 44 names."""
 
 import ast
 import itertools
@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from drtriton_ray.eval.realworld import constants, programs
+from drtriton_ray.eval.realworld import constants, suite, with_constants
 
-FOLDER = Path(__file__).parent / "programs"
-PROGRAMS = programs(FOLDER)  # name -> source: the files and the variants they declare
+MANIFEST = Path(__file__).parent / "suite.toml"
+PROGRAMS = suite(MANIFEST)  # name -> Program: the files and the variants the manifest declares
 REQUIRED_KINDS = {
     "hf",
     "bf16",
@@ -47,7 +47,7 @@ _counter = itertools.count()
 def load(name: str):
     """A fresh module object for the program (its size constants can be reassigned without affecting others)."""
     module = types.ModuleType(f"realworld_{name}_{next(_counter)}")
-    exec(compile(PROGRAMS[name], f"{name}.py", "exec"), module.__dict__)
+    exec(compile(PROGRAMS[name].source, f"{name}.py", "exec"), module.__dict__)
     return module
 
 
@@ -60,32 +60,41 @@ def outputs(module) -> tuple:
     return inputs, out if isinstance(out, tuple) else (out,)
 
 
+def test_every_program_file_has_a_manifest_entry_and_every_entry_a_file():
+    files = {path.stem for path in (MANIFEST.parent / "programs").glob("*.py")}
+    assert files == {p.name for p in PROGRAMS.values() if p.variant_of is None}
+    assert {p.variant_of for p in PROGRAMS.values() if p.variant_of} <= files, "a variant is made from a file"
+
+
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_program_runs_at_its_sizes_and_at_other_dynamic_sizes(name):
-    module = load(name)
+    program, module = PROGRAMS[name], load(name)
     assert module.__doc__ and module.__doc__.strip(), "say what real code the program stands for"
-    assert isinstance(module.KINDS, tuple) and module.KINDS
-    assert isinstance(module.DYNAMIC, tuple) and module.DYNAMIC
-    assert set(module.DYNAMIC) <= set(module.LLM_SIZES) <= set(vars(module)), "sizes must be module constants"
-    assert all(isinstance(getattr(module, n), int) for n in module.LLM_SIZES)
-    base = {n: getattr(module, n) for n in module.DYNAMIC}
+    assert program.kinds and program.dynamic
+    sizes = constants(program.source)
+    assert set(program.dynamic) <= set(program.llm_sizes) <= set(sizes), "sizes must be module constants"
+    assert all(isinstance(sizes[n], int) and isinstance(v, int) for n, v in program.llm_sizes.items())
+    base = {n: sizes[n] for n in program.dynamic}
     seen = set()
     for change in (lambda v: v, lambda v: v + 1, lambda v: v * 2):
-        for name, value in base.items():
-            setattr(module, name, change(value))
+        for size, value in base.items():
+            setattr(module, size, change(value))
         inputs, outs = outputs(module)
         seen.add(tuple(tuple(x.shape) for x in inputs))
         for out in outs:
             assert torch.isfinite(out.float()).all(), f"non-finite output at {base}"
-    assert len(seen) == 3, "get_inputs() must build its inputs from the DYNAMIC constants"
+    assert len(seen) == 3, "get_inputs() must build its inputs from the dynamic constants"
 
 
 @pytest.mark.parametrize("name", PROGRAMS)
 def test_llm_sizes_fit_a_gpu(name):
-    """Built on the meta device (no memory): parameters and inputs at LLM sizes stay under 2 GiB."""
-    module = load(name)
-    for name, value in module.LLM_SIZES.items():
-        setattr(module, name, value)
+    """The program's text with its LLM sizes written in (as bench/realworld.py --sizes llm converts it), built on the
+    meta device (no memory): parameters and inputs stay under 2 GiB."""
+    llm_sizes = PROGRAMS[name].llm_sizes
+    source = with_constants(PROGRAMS[name].source, llm_sizes)
+    assert {n: v for n, v in constants(source).items() if n in llm_sizes} == llm_sizes
+    module = types.ModuleType(f"realworld_{name}_llm")
+    exec(compile(source, f"{name}.py", "exec"), module.__dict__)
     with torch.device("meta"):
         model = module.Model(*module.get_init_inputs())
         inputs = module.get_inputs()
@@ -101,27 +110,25 @@ def imports_transformers(source: str) -> bool:
 
 
 def test_suite_covers_the_kinds_real_code_has():
-    kinds = {name: load(name).KINDS for name in PROGRAMS}
     assert len(PROGRAMS) >= 30
-    missing = REQUIRED_KINDS - set().union(*kinds.values())
+    missing = REQUIRED_KINDS - {kind for p in PROGRAMS.values() for kind in p.kinds}
     assert not missing, f"no program of kind {sorted(missing)}"
-    hf = [name for name, k in kinds.items() if "hf" in k]
+    hf = [p for p in PROGRAMS.values() if "hf" in p.kinds]
     assert len(hf) >= 8
-    assert all(imports_transformers(PROGRAMS[name]) for name in hf), "hf programs import transformers"
+    assert all(imports_transformers(p.source) for p in hf), "hf programs import transformers"
 
 
 def test_variants_are_their_files_with_the_declared_constants():
     """A declared variant is a program of its own: its file's whole text (the converter sees nothing else) with the
     constants it declares set, the dtype as a torch dtype."""
-    variants = {}
-    for path in FOLDER.glob("*.py"):
-        variants.update({v: (path.stem, c) for v, c in constants(path.read_text()).get("VARIANTS", {}).items()})
+    variants = {p.name: p for p in PROGRAMS.values() if p.variant_of}
     assert {"hf_llama_rmsnorm_bf16", "cross_entropy_bf16", "add_layernorm_fp16", "hf_t5_gated_gelu"} <= set(variants)
-    for name, (base, changes) in variants.items():
+    for name, variant in variants.items():
         module = load(name)
-        for key, value in changes.items():
+        for key, value in variant.sets.items():
             assert getattr(module, key) == (getattr(torch, value) if key == "dtype" else value), (name, key)
-        assert load(base).dtype == torch.float32 and PROGRAMS[name] != PROGRAMS[base]
+        assert load(variant.variant_of).dtype == torch.float32
+        assert variant.source != PROGRAMS[variant.variant_of].source
 
 
 def test_bench_converts_a_program_and_calls_its_answer_at_other_shapes(tmp_path):

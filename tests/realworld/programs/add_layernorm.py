@@ -4,14 +4,10 @@ as a model run with .half()."""
 import torch
 import torch.nn as nn
 
-KINDS = ("add_layernorm",)
 batch_size = 2
 seq_len = 8
 hidden = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
-DYNAMIC = ("batch_size", "seq_len")
-VARIANTS = {"add_layernorm_fp16": {"dtype": "float16", "KINDS": ("add_layernorm", "fp16")}}
 
 
 class Model(nn.Module):

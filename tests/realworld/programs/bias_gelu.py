@@ -4,13 +4,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("bias_gelu",)
 batch_size = 2
 seq_len = 8
 intermediate = 128
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "intermediate": 8192}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

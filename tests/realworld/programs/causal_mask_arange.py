@@ -4,13 +4,10 @@ create_causal_mask does): key position > query position is masked."""
 import torch
 import torch.nn as nn
 
-KINDS = ("causal_mask",)
 batch_size = 2
 heads = 4
 seq_len = 8
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 2048}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

@@ -6,13 +6,10 @@ import math
 import torch
 import torch.nn as nn
 
-KINDS = ("causal_mask", "masked_softmax")
 batch_size = 2
 heads = 4
 seq_len = 8
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 2048}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

@@ -5,19 +5,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("cross_entropy",)
 tokens = 16
 vocab = 128
 dtype = torch.float32
-LLM_SIZES = {"tokens": 4096, "vocab": 32000}
-DYNAMIC = ("tokens",)
-VARIANTS = {
-    "cross_entropy_bf16": {
-        "dtype": "bfloat16",
-        "KINDS": ("cross_entropy", "bf16"),
-        "LLM_SIZES": {"tokens": 4096, "vocab": 128256},
-    },
-}
 
 
 class Model(nn.Module):

@@ -5,14 +5,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("cross_entropy", "cross_entropy_ignore_index")
 batch_size = 2
 seq_len = 8
 hidden = 32
 vocab = 96
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "seq_len": 1024, "hidden": 2048, "vocab": 32000}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

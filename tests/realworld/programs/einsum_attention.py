@@ -4,14 +4,11 @@ softmax(einsum("bhqd,bhkd->bhqk") * scale) then einsum("bhqk,bhkd->bhqd")."""
 import torch
 import torch.nn as nn
 
-KINDS = ("einsum_attention", "attention")
 batch_size = 2
 heads = 4
 seq_len = 8
 head_dim = 16
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 1024, "head_dim": 128}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

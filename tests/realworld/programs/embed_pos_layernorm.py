@@ -4,15 +4,12 @@ then LayerNorm."""
 import torch
 import torch.nn as nn
 
-KINDS = ("embedding_layernorm",)
 batch_size = 2
 seq_len = 8
 vocab = 100
 hidden = 32
 max_positions = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "vocab": 50304, "hidden": 2048, "max_positions": 4096}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

@@ -4,14 +4,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("groupnorm_silu",)
 batch_size = 2
 channels = 64
 size = 8
 groups = 32
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 8, "channels": 512, "size": 64, "groups": 32}
-DYNAMIC = ("batch_size", "size")
 
 
 class Model(nn.Module):

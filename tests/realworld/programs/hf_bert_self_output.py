@@ -5,13 +5,10 @@ import torch.nn as nn
 from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertSelfOutput
 
-KINDS = ("hf", "add_layernorm")
 batch_size = 2
 seq_len = 8
 hidden = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 8, "seq_len": 512, "hidden": 2048}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

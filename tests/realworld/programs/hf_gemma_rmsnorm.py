@@ -4,13 +4,10 @@ import torch
 import torch.nn as nn
 from transformers.models.gemma.modeling_gemma import GemmaRMSNorm
 
-KINDS = ("hf", "rmsnorm")
 batch_size = 2
 seq_len = 8
 hidden = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 3072}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

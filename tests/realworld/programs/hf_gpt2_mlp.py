@@ -5,13 +5,10 @@ import torch.nn as nn
 from transformers import GPT2Config
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
-KINDS = ("hf", "bias_gelu", "mlp")
 batch_size = 2
 seq_len = 8
 n_embd = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 1024, "n_embd": 2048}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

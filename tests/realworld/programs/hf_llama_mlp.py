@@ -5,14 +5,11 @@ import torch.nn as nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP
 
-KINDS = ("hf", "swiglu", "mlp")
 batch_size = 2
 seq_len = 8
 hidden = 64
 intermediate = 172
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 1, "seq_len": 2048, "hidden": 4096, "intermediate": 11008}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

@@ -5,20 +5,10 @@ import torch
 import torch.nn as nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-KINDS = ("hf", "rmsnorm")
 batch_size = 2
 seq_len = 8
 hidden = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
-DYNAMIC = ("batch_size", "seq_len")
-VARIANTS = {
-    "hf_llama_rmsnorm_bf16": {
-        "dtype": "bfloat16",
-        "KINDS": ("hf", "rmsnorm", "bf16"),
-        "LLM_SIZES": {"batch_size": 4, "seq_len": 4096, "hidden": 8192},
-    },
-}
 
 
 class Model(nn.Module):

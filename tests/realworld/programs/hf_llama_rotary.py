@@ -6,14 +6,11 @@ import torch.nn as nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-KINDS = ("hf", "rotary", "tuple_output")
 batch_size = 2
 heads = 4
 seq_len = 8
 head_dim = 16
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 2048, "head_dim": 128}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

@@ -7,21 +7,12 @@ import torch.nn as nn
 from transformers import T5Config
 from transformers.models.t5.modeling_t5 import T5LayerFF
 
-KINDS = ("hf", "mlp")
 batch_size = 2
 seq_len = 8
 d_model = 64
 d_ff = 128
 feed_forward_proj = "relu"
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 8, "seq_len": 512, "d_model": 2048, "d_ff": 8192}
-DYNAMIC = ("batch_size", "seq_len")
-VARIANTS = {
-    "hf_t5_gated_gelu": {
-        "feed_forward_proj": "gated-gelu",
-        "LLM_SIZES": {"batch_size": 4, "seq_len": 512, "d_model": 2048, "d_ff": 5120},
-    },
-}
 
 
 class Model(nn.Module):

@@ -6,13 +6,10 @@ import torch.nn as nn
 from transformers import T5Config
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
-KINDS = ("hf", "rmsnorm")
 batch_size = 2
 seq_len = 8
 d_model = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 8, "seq_len": 512, "d_model": 4096}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

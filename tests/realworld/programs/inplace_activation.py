@@ -5,13 +5,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("inplace",)
 batch_size = 2
 channels = 8
 size = 8
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 8, "channels": 256, "size": 64}
-DYNAMIC = ("batch_size", "size")
 
 
 class Model(nn.Module):

@@ -4,13 +4,10 @@ relu_ on the intermediate."""
 import torch
 import torch.nn as nn
 
-KINDS = ("inplace",)
 batch_size = 2
 seq_len = 8
 hidden = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 2048, "hidden": 4096}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

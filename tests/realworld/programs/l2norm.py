@@ -4,12 +4,9 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("l2norm",)
 batch_size = 16
 hidden = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 8192, "hidden": 4096}
-DYNAMIC = ("batch_size",)
 
 
 class Model(nn.Module):

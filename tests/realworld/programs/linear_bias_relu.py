@@ -3,14 +3,11 @@
 import torch
 import torch.nn as nn
 
-KINDS = ("linear_bias_relu",)
 batch_size = 2
 seq_len = 8
 hidden = 64
 out_features = 128
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 4, "seq_len": 1024, "hidden": 4096, "out_features": 4096}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

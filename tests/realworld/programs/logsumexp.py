@@ -3,12 +3,9 @@
 import torch
 import torch.nn as nn
 
-KINDS = ("logsumexp",)
 tokens = 16
 vocab = 128
 dtype = torch.float32
-LLM_SIZES = {"tokens": 4096, "vocab": 32000}
-DYNAMIC = ("tokens",)
 
 
 class Model(nn.Module):

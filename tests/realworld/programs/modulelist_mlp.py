@@ -4,14 +4,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("modulelist",)
 batch_size = 2
 seq_len = 8
 hidden = 64
 num_layers = 3
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "seq_len": 1024, "hidden": 2048, "num_layers": 4}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

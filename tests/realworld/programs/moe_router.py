@@ -5,14 +5,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("moe_router", "tuple_output")
 tokens = 16
 hidden = 64
 num_experts = 8
 top_k = 2
 dtype = torch.float32
-LLM_SIZES = {"tokens": 8192, "hidden": 4096, "num_experts": 8, "top_k": 2}
-DYNAMIC = ("tokens",)
 
 
 class Model(nn.Module):

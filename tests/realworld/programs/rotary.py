@@ -4,15 +4,12 @@ sequence, rotate_half; returns the rotated queries."""
 import torch
 import torch.nn as nn
 
-KINDS = ("rotary",)
 batch_size = 2
 heads = 4
 seq_len = 8
 head_dim = 16
 max_positions = 64
 dtype = torch.float32
-LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 2048, "head_dim": 128, "max_positions": 8192}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 def rotate_half(x):

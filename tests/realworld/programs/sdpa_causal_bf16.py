@@ -5,14 +5,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("attention", "bf16", "causal_mask")
 batch_size = 2
 heads = 4
 seq_len = 8
 head_dim = 16
 dtype = torch.bfloat16
-LLM_SIZES = {"batch_size": 2, "heads": 32, "seq_len": 4096, "head_dim": 128}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):

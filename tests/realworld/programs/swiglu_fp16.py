@@ -4,14 +4,11 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-KINDS = ("swiglu", "fp16", "mlp")
 batch_size = 2
 seq_len = 8
 hidden = 64
 intermediate = 128
 dtype = torch.float16
-LLM_SIZES = {"batch_size": 2, "seq_len": 2048, "hidden": 4096, "intermediate": 14336}
-DYNAMIC = ("batch_size", "seq_len")
 
 
 class Model(nn.Module):
