@@ -4,10 +4,11 @@ runs that hold a whole fusion region, so that a block longer than K can still be
 
 - each kernel of the reference lowering (lower/grouping.py `kernel_groups`: an anchor with its prologue and
   epilogue, or an elementwise group), e.g. a tanh GELU written out (8 nodes) or an MLP's matmul with its epilogue;
-- each row kernel (a reduction, norm or softmax) grown through the kernels it hands tensors to or takes them from,
-  while they are elementwise or row kernels, e.g. an RMSNorm written out (square, mean, + eps, rsqrt, scale, weight)
-  or a softmax (max, subtract, exp, sum, divide); grown once more through dtype casts (`Torch` `_to_copy`), which
-  the lowering cannot do but a policy can.
+- each row kernel (a reduction, norm or softmax) grown, ring by ring, through the kernels it hands tensors to or
+  takes them from, while they are elementwise or row kernels: a run a ring, e.g. an RMSNorm written out (square,
+  mean, + eps, rsqrt, scale, weight) or a softmax (max, subtract, exp, sum, divide), then that with its
+  neighbours; grown once more through dtype casts (`Torch` `_to_copy`), which the lowering cannot do but a policy
+  can.
 
 A region's run is [its first node, its last node + 1), nodes between included, kept when at most `longest` nodes
 (16) long and not already a window.
@@ -261,18 +262,20 @@ def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
     runs = set(spans)
     for seed in (i for i, kind in enumerate(kinds) if kind == "row"):
         for joins in (("elementwise", "row"), ("elementwise", "row", "cast")):
-            runs.add(grow(seed, spans, near, [kind in joins for kind in kinds], longest))
+            runs.update(grow(seed, spans, near, [kind in joins for kind in kinds], longest))
     return sorted(r for r in runs if r[1] - r[0] <= longest)
 
 
 def grow(seed: int, spans: list[tuple[int, int]], near: list[set[int]], joins: list[bool], longest: int):
-    """The run of kernel `seed` and, breadth first, the neighbouring kernels that `joins` allows while the run
-    stays at most `longest` nodes long."""
-    (lo, hi), members, todo = spans[seed], {seed}, [seed]
-    while todo:
-        for j in sorted(near[todo.pop(0)]):
+    """The runs of kernel `seed` grown breadth first, one a ring: through the neighbouring kernels that `joins`
+    allows, each taken while the run stays at most `longest` nodes long (a softmax, then the norm that reads it)."""
+    (lo, hi), members, ring, runs = spans[seed], {seed}, [seed], []
+    while ring:
+        ring, grown = [], ring
+        for j in sorted({j for i in grown for j in near[i]} - members):
             a, b = min(lo, spans[j][0]), max(hi, spans[j][1])
-            if j not in members and joins[j] and b - a <= longest:
+            if joins[j] and b - a <= longest:
                 (lo, hi), members = (a, b), members | {j}
-                todo.append(j)
-    return lo, hi
+                ring.append(j)
+        runs.append((lo, hi))
+    return runs

@@ -76,12 +76,13 @@ def test_a_written_out_rmsnorm_is_one_fragment():
 
 
 def test_casts_join_a_region_and_the_region_without_them_stays():
-    """Hugging Face's casts around the norm: the region grown through them (for a policy: the lowering has no cast)
-    and the one without them (what the lowering can fuse), besides the lowering's own kernels (+ eps, rsqrt, scale);
-    those longer than k=2, none past `longest`."""
+    """Hugging Face's casts around the norm: the region grown through them ring by ring (the first cast and the
+    scale, the second cast, the weight: for a policy, the lowering has no cast) and the one without them (what the
+    lowering can fuse), besides the lowering's own kernels (+ eps, rsqrt, scale); those longer than k=2, none past
+    `longest`."""
     g = hf_rmsnorm("bfloat16")
     long = {f.name: f for f in enumerate_fragments(g, 2) if f.size > 2}
-    assert sorted(long) == ["n0-7", "n1-5", "n3-5"]
+    assert sorted(long) == ["n0-5", "n0-6", "n0-7", "n1-5", "n3-5"]
     assert long["n0-7"].ops[0] == long["n0-7"].ops[6] == "_to_copy.default"
     assert long["n1-5"].ops == ["Square", "Mean", "AddScalar", "Rsqrt", "Mul"]
     capped = by_name(enumerate_fragments(g, 2, longest=7))  # grown through the first cast, up to 7 nodes
