@@ -1,28 +1,28 @@
-"""A post-norm transformer block's residual add and LayerNorm (BERT, the original Transformer); its float16 variant
-as a model run with .half()."""
+"""A post-norm transformer block's residual add and LayerNorm, as d2l.ai's AddNorm writes the original Transformer's
+(BERT's too): LayerNorm(Y + X); its float16 variant as a model run with .half()."""
 
 import torch
-import torch.nn as nn
+from torch import nn
 
-batch_size = 2
-seq_len = 8
-hidden = 64
+batch_size, num_steps, num_hiddens = 2, 8, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden):
-        super().__init__()
-        self.norm = nn.LayerNorm(hidden, eps=1e-5, dtype=dtype)
+    """The residual connection followed by layer normalization."""
 
-    def forward(self, x, residual):
-        return self.norm(x + residual)
+    def __init__(self, norm_shape):
+        super().__init__()
+        self.ln = nn.LayerNorm(norm_shape, dtype=dtype)
+
+    def forward(self, X, Y):
+        return self.ln(Y + X)
 
 
 def get_inputs():
-    x = torch.randn(batch_size, seq_len, hidden, dtype=dtype)
-    return [x, torch.randn_like(x)]
+    X = torch.randn(batch_size, num_steps, num_hiddens, dtype=dtype)
+    return [X, torch.randn_like(X)]
 
 
 def get_init_inputs():
-    return [hidden]
+    return [num_hiddens]

@@ -5,11 +5,9 @@ import math
 
 import torch
 import torch.nn as nn
+import torch.nn.functional as F
 
-batch_size = 2
-heads = 4
-seq_len = 8
-head_dim = 16
+batch_size, n_head, seq_len, head_size = 2, 4, 8, 16
 dtype = torch.float32
 
 
@@ -17,14 +15,14 @@ class Model(nn.Module):
     def forward(self, q, k, v):
         n = q.size(-2)
         att = (q @ k.transpose(-2, -1)) * (1.0 / math.sqrt(k.size(-1)))
-        causal = torch.tril(torch.ones(n, n, device=q.device))
-        att = att.masked_fill(causal == 0, float("-inf"))
-        att = torch.softmax(att, dim=-1)
-        return att @ v
+        att = att.masked_fill(torch.tril(torch.ones(n, n, device=q.device)) == 0, float("-inf"))
+        att = F.softmax(att, dim=-1)
+        return att @ v  # (B, nh, T, T) x (B, nh, T, hs) -> (B, nh, T, hs)
 
 
 def get_inputs():
-    return [torch.randn(batch_size, heads, seq_len, head_dim, dtype=dtype) for _ in range(3)]
+    q, k, v = (torch.randn(batch_size, n_head, seq_len, head_size, dtype=dtype) for _ in range(3))
+    return [q, k, v]
 
 
 def get_init_inputs():

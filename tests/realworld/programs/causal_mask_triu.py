@@ -6,9 +6,7 @@ import math
 import torch
 import torch.nn as nn
 
-batch_size = 2
-heads = 4
-seq_len = 8
+batch_size, heads, seq_len, head_dim = 2, 4, 8, 64
 dtype = torch.float32
 
 
@@ -29,4 +27,4 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return [64]
+    return [head_dim]

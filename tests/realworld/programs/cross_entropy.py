@@ -5,8 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-tokens = 16
-vocab = 128
+tokens, vocab = 16, 128
 dtype = torch.float32
 
 

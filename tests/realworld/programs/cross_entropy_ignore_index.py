@@ -5,18 +5,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 2
-seq_len = 8
-hidden = 32
-vocab = 96
+batch_size, seq_len = 2, 8
+hidden_size, vocab_size = 32, 96
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden, vocab):
+    def __init__(self, hidden_size, vocab_size):
         super().__init__()
-        self.lm_head = nn.Linear(hidden, vocab, bias=False)
-        self.to(dtype)
+        self.lm_head = nn.Linear(hidden_size, vocab_size, bias=False, dtype=dtype)
 
     def forward(self, hidden_states, labels):
         logits = self.lm_head(hidden_states).float()
@@ -26,12 +23,12 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    labels = torch.randint(0, vocab, (batch_size, seq_len))
+    labels = torch.randint(0, vocab_size, (batch_size, seq_len))
     padded = torch.rand(batch_size, seq_len) < 0.25
     padded[:, 1] = False  # every row keeps a real token to predict
     labels = torch.where(padded, torch.full_like(labels, -100), labels)
-    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype), labels]
+    return [torch.randn(batch_size, seq_len, hidden_size, dtype=dtype), labels]
 
 
 def get_init_inputs():
-    return [hidden, vocab]
+    return [hidden_size, vocab_size]

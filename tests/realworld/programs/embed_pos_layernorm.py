@@ -4,30 +4,27 @@ then LayerNorm."""
 import torch
 import torch.nn as nn
 
-batch_size = 2
-seq_len = 8
-vocab = 100
-hidden = 32
-max_positions = 64
+batch_size, seq_len = 2, 8
+vocab_size, hidden_size, max_position_embeddings = 100, 32, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, vocab, hidden, max_positions):
+    def __init__(self, vocab_size, hidden_size, max_position_embeddings, layer_norm_eps=1e-12):
         super().__init__()
-        self.word_embeddings = nn.Embedding(vocab, hidden)
-        self.position_embeddings = nn.Embedding(max_positions, hidden)
-        self.norm = nn.LayerNorm(hidden, eps=1e-12)
-        self.to(dtype)
+        self.word_embeddings = nn.Embedding(vocab_size, hidden_size, dtype=dtype)
+        self.position_embeddings = nn.Embedding(max_position_embeddings, hidden_size, dtype=dtype)
+        self.LayerNorm = nn.LayerNorm(hidden_size, eps=layer_norm_eps, dtype=dtype)
 
     def forward(self, input_ids):
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
-        return self.norm(self.word_embeddings(input_ids) + self.position_embeddings(positions))
+        position_ids = torch.arange(input_ids.shape[1], device=input_ids.device).unsqueeze(0)
+        embeddings = self.word_embeddings(input_ids) + self.position_embeddings(position_ids)
+        return self.LayerNorm(embeddings)
 
 
 def get_inputs():
-    return [torch.randint(0, vocab, (batch_size, seq_len))]
+    return [torch.randint(0, vocab_size, (batch_size, seq_len))]
 
 
 def get_init_inputs():
-    return [vocab, hidden, max_positions]
+    return [vocab_size, hidden_size, max_position_embeddings]

@@ -1,35 +1,33 @@
-"""A pre-norm decoder's fused residual add + RMSNorm (vLLM's fused_add_rms_norm contract): returns
-(normed, new residual)."""
+"""A pre-norm decoder's fused residual add + RMSNorm, as vLLM's RMSNorm.forward_native computes it (the contract of
+its fused_add_rms_norm kernel): returns (normed, new residual)."""
 
 import torch
 import torch.nn as nn
 
-batch_size = 2
-seq_len = 8
-hidden = 64
+num_tokens, hidden_size = 16, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden, eps=1e-6):
+    def __init__(self, hidden_size, eps=1e-6):
         super().__init__()
-        self.eps = eps
-        self.weight = nn.Parameter(torch.ones(hidden))
-        self.to(dtype)
+        self.weight = nn.Parameter(torch.ones(hidden_size, dtype=dtype))
+        self.variance_epsilon = eps
 
     def forward(self, x, residual):
-        residual = x + residual
-        h = residual.float()
-        h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * h.to(x.dtype), residual
+        orig_dtype = x.dtype
+        x = x.to(torch.float32) + residual.to(torch.float32)
+        residual = x.to(orig_dtype)
+        variance = x.pow(2).mean(dim=-1, keepdim=True)
+        x = x * torch.rsqrt(variance + self.variance_epsilon)
+        return x.to(orig_dtype) * self.weight, residual
 
 
 def get_inputs():
-    return [
-        torch.randn(batch_size, seq_len, hidden, dtype=dtype),
-        torch.randn(batch_size, seq_len, hidden, dtype=dtype),
-    ]
+    x = torch.randn(num_tokens, hidden_size, dtype=dtype)
+    residual = torch.randn(num_tokens, hidden_size, dtype=dtype)
+    return [x, residual]
 
 
 def get_init_inputs():
-    return [hidden]
+    return [hidden_size]

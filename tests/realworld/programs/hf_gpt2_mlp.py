@@ -5,18 +5,15 @@ import torch.nn as nn
 from transformers import GPT2Config
 from transformers.models.gpt2.modeling_gpt2 import GPT2MLP
 
-batch_size = 2
-seq_len = 8
-n_embd = 64
+batch_size, seq_len, n_embd = 2, 8, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, n_embd):
+    def __init__(self, config):
         super().__init__()
-        config = GPT2Config(n_embd=n_embd, resid_pdrop=0.0)  # dropout off: an inference-time block
-        self.mlp = GPT2MLP(4 * n_embd, config)
-        self.to(dtype)
+        inner_dim = config.n_inner if config.n_inner is not None else 4 * config.hidden_size
+        self.mlp = GPT2MLP(inner_dim, config).to(dtype)
 
     def forward(self, hidden_states):
         return self.mlp(hidden_states)
@@ -27,4 +24,4 @@ def get_inputs():
 
 
 def get_init_inputs():
-    return [n_embd]
+    return [GPT2Config(n_embd=n_embd, resid_pdrop=0.0)]  # dropout off: an inference-time block

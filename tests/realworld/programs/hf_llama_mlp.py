@@ -5,27 +5,23 @@ import torch.nn as nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP
 
-batch_size = 2
-seq_len = 8
-hidden = 64
-intermediate = 172
+batch_size, seq_len = 2, 8
+hidden_size, intermediate_size = 64, 172
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden, intermediate):
+    def __init__(self, config):
         super().__init__()
-        config = LlamaConfig(hidden_size=hidden, intermediate_size=intermediate, hidden_act="silu")
-        self.mlp = LlamaMLP(config)
-        self.to(dtype)
+        self.mlp = LlamaMLP(config).to(dtype)
 
     def forward(self, x):
         return self.mlp(x)
 
 
 def get_inputs():
-    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype)]
+    return [torch.randn(batch_size, seq_len, hidden_size, dtype=dtype)]
 
 
 def get_init_inputs():
-    return [hidden, intermediate]
+    return [LlamaConfig(hidden_size=hidden_size, intermediate_size=intermediate_size, hidden_act="silu")]

@@ -5,24 +5,22 @@ import torch
 import torch.nn as nn
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-batch_size = 2
-seq_len = 8
-hidden = 64
+batch_size, seq_len, hidden_size = 2, 8, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden):
+    def __init__(self, hidden_size):
         super().__init__()
-        self.input_layernorm = LlamaRMSNorm(hidden, eps=1e-6).to(dtype)
+        self.input_layernorm = LlamaRMSNorm(hidden_size, eps=1e-6).to(dtype)
 
     def forward(self, hidden_states):
         return self.input_layernorm(hidden_states)
 
 
 def get_inputs():
-    return [torch.randn(batch_size, seq_len, hidden).to(dtype)]
+    return [torch.randn(batch_size, seq_len, hidden_size).to(dtype)]
 
 
 def get_init_inputs():
-    return [hidden]
+    return [hidden_size]

@@ -6,31 +6,26 @@ import torch.nn as nn
 from transformers import LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
-batch_size = 2
-heads = 4
-seq_len = 8
-head_dim = 16
+batch_size, num_heads, seq_len, head_dim = 2, 4, 8, 16
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, heads, head_dim):
+    def __init__(self, config):
         super().__init__()
-        config = LlamaConfig(hidden_size=heads * head_dim, num_attention_heads=heads, max_position_embeddings=8192)
         self.rotary_emb = LlamaRotaryEmbedding(config)
 
-    def forward(self, q, k):
-        position_ids = torch.arange(q.shape[2], device=q.device).unsqueeze(0).expand(q.shape[0], -1)
-        cos, sin = self.rotary_emb(q, position_ids)
-        return apply_rotary_pos_emb(q, k, cos, sin)
+    def forward(self, query_states, key_states):
+        position_ids = torch.arange(query_states.shape[2], device=query_states.device).unsqueeze(0)
+        cos, sin = self.rotary_emb(query_states, position_ids.expand(query_states.shape[0], -1))
+        return apply_rotary_pos_emb(query_states, key_states, cos, sin)
 
 
 def get_inputs():
-    return [
-        torch.randn(batch_size, heads, seq_len, head_dim, dtype=dtype),
-        torch.randn(batch_size, heads, seq_len, head_dim, dtype=dtype),
-    ]
+    shape = (batch_size, num_heads, seq_len, head_dim)
+    return [torch.randn(shape, dtype=dtype), torch.randn(shape, dtype=dtype)]
 
 
 def get_init_inputs():
-    return [heads, head_dim]
+    config = LlamaConfig(hidden_size=num_heads * head_dim, num_attention_heads=num_heads, max_position_embeddings=8192)
+    return [config]

@@ -7,10 +7,7 @@ import torch.nn as nn
 from transformers import T5Config
 from transformers.models.t5.modeling_t5 import T5LayerFF
 
-batch_size = 2
-seq_len = 8
-d_model = 64
-d_ff = 128
+batch_size, seq_len, d_model, d_ff = 2, 8, 64, 128
 feed_forward_proj = "relu"
 dtype = torch.float32
 

@@ -6,9 +6,7 @@ import torch.nn as nn
 from transformers import T5Config
 from transformers.models.t5.modeling_t5 import T5LayerNorm
 
-batch_size = 2
-seq_len = 8
-d_model = 64
+batch_size, seq_len, d_model = 2, 8, 64
 dtype = torch.float32
 
 

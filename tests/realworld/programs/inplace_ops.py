@@ -4,18 +4,15 @@ relu_ on the intermediate."""
 import torch
 import torch.nn as nn
 
-batch_size = 2
-seq_len = 8
-hidden = 64
+batch_size, seq_len, hidden = 2, 8, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden):
+    def __init__(self, hidden, scale=0.5):
         super().__init__()
-        self.proj = nn.Linear(hidden, hidden)
-        self.scale = 0.5
-        self.to(dtype)
+        self.proj = nn.Linear(hidden, hidden, dtype=dtype)
+        self.scale = scale
 
     def forward(self, x):
         h = self.proj(x)

@@ -4,8 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 16
-hidden = 64
+batch_size, hidden = 16, 64
 dtype = torch.float32
 
 

@@ -3,27 +3,23 @@
 import torch
 import torch.nn as nn
 
-batch_size = 2
-seq_len = 8
-hidden = 64
-out_features = 128
+batch_size, seq_len, d_model, d_ff = 2, 8, 64, 128
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden, out_features):
+    def __init__(self, d_model, d_ff):
         super().__init__()
-        self.fc = nn.Linear(hidden, out_features)
-        self.act = nn.ReLU()
+        self.w_1 = nn.Linear(d_model, d_ff)
         self.to(dtype)
 
     def forward(self, x):
-        return self.act(self.fc(x))
+        return self.w_1(x).relu()
 
 
 def get_inputs():
-    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype)]
+    return [torch.randn(batch_size, seq_len, d_model, dtype=dtype)]
 
 
 def get_init_inputs():
-    return [hidden, out_features]
+    return [d_model, d_ff]

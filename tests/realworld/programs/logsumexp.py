@@ -3,8 +3,7 @@
 import torch
 import torch.nn as nn
 
-tokens = 16
-vocab = 128
+tokens, vocab = 16, 128
 dtype = torch.float32
 
 

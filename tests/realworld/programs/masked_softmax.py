@@ -4,9 +4,7 @@ queries, masked_fill with -inf, softmax."""
 import torch
 import torch.nn as nn
 
-batch_size = 2
-heads = 4
-seq_len = 8
+batch_size, heads, seq_len = 2, 4, 8
 dtype = torch.float32
 
 

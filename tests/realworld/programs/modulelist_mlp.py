@@ -4,9 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 2
-seq_len = 8
-hidden = 64
+batch_size, seq_len, hidden = 2, 8, 64
 num_layers = 3
 dtype = torch.float32
 

@@ -5,31 +5,28 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-tokens = 16
-hidden = 64
-num_experts = 8
-top_k = 2
+num_tokens, hidden_dim = 16, 64
+num_experts, top_k = 8, 2
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden, num_experts, top_k):
+    def __init__(self, hidden_dim, num_experts, top_k):
         super().__init__()
         self.top_k = top_k
-        self.gate = nn.Linear(hidden, num_experts, bias=False)
-        self.to(dtype)
+        self.gate = nn.Linear(hidden_dim, num_experts, bias=False, dtype=dtype)
 
     def forward(self, hidden_states):
         router_logits = self.gate(hidden_states)
-        routing_weights = F.softmax(router_logits, dim=-1, dtype=torch.float)
+        routing_weights = F.softmax(router_logits, dim=1, dtype=torch.float)
         routing_weights, selected_experts = torch.topk(routing_weights, self.top_k, dim=-1)
-        routing_weights = routing_weights / routing_weights.sum(dim=-1, keepdim=True)
+        routing_weights /= routing_weights.sum(dim=-1, keepdim=True)
         return routing_weights.to(hidden_states.dtype), selected_experts
 
 
 def get_inputs():
-    return [torch.randn(tokens, hidden, dtype=dtype)]
+    return [torch.randn(num_tokens, hidden_dim, dtype=dtype)]
 
 
 def get_init_inputs():
-    return [hidden, num_experts, top_k]
+    return [hidden_dim, num_experts, top_k]

@@ -1,28 +1,30 @@
-"""RMSNorm as written by hand in nanoGPT-style and Mistral reference code: x * rsqrt(mean(x^2) + eps) * weight."""
+"""RMSNorm as Meta's Llama reference code writes it by hand: x * rsqrt(mean(x^2) + eps) in fp32, cast back, times
+the weight."""
 
 import torch
 import torch.nn as nn
 
-batch_size = 2
-seq_len = 8
-hidden = 64
+batch_size, seq_len, dim = 2, 8, 64
 dtype = torch.float32
 
 
 class Model(nn.Module):
-    def __init__(self, hidden, eps=1e-6):
+    def __init__(self, dim: int, eps: float = 1e-6):
         super().__init__()
         self.eps = eps
-        self.weight = nn.Parameter(torch.ones(hidden) + 0.1 * torch.randn(hidden))
-        self.to(dtype)
+        self.weight = nn.Parameter(torch.ones(dim, dtype=dtype) + 0.1 * torch.randn(dim, dtype=dtype))
+
+    def _norm(self, x):
+        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps)
 
     def forward(self, x):
-        return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + self.eps) * self.weight
+        output = self._norm(x.float()).type_as(x)
+        return output * self.weight
 
 
 def get_inputs():
-    return [torch.randn(batch_size, seq_len, hidden, dtype=dtype)]
+    return [torch.randn(batch_size, seq_len, dim, dtype=dtype)]
 
 
 def get_init_inputs():
-    return [hidden]
+    return [dim]

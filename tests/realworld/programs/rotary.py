@@ -4,10 +4,7 @@ sequence, rotate_half; returns the rotated queries."""
 import torch
 import torch.nn as nn
 
-batch_size = 2
-heads = 4
-seq_len = 8
-head_dim = 16
+batch_size, heads, seq_len, head_dim = 2, 4, 8, 16
 max_positions = 64
 dtype = torch.float32
 

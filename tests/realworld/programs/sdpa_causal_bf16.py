@@ -3,22 +3,19 @@ F.scaled_dot_product_attention(q, k, v, is_causal=True)."""
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
-batch_size = 2
-heads = 4
-seq_len = 8
-head_dim = 16
+batch_size, num_heads, seq_len, head_dim = 2, 4, 8, 16
 dtype = torch.bfloat16
 
 
 class Model(nn.Module):
-    def forward(self, q, k, v):
-        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    def forward(self, query, key, value):
+        return torch.nn.functional.scaled_dot_product_attention(query, key, value, dropout_p=0.0, is_causal=True)
 
 
 def get_inputs():
-    return [torch.randn(batch_size, heads, seq_len, head_dim, dtype=dtype) for _ in range(3)]
+    query = torch.randn(batch_size, num_heads, seq_len, head_dim, dtype=dtype)
+    return [query, torch.randn_like(query), torch.randn_like(query)]
 
 
 def get_init_inputs():

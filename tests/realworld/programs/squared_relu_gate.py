@@ -3,9 +3,7 @@
 import torch
 import torch.nn as nn
 
-batch_size = 2
-seq_len = 8
-intermediate = 128
+batch_size, seq_len, intermediate = 2, 8, 128
 dtype = torch.float32
 
 
@@ -15,10 +13,8 @@ class Model(nn.Module):
 
 
 def get_inputs():
-    return [
-        torch.randn(batch_size, seq_len, intermediate, dtype=dtype),
-        torch.randn(batch_size, seq_len, intermediate, dtype=dtype),
-    ]
+    gate = torch.randn(batch_size, seq_len, intermediate, dtype=dtype)
+    return [gate, torch.randn_like(gate)]
 
 
 def get_init_inputs():

@@ -4,9 +4,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-batch_size = 2
-seq_len = 8
-intermediate = 128
+batch_size, seq_len, intermediate = 2, 8, 128
 dtype = torch.float32
 
 
