@@ -343,6 +343,30 @@ def along(op: str) -> Callable[[Site], Result]:
     return mapper
 
 
+def logsumexp(s: Site) -> Result:
+    x, dim = s.t("self"), _dim(s.args.get("dim"))
+    if dim is None:
+        return "a log-sum-exp over several dims"
+    if not s.floats(x):
+        return "not a floating tensor of the output's dtype"
+    return s.node("LogSumExp", [x], {"dim": dim, "keepdim": bool(s.args.get("keepdim", False))})
+
+
+CE_REDUCTION = {0: "none", 1: "mean", 2: "sum"}  # ATen's reduction enum
+
+
+def cross_entropy(s: Site) -> Result:
+    """F.cross_entropy of 2-D logits and class indices (Hugging Face's loss on flattened tokens), ignore_index kept;
+    class weights and label smoothing stay PyTorch."""
+    x, target = s.t("self"), s.t("target")
+    if s.args.get("weight") is not None or s.args.get("label_smoothing", 0.0) != 0.0:
+        return "class weights or label smoothing"
+    if not s.floats(x) or s.rank(x) != 2 or target is None or s.tensors[target].dtype != "int64":
+        return "not 2-D floating logits with int64 class indices"
+    params = {"ignore_index": s.args.get("ignore_index", -100), "reduction": CE_REDUCTION[s.args.get("reduction", 1)]}
+    return s.node("CrossEntropy", [x, target], params)
+
+
 # -- layout ----------------------------------------------------------------------------------------
 def _same(s: Site, x, bool_ok: bool = False) -> bool:
     """A tensor of the output's dtype; a strided copy (every layout operator but View) takes no booleans."""
@@ -515,6 +539,7 @@ TABLE: dict[str, Callable[[Site], Result]] = {
     "aten.var.correction": reduce("Var", correction=(None, 1)),
     "aten.linalg_vector_norm.default": reduce("Norm", ord=(2, 2.0), dtype=(None,)),
     "aten.norm.ScalarOpt_dim": reduce("Norm", p=(2, 2.0)),
+    "aten.logsumexp.default": logsumexp,
     "aten.cumsum.default": along("CumSum"),
     "aten.cummax.default": along("CumMax"),
     "aten.cummin.default": along("CumMin"),

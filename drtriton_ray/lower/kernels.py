@@ -290,7 +290,8 @@ def softmax_stats_kernel(x_ptr, stats_ptr, R: tl.constexpr, I: tl.constexpr, n_c
     """The statistics of a softmax (LOG 0) or log-softmax (LOG 1) along the middle extent of (O, R, I), for a
     reduction that recomputes the values where it loads x (softmax_reduce_kernel), so that they are never written:
     column c's maximum m at stats[c] and, at stats[n_cols + c], 1 / s (softmax: y = exp(x - m) * (1 / s)) or log s
-    (log-softmax: y = x - m - log s), s the column's sum of exp(x - m). One pass over x, online as along_loop_kernel's
+    (log-softmax: y = x - m - log s), s the column's sum of exp(x - m); LOG 2: the log-sum-exp m + log s alone, at
+    stats[c] (stats is then the output). One pass over x, online as along_loop_kernel's
     first: a running maximum, and the running sum rescaled by exp(old max - new max) where it grows. BLOCK_C columns
     side by side, BLOCK_R values of each a step. R, I and n_cols are constants (by keyword, as reduce_kernel's).
     WIDE: int64 index math (x has 2^31 values or more); else int32."""
@@ -310,12 +311,60 @@ def softmax_stats_kernel(x_ptr, stats_ptr, R: tl.constexpr, I: tl.constexpr, n_c
         e = tl.where(mask, tl.exp(x - new_top[None, :]), 0.0)
         total = total * tl.exp(top - new_top) + tl.sum(e, axis=0)
         top = new_top
-    if LOG:
-        second = tl.log(total)
+    if LOG == 2:
+        tl.store(stats_ptr + c, top + tl.log(total), mask=c_ok)
     else:
-        second = 1.0 / total
-    tl.store(stats_ptr + c, top, mask=c_ok)
-    tl.store(stats_ptr + n_cols + c, second, mask=c_ok)
+        if LOG:
+            second = tl.log(total)
+        else:
+            second = 1.0 / total
+        tl.store(stats_ptr + c, top, mask=c_ok)
+        tl.store(stats_ptr + n_cols + c, second, mask=c_ok)
+
+
+@triton.jit
+def cross_entropy_kernel(x_ptr, target_ptr, loss_ptr, V: tl.constexpr, IGNORE: tl.constexpr, COUNT: tl.constexpr,
+                         BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """Cross-entropy of one row of logits x (rows x V, contiguous) against its target class: the row's log-sum-exp
+    in one pass over it (online: a running maximum, the running sum of exp rescaled where the maximum grows), less
+    the target's logit; 0 where the target is IGNORE (Hugging Face's -100 for padding). The loss goes to
+    loss[row]; with COUNT, 1.0 (counted) or 0.0 (ignored) to loss[rows + row], for the mean. V is a constant (by
+    keyword); WIDE: int64 index math (x has 2^31 values or more)."""
+    row = tl.program_id(0)
+    rows = tl.num_programs(0)
+    if WIDE:
+        row = row.to(tl.int64)
+    base = x_ptr + row * V
+    top = -float("inf")
+    total = 0.0
+    for v0 in range(0, V, BLOCK):
+        cols = v0 + tl.arange(0, BLOCK)
+        x = tl.load(base + cols, mask=cols < V, other=-float("inf")).to(tl.float32)
+        new_top = tl.maximum(top, tl.max(x, axis=0))
+        total = total * tl.exp(top - new_top) + tl.sum(tl.exp(x - new_top), axis=0)
+        top = new_top
+    target = tl.load(target_ptr + row)
+    counted = target != IGNORE
+    picked = tl.load(base + target, mask=counted, other=0.0).to(tl.float32)
+    tl.store(loss_ptr + row, tl.where(counted, top + tl.log(total) - picked, 0.0))
+    if COUNT:
+        tl.store(loss_ptr + rows + row, tl.where(counted, 1.0, 0.0))
+
+
+@triton.jit
+def cross_entropy_total_kernel(loss_ptr, out_ptr, rows, MEAN: tl.constexpr, BLOCK: tl.constexpr):
+    """The sum of cross_entropy_kernel's row losses, or (MEAN) their mean over the counted rows (PyTorch's nan where
+    none is): one program."""
+    acc = tl.zeros([BLOCK], dtype=tl.float32)
+    count = tl.zeros([BLOCK], dtype=tl.float32)
+    for r0 in range(0, rows, BLOCK):
+        r = r0 + tl.arange(0, BLOCK)
+        acc += tl.load(loss_ptr + r, mask=r < rows, other=0.0)
+        count += tl.load(loss_ptr + rows + r, mask=r < rows, other=0.0)
+    total = tl.sum(acc, axis=0)
+    if MEAN:
+        total = total / tl.sum(count, axis=0)
+    tl.store(out_ptr, total)
 
 
 @triton.jit

@@ -429,3 +429,17 @@ register(
     call=lambda s: f"select_copy({s.x[0]}, {s.params.get('dim')}, {s.params.get('index')})",
     takes_config=False,
 )
+
+# one pass over each row, online: the log-sum-exp (softmax_stats_kernel's LOG 2), the cross-entropy of 2-D logits
+register(
+    "LogSumExp",
+    call=lambda s: f"logsumexp({s.x[0]}, {s.params['dim']}, {s.params['keepdim']})",
+    tuning=lambda op, params, shapes, out: ("softmax_stats_kernel", _rows_by_extent(params, list(shapes[0]))),
+)
+CE_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
+register(
+    "CrossEntropy",
+    call=lambda s: (
+        f"cross_entropy({s.x[0]}, {s.x[1]}, {s.params['ignore_index']}, {CE_REDUCTIONS[s.params['reduction']]})"
+    ),
+)

@@ -5,6 +5,7 @@ import torch
 import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
+                                        cross_entropy_kernel, cross_entropy_total_kernel,
                                         conv_small_kernel, matmul_kernel, norm_apply_kernel, norm_reduce_kernel,
                                         norm_stats_kernel,
                                         pool_rows_kernel, reduce_kernel, row_norm_kernel,
@@ -234,6 +235,12 @@ def softmax_stats_setup(shape, like, dim, config=None):
     input (device: like's): two float32 values a column."""
     outer, extent, inner = split_at(shape, dim)
     stats = torch.empty(2 * outer * inner, device=like.device, dtype=torch.float32)
+    return (stats,) + softmax_stats_launch(shape, like, stats, dim, config)
+
+
+def softmax_stats_launch(shape, like, stats, dim, config=None):
+    """(grid, arguments after the input, launch constants) of softmax_stats_kernel writing to `stats`."""
+    outer, extent, inner = split_at(shape, dim)
     # compiled, 32 columns side by side where they lie side by side in memory (a 128-byte line a row, as
     # along_loop_kernel's); interpreted, as many rows as the tile holds
     block_r = min(triton.next_power_of_2(extent), tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
@@ -241,7 +248,49 @@ def softmax_stats_setup(shape, like, dim, config=None):
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
     sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
-    return stats, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (stats,), {**meta, **sizes}
+    return (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (stats,), {**meta, **sizes}
+
+
+def reduced_shape(shape, dim, keepdim):
+    out = list(shape)
+    if keepdim:
+        out[dim % len(shape)] = 1
+    else:
+        del out[dim % len(shape)]
+    return out
+
+
+def logsumexp(x, dim, keepdim, config=None):
+    """torch.logsumexp(x, dim, keepdim) in one pass over x: softmax_stats_kernel's LOG 2, whose statistics are the
+    output."""
+    out = torch.empty(reduced_shape(x.shape, dim, keepdim), device=x.device, dtype=x.dtype)
+    grid, args, meta = softmax_stats_launch(x.shape, x, out, dim, config)
+    softmax_stats_kernel[grid](x, *args, LOG=2, **meta)
+    return out
+
+
+def cross_entropy_setup(x, ignore_index, reduction, config=None):
+    """(row losses, grid, launch constants) of cross_entropy_kernel over 2-D logits x: float32 losses and counts for a
+    mean or a sum (reduction 1, 2), the output itself in x's dtype for none (0)."""
+    rows, classes = x.shape
+    size = 2 * rows if reduction else rows
+    loss = torch.empty(size, device=x.device, dtype=torch.float32 if reduction else x.dtype)
+    block = min(triton.next_power_of_2(classes), tile_elements(x))
+    meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, x)
+    meta.update(V=classes, IGNORE=ignore_index, COUNT=bool(reduction), WIDE=rows * classes >= 2**31)
+    return loss, (rows,), meta
+
+
+def cross_entropy(x, target, ignore_index, reduction, config=None):
+    """F.cross_entropy(x, target, ignore_index=ignore_index) of 2-D logits, reduction 0 none, 1 mean, 2 sum: each
+    row's loss in one pass over its logits, then (mean, sum) their total in one program."""
+    loss, grid, meta = cross_entropy_setup(x, ignore_index, reduction, config)
+    cross_entropy_kernel[grid](x, target, loss, **meta)
+    if not reduction:
+        return loss
+    out = torch.empty((), device=x.device, dtype=x.dtype)
+    cross_entropy_total_kernel[(1,)](loss, out, x.shape[0], MEAN=reduction == 1, BLOCK=1024)
+    return out
 
 
 def softmax_reduce_setup(shape, like, stats, sdim, dim, keepdim, op, config=None):

@@ -135,6 +135,7 @@ CAPTURE_OPS = [
         ]
     ),
     _capture(f.unary("PowScalar", "torch.pow({0}, {exponent})", 8, lambda rng: {"exponent": rng.choice([2, 3])})),
+    _capture(f.reduce("LogSumExp", "torch.logsumexp({0}, dim={dim}, keepdim={keepdim})", flops=4)),
     _capture(f.unary("Neg", "torch.neg({0})")),
     _capture(f.unary("Square", "torch.square({0})")),
     _capture(f.unary("Sqrt", "torch.sqrt({0})", 4)),

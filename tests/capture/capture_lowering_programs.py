@@ -91,6 +91,17 @@ def layout() -> Program:
     return program(shapes, {0: "input", 1: "weight", 8: "output"}, nodes)
 
 
+def rows() -> Program:
+    """LogSumExp over the last dim and over the first (a column), added."""
+    nodes = [
+        Node("LogSumExp", [0], [1], {"dim": -1, "keepdim": True}),
+        Node("LogSumExp", [0], [2], {"dim": 0, "keepdim": True}),
+        Node("Add", [1, 2], [3]),
+    ]
+    shapes = {0: (6, 40), 1: (6, 1), 2: (1, 40), 3: (6, 40)}
+    return program(shapes, {0: "input", 3: "output"}, nodes)
+
+
 def problem_source(p: Program) -> str:
     """The KernelBench problem; a boolean input is drawn as the causal mask (the renderer draws floats)."""
     source = render_problem(p)
@@ -101,4 +112,10 @@ def problem_source(p: Program) -> str:
     return source
 
 
-PROGRAMS = {"math_from_positive": math_from_positive, "math_on_reals": math_on_reals, "masks": masks, "layout": layout}
+PROGRAMS = {
+    "math_from_positive": math_from_positive,
+    "math_on_reals": math_on_reals,
+    "masks": masks,
+    "layout": layout,
+    "rows": rows,
+}
