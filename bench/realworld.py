@@ -125,6 +125,7 @@ def convert_program(program: Program, source: str, args, pool) -> tuple[dict, st
         search_correct=e2e.get("correct"),
         policy=e2e.get("policy"),
         general=r.general,  # every kernel verified at the other sizes too (None: no dim varies)
+        verified_shapes=len(r.shapes or []),  # the sizes the answer was verified at, its own first
         wall_s=r.wall_s,
     )
     return row, result.module_source
