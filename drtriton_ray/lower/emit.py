@@ -21,7 +21,7 @@ from drtriton_ray.ir.render import forward_signature
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
-from drtriton_ray.lower.grouping import KernelGroup, kernel_groups, view_layouts
+from drtriton_ray.lower.grouping import KernelGroup, input_views, kernel_groups, view_layouts
 from drtriton_ray.lower.library import library_source
 from drtriton_ray.lower.lowerings import LOWERINGS, AnchorKernel, Lowering, Site, StatsKernel, describe
 from drtriton_ray.lower.passes import fold_all
@@ -277,7 +277,10 @@ def _kernel(p: Program, f: KernelGroup, g: int, views: set[int], gpu: str | None
     lowering_of(node.op)  # a PyTorch node (one with no tensor input too) gets the clear error first
     out_shape = p.tensors[node.outputs[0]].shape
     in_shape = p.tensors[node.inputs[0]].shape
-    return None, f"tensor_{node.outputs[0]} = {launch_call(node, in_shape, out_shape, launch_config(p, node, gpu))}"
+    call = launch_call(node, in_shape, out_shape, launch_config(p, node, gpu))
+    if node.outputs[0] in p.outputs and node.outputs[0] in input_views(p):  # a View of an input, returned
+        call = f"contiguous_copy({call})"
+    return None, f"tensor_{node.outputs[0]} = {call}"
 
 
 def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto") -> str:

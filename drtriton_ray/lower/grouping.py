@@ -50,16 +50,24 @@ def view_layouts(p: Program) -> set[int]:
     its input's layout already, of a tensor a kernel of the program wrote. Of a program input (or a view of one)
     the copy stays: the forward must launch a kernel its result depends on (the verifier's launch and faithfulness
     checks)."""
-    aliased, views = set(p.inputs), set()
+    aliased, views = input_views(p), set()
     for k, n in enumerate(p.nodes):
         if n.op in LAYOUT_OPS and n.inputs[0] not in aliased:
             shape = p.tensors[n.inputs[0]].shape
             moved = [d for d in permutation(n, len(shape)) if shape[d] != 1]
             if moved == sorted(moved):
                 views.add(k)
-        elif n.op == "View" and n.inputs[0] in aliased:
-            aliased.add(n.outputs[0])
     return views
+
+
+def input_views(p: Program) -> set[int]:
+    """The program inputs and the Views of them (View nodes emit views, no kernel): a result among them is no kernel's,
+    so a program output there is emitted as a copy (the verifier's launch and faithfulness checks)."""
+    aliased = set(p.inputs)
+    for n in p.nodes:
+        if n.op == "View" and n.inputs[0] in aliased:
+            aliased.add(n.outputs[0])
+    return aliased
 
 
 def epilogue_ok(node: Node) -> bool:

@@ -37,6 +37,11 @@ class TensorVar:
             (self.is_rank[r], self.dims[slot_of_rank(r)]) for r in sorted(self.ranks) if 0 <= slot_of_rank(r) < SLOTS
         ]
 
+    def shape(self, value) -> list[int]:
+        """The solved shape, `value(var)` giving a variable's value."""
+        rank = value(self.rank)
+        return [value(d) for d in self.dims[SLOTS - rank :]]
+
 
 @dataclass(frozen=True)
 class Bounds:

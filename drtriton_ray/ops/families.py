@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 from drtriton_ray.ops.cp import SLOTS, ShapeModel, TensorVar
-from drtriton_ray.ops.spec import FLOAT_DTYPES, Built, Flag, OpSpec
+from drtriton_ray.ops.spec import FLOAT_DTYPES, Built, Derived, Flag, OpSpec
 
 ALL_RANKS = frozenset(range(SLOTS + 1))
 
@@ -35,7 +35,7 @@ def _scaled_flops(s: ShapeModel, factors, mult: int) -> tuple:
 
 
 # -- elementwise -----------------------------------------------------------------------------
-def unary(name, template, flops=1, sample=None, dtypes=FLOAT_DTYPES) -> OpSpec:
+def unary(name, template, flops=1, sample=None, dtypes=FLOAT_DTYPES, domain="real") -> OpSpec:
     def constrain(s: ShapeModel, ins, out):
         s.same_shape(ins[0], out)
         return Built(*_elementwise_flops(s, out, flops))
@@ -52,17 +52,20 @@ def unary(name, template, flops=1, sample=None, dtypes=FLOAT_DTYPES) -> OpSpec:
         sample=sample,
         per_elem=flops,
         keeps_size=True,
+        domains=(domain,),
     )
 
 
-def nary(name, arity, template, flops=1) -> OpSpec:
-    """Broadcasting elementwise operator over `arity` inputs."""
+def nary(name, arity, template, flops=1, sample=None, domains=()) -> OpSpec:
+    """Broadcasting elementwise operator over `arity` inputs (a boolean mask among them, by `domains`)."""
 
     def constrain(s: ShapeModel, ins, out):
         s.broadcast(ins, out)
         return Built(*_elementwise_flops(s, out, flops))
 
-    return OpSpec(name, arity, "broadcast", template, constrain, ALL_RANKS, _max, per_elem=flops)
+    return OpSpec(
+        name, arity, "broadcast", template, constrain, ALL_RANKS, _max, sample=sample, per_elem=flops, domains=domains
+    )
 
 
 # -- contractions ----------------------------------------------------------------------------
@@ -99,8 +102,8 @@ def bmm(name, template) -> OpSpec:
     return OpSpec(name, 2, "matmul", template, constrain, frozenset({3}), _equal())
 
 
-def linear(name, template) -> OpSpec:
-    """y = x W^T + b with W: [N, K] owned by the op."""
+def linear(name, template, bias=True) -> OpSpec:
+    """y = x W^T (+ b) with W: [N, K] (and b: [N]) owned by the op."""
 
     def constrain(s: ShapeModel, ins, out):
         (x,) = ins
@@ -109,9 +112,10 @@ def linear(name, template) -> OpSpec:
         for i in range(SLOTS - 1):
             m.add(out.dims[i] == x.dims[i])
         k, n = x.dims[4], out.dims[4]
-        w = s.weight(f"{out.name}.weight", [n, k])
-        bias = s.weight(f"{out.name}.bias", [n])
-        return Built(*_scaled_flops(s, [out.size, k], 2), weights=[("weight", w, "fan_in"), ("bias", bias, "small")])
+        weights = [("weight", s.weight(f"{out.name}.weight", [n, k]), "fan_in")]
+        if bias:
+            weights.append(("bias", s.weight(f"{out.name}.bias", [n]), "small"))
+        return Built(*_scaled_flops(s, [out.size, k], 2), weights=weights)
 
     return OpSpec(name, 1, "matmul", template, constrain, frozenset(range(2, SLOTS + 1)), _same)
 
@@ -413,12 +417,118 @@ def stack(name, template) -> OpSpec:
     return OpSpec(name, 2, "layout", template, constrain, frozenset(range(0, SLOTS)), _equal(1), per_elem=1)
 
 
-# -- capture-only ----------------------------------------------------------------------------
-def capture_only(name, arity, template, family="layout") -> OpSpec:
-    """An operator that only captured programs hold (views, slices, masks): its shapes come from the user's
-    program, so it has no CP-SAT rules, and a config that names it for synthesis gets this error."""
+# -- views and slices (copies in a kernel: 1 FLOP per element moved) ------------------------------
+def _layout(name, template, constrain, in_ranks, out_ranks, keeps_size=False) -> OpSpec:
+    return OpSpec(name, 1, "layout", template, constrain, in_ranks, out_ranks, per_elem=1, keeps_size=keeps_size)
+
+
+def _shape_of(t: TensorVar) -> Derived:
+    return Derived(t.shape)
+
+
+def view(name, template) -> OpSpec:
+    """reshape: any shape of as many elements."""
 
     def constrain(s: ShapeModel, ins, out):
-        raise NotImplementedError(f"{name} is a capture-only operator: the synthesizer cannot draw its shapes")
+        s.m.add(out.size == ins[0].size)
+        return Built(*_elementwise_flops(s, out, 1), params={"shape": _shape_of(out)})
 
-    return OpSpec(name, arity, family, template, constrain, ALL_RANKS, lambda ranks: set(ALL_RANKS), synth=False)
+    return _layout(name, template, constrain, ALL_RANKS, lambda ranks: set(ALL_RANKS), keeps_size=True)
+
+
+def expand(name, template) -> OpSpec:
+    """expand to a shape of at least as many dims: each input dim is 1 or the output's; at least twice the
+    elements (a smaller expand is a copy)."""
+
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m = s.m
+        m.add(out.rank >= x.rank)
+        for i in range(SLOTS):
+            full = s.bool_var()
+            m.add(x.dims[i] == out.dims[i]).only_enforce_if(full)
+            m.add(x.dims[i] == 1).only_enforce_if(~full)
+        m.add(out.size >= 2 * x.size)
+        return Built(*_elementwise_flops(s, out, 1), params={"shape": _shape_of(out)})
+
+    return _layout(name, template, constrain, ALL_RANKS, lambda ranks: set(range(ranks[0], SLOTS + 1)))
+
+
+def _at_most(s: ShapeModel, x: TensorVar, onehot, v, less: int = 0) -> None:
+    """v <= x's dim at the chosen slot, minus `less`."""
+    for i in range(SLOTS):
+        s.m.add(v <= x.dims[i] - less).only_enforce_if(onehot[i])
+
+
+def narrow(name, template) -> OpSpec:
+    """narrow(dim, start, length): a strict slice (length < size) along a dim of size > 1."""
+
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m = s.m
+        slot, onehot = s.choose_slot(x, 2, f"{out.name}.dim")
+        start = s.int_var(0, s.b.max_dim - 2, f"{out.name}.start")
+        length = s.int_var(1, s.b.max_dim - 1, f"{out.name}.length")
+        _at_most(s, x, onehot, start + length)
+        _at_most(s, x, onehot, length, 1)
+        m.add(out.rank == x.rank)
+        for i in range(SLOTS):
+            m.add(out.dims[i] == length).only_enforce_if(onehot[i])
+            m.add(out.dims[i] == x.dims[i]).only_enforce_if(~onehot[i])
+        params = {"dim": slot - SLOTS, "start": start, "length": length}
+        return Built(*_elementwise_flops(s, out, 1), params=params)
+
+    return _layout(name, template, constrain, frozenset(range(1, SLOTS + 1)), _same)
+
+
+def select(name, template) -> OpSpec:
+    """select(dim, index): one index of a dim of size > 1, the dim dropped."""
+
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        slot, onehot = s.choose_slot(x, 2, f"{out.name}.dim")
+        index = s.int_var(0, s.b.max_dim - 1, f"{out.name}.index")
+        _at_most(s, x, onehot, index, 1)
+        dropped = s.bool_var()
+        s.m.add(dropped == 0)
+        s.reduce_shape(x, out, onehot, dropped)
+        return Built(*_elementwise_flops(s, out, 1), params={"dim": slot - SLOTS, "index": index})
+
+    return _layout(name, template, constrain, frozenset(range(2, SLOTS + 1)), lambda ranks: {ranks[0] - 1})
+
+
+def permute(name, template) -> OpSpec:
+    """permute(dims): a permutation of the dims. moves[t][i]: output slot t takes input slot i; padding slots stay in
+    place. `dims` as capture writes them (non-negative)."""
+
+    def constrain(s: ShapeModel, ins, out):
+        (x,) = ins
+        m = s.m
+        m.add(out.rank == x.rank)
+        moves = [[s.bool_var(f"{out.name}.p{t}{i}") for i in range(SLOTS)] for t in range(SLOTS)]
+        for k in range(SLOTS):
+            m.add_exactly_one(moves[k])
+            m.add_exactly_one([row[k] for row in moves])
+            m.add(moves[k][k] == 1).only_enforce_if(~x.active[k])
+        for t in range(SLOTS):
+            for i in range(SLOTS):
+                m.add(out.dims[t] == x.dims[i]).only_enforce_if(moves[t][i])
+        # Two dims of size > 1 change order (else the copy keeps the layout: a view in disguise).
+        position = [sum(t * moves[t][i] for t in range(SLOTS)) for i in range(SLOTS)]
+        swaps = []
+        for i in range(SLOTS):
+            for j in range(i + 1, SLOTS):
+                swap = s.bool_var()
+                m.add(x.dims[i] >= 2).only_enforce_if(swap)
+                m.add(x.dims[j] >= 2).only_enforce_if(swap)
+                m.add(position[i] > position[j]).only_enforce_if(swap)
+                swaps.append(swap)
+        m.add_bool_or(swaps)
+
+        def dims(value) -> list[int]:
+            pad = SLOTS - value(x.rank)
+            return [next(i for i in range(SLOTS) if value(moves[t][i])) - pad for t in range(pad, SLOTS)]
+
+        return Built(*_elementwise_flops(s, x, 1), params={"dims": Derived(dims)})
+
+    return _layout(name, template, constrain, frozenset(range(2, SLOTS + 1)), _same, keeps_size=True)

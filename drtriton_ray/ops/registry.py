@@ -1,12 +1,11 @@
 """The operator space: DRTriton's 61 operators plus ones real models use (Linear, RMSNorm, Exp,
-Where, Hardswish, Mish), and capture-only operators that captured user programs need (CAPTURE_OPS, never drawn
-unless named). Adding an operator is one line here (a family factory from families.py); a new family is one factory
-there."""
+Where, Hardswish, Mish), and the ones captured user programs need (CAPTURE_OPS). Synthesis draws every one. Adding
+an operator is one line here (a family factory from families.py); a new family is one factory there."""
 
 from __future__ import annotations
 
 import random
-from dataclasses import replace
+from collections.abc import Callable
 
 import drtriton_ray.ops.families as f
 from drtriton_ray.ops.spec import OpSpec
@@ -18,6 +17,11 @@ def _u(lo: float, hi: float) -> float:
 
 def _param(**draws):
     return lambda rng: {k: d(rng) for k, d in draws.items()}
+
+
+def _nonzero(lo: float, hi: float) -> Callable[[random.Random], float]:
+    """A magnitude in [lo, hi] of either sign: a divisor or factor away from 0."""
+    return lambda rng: rng.choice((-1, 1)) * round(rng.uniform(lo, hi), 3)
 
 
 def _clamp_range(rng: random.Random) -> dict:
@@ -115,51 +119,59 @@ EXTRA_OPS = [
 ]
 
 
-def _capture(spec: OpSpec) -> OpSpec:
-    return replace(spec, synth=False)
-
-
 # Operators of captured user programs (drtriton_ray/capture) that DRTriton's space lacks: scalar forms, more math,
-# masks, views and slices. Synthesis skips them unless a config names them (OpSpec.synth); their params are what
-# capture writes (a scalar `value` may be the string "float('-inf')"). The elementwise ones have samplers, so a
-# config that names them gets programs.
+# masks, views and slices. Their params are what capture writes (a scalar `value` may be the string
+# "float('-inf')"); the samplers draw what synthesis uses. Capture maps x ** 2, 0.5, -0.5, -1 to Square, Sqrt, Rsqrt,
+# Reciprocal: PowScalar draws the other exponents real code uses, fractional and negative ones on a positive input.
 CAPTURE_OPS = [
     *(
-        _capture(f.unary(name, template, 1, _param(value=_u(-2.0, 2.0))))
-        for name, template in [
-            ("AddScalar", "{0} + {value}"),
-            ("SubScalar", "{0} - {value}"),
-            ("RSubScalar", "{value} - {0}"),
-            ("MulScalar", "{0} * {value}"),
-            ("DivScalar", "{0} / {value}"),
+        f.unary(name, template, 1, _param(value=draw))
+        for name, template, draw in [
+            ("AddScalar", "{0} + {value}", _u(-2.0, 2.0)),
+            ("SubScalar", "{0} - {value}", _u(-2.0, 2.0)),
+            ("RSubScalar", "{value} - {0}", _u(-2.0, 2.0)),
+            ("MulScalar", "{0} * {value}", _nonzero(0.25, 2.0)),
+            ("DivScalar", "{0} / {value}", _nonzero(0.25, 2.0)),
         ]
     ),
-    _capture(f.unary("PowScalar", "torch.pow({0}, {exponent})", 8, lambda rng: {"exponent": rng.choice([2, 3])})),
-    _capture(f.reduce("LogSumExp", "torch.logsumexp({0}, dim={dim}, keepdim={keepdim})", flops=4)),
-    _capture(f.unary("Neg", "torch.neg({0})")),
-    _capture(f.unary("Square", "torch.square({0})")),
-    _capture(f.unary("Sqrt", "torch.sqrt({0})", 4)),
-    _capture(f.unary("Rsqrt", "torch.rsqrt({0})", 4)),
-    _capture(f.unary("Log", "torch.log({0})", 4)),
-    _capture(f.unary("Reciprocal", "torch.reciprocal({0})", 4)),
-    _capture(f.unary("Erf", "torch.erf({0})", 8)),
-    _capture(f.unary("ClampMin", "torch.clamp({0}, min={lo})", 1, _param(lo=_u(-1.5, 0.0)))),
-    _capture(f.unary("ClampMax", "torch.clamp({0}, max={hi})", 1, _param(hi=_u(0.0, 1.5)))),
-    _capture(f.unary("GELUTanh", "F.gelu({0}, approximate='tanh')", 10)),
-    _capture(f.nary("Pow", 2, "torch.pow({0}, {1})", flops=8)),
-    f.capture_only("MaskedFill", 2, "torch.masked_fill({0}, {1}, {value})", "broadcast"),
-    f.capture_only("WhereMask", 3, "torch.where({0}, {1}, {2})", "broadcast"),
-    f.capture_only("LinearNoBias", 1, "F.linear({0}, {w0})", "matmul"),
-    f.capture_only("View", 1, "{0}.reshape({shape})"),
-    f.capture_only("Permute", 1, "{0}.permute({dims})"),
-    f.capture_only("Expand", 1, "{0}.expand({shape})"),
-    f.capture_only("Narrow", 1, "torch.narrow({0}, {dim}, {start}, {length})"),
-    f.capture_only("Select", 1, "torch.select({0}, {dim}, {index})"),
+    f.unary(
+        "PowScalar",
+        "torch.pow({0}, {exponent})",
+        8,
+        lambda rng: {"exponent": rng.choice([-1.5, 0.25, 0.75, 1.5, 2.5, 3])},
+        domain="positive",
+    ),
+    f.reduce("LogSumExp", "torch.logsumexp({0}, dim={dim}, keepdim={keepdim})", flops=4),
+    f.unary("Neg", "torch.neg({0})"),
+    f.unary("Square", "torch.square({0})"),
+    f.unary("Sqrt", "torch.sqrt({0})", 4, domain="positive"),
+    f.unary("Rsqrt", "torch.rsqrt({0})", 4, domain="positive"),
+    f.unary("Log", "torch.log({0})", 4, domain="positive"),
+    f.unary("Reciprocal", "torch.reciprocal({0})", 4, domain="positive"),
+    f.unary("Erf", "torch.erf({0})", 8),
+    f.unary("ClampMin", "torch.clamp({0}, min={lo})", 1, _param(lo=_u(-1.5, 0.0))),
+    f.unary("ClampMax", "torch.clamp({0}, max={hi})", 1, _param(hi=_u(0.0, 1.5))),
+    f.unary("GELUTanh", "F.gelu({0}, approximate='tanh')", 10),
+    f.nary("Pow", 2, "torch.pow({0}, {1})", flops=8, domains=("positive", "bounded")),
+    f.nary(
+        "MaskedFill",
+        2,
+        "torch.masked_fill({0}, {1}, {value})",
+        sample=_param(value=_u(-2.0, 2.0)),
+        domains=("real", "mask"),
+    ),
+    f.nary("WhereMask", 3, "torch.where({0}, {1}, {2})", domains=("mask", "real", "real")),
+    f.linear("LinearNoBias", "F.linear({0}, {w0})", bias=False),
+    f.view("View", "{0}.reshape({shape})"),
+    f.permute("Permute", "{0}.permute({dims})"),
+    f.expand("Expand", "{0}.expand({shape})"),
+    f.narrow("Narrow", "torch.narrow({0}, {dim}, {start}, {length})"),
+    f.select("Select", "torch.select({0}, {dim}, {index})"),
 ]
 
 REGISTRY: dict[str, OpSpec] = {op.name: op for op in DRTRITON_OPS + EXTRA_OPS + CAPTURE_OPS}
 assert len(REGISTRY) == len(DRTRITON_OPS) + len(EXTRA_OPS) + len(CAPTURE_OPS), "duplicate operator name"
-SYNTH_NAMES = [name for name, spec in REGISTRY.items() if spec.synth]  # the space `drtriton synth` draws from
+SYNTH_NAMES = list(REGISTRY)  # the space `drtriton synth` draws from: every operator
 
 
 def get_op(name: str) -> OpSpec:

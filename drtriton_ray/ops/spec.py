@@ -19,6 +19,24 @@ class Flag:
     var: object
 
 
+@dataclass(frozen=True)
+class Derived:
+    """A param computed from the solution (a view's shape, a permutation): `fn(value)`, where `value(var)` is a
+    solved variable's value."""
+
+    fn: Callable[[Callable], object]
+
+
+# What values an input slot takes (OpSpec.domains). The verifier redraws every floating input from signed,
+# wide distributions, so the synthesizer keeps a restricted slot in its domain inside the program (synth/wiring.py).
+DOMAINS = (
+    "real",  # any floating tensor
+    "positive",  # > 0 (log, sqrt, rsqrt, reciprocal, fractional and negative powers)
+    "bounded",  # in [-1.5, 1.5] (an exponent: larger ones overflow on the verifier's large inputs)
+    "mask",  # a boolean tensor (masked_fill, where)
+)
+
+
 @dataclass
 class Built:
     """What `OpSpec.constrain` adds to a model for one node."""
@@ -56,9 +74,10 @@ class OpSpec:
     per_elem: int | None = None
     flops_on: str = "out"
     keeps_size: bool = False
-    # False for the capture-only operators (ops/registry.py:CAPTURE_OPS): they describe user programs that
-    # conversion captures, and the synthesizer draws them only where a config names them
-    synth: bool = True
+    domains: tuple[str, ...] = ()  # per input slot, one of DOMAINS; slots past the tuple are "real"
+
+    def domain(self, slot: int) -> str:
+        return self.domains[slot] if slot < len(self.domains) else "real"
 
     def draw_params(self, rng: random.Random) -> dict:
         return self.sample(rng) if self.sample else {}
@@ -70,7 +89,9 @@ class OpSpec:
                 yield combo, o
 
     def render(self, inputs: list[str], weights: list[str], params: dict) -> str:
-        return self.template.format(*inputs, **{f"w{i}": w for i, w in enumerate(weights)}, **params)
+        """The PyTorch expression; a norm's `eps`, where a program has its own, as the call's last argument."""
+        text = self.template.format(*inputs, **{f"w{i}": w for i, w in enumerate(weights)}, **params)
+        return text[:-1] + f", eps={params['eps']!r})" if params.get("eps") is not None else text
 
     def describe(self) -> dict:
         return {
@@ -81,5 +102,5 @@ class OpSpec:
             "out_kind": self.out_kind,
             "in_ranks": sorted(self.in_ranks),
             "torch": self.template,
-            "synth": self.synth,
+            "domains": [self.domain(k) for k in range(self.arity)],
         }

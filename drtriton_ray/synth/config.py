@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from drtriton_ray.ops import REGISTRY
+from drtriton_ray.ops import REGISTRY, SYNTH_NAMES
 from drtriton_ray.ops.cp import Bounds
 
 
@@ -105,6 +105,6 @@ class SynthConfig(BaseModel):
         return self.profile if isinstance(self.profile, str) else "custom"
 
     def op_space(self) -> list[str]:
-        """The operators to draw: those named, else every synthesizable one (capture-only operators skipped)."""
-        names = list(self.ops) if self.ops is not None else [n for n, s in REGISTRY.items() if s.synth]
+        """The operators to draw: those named, else every operator of the registry."""
+        names = list(self.ops) if self.ops is not None else SYNTH_NAMES
         return [n for n in names if self.dtype in REGISTRY[n].dtypes]

@@ -15,11 +15,12 @@ from dataclasses import dataclass
 from ortools.sat.python import cp_model
 
 from drtriton_ray.ops import REGISTRY
-from drtriton_ray.ops.spec import Flag
+from drtriton_ray.ops.spec import Derived, Flag
 from drtriton_ray.ops.cp import COARSE_STEPS, SLOTS, Bounds, ShapeModel, TensorVar
 from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.synth.wiring import Plan
 
+KIND_DTYPES = {"index": "int64", "mask": "bool"}  # a plan tensor's dtype, the program's for "float"
 MAX_HALVINGS = 40
 BAND_LEVEL_SHARE = 0.05
 
@@ -152,8 +153,8 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
     else:
         raise Unsolvable(f"infeasible under the size bounds even without a FLOP lower bound ({_describe(bounds)})")
     program = _extract(plan, solver, tv, nodes, dtype)
-    for node in program.nodes:
-        node.params.update(REGISTRY[node.op].draw_params(rng))
+    for node, fixed in zip(program.nodes, plan.params):
+        node.params.update(REGISTRY[node.op].draw_params(rng), **fixed)
     return program
 
 
@@ -165,13 +166,14 @@ def _describe(b: Bounds) -> str:
 
 
 def _shape(solver: cp_model.CpSolver, t: TensorVar) -> list[int]:
-    r = solver.value(t.rank)
-    return [solver.value(d) for d in t.dims[SLOTS - r :]]
+    return t.shape(solver.value)
 
 
 def _value(solver: cp_model.CpSolver, v):
     if isinstance(v, Flag):
         return bool(solver.value(v.var))
+    if isinstance(v, Derived):
+        return v.fn(solver.value)
     return v if isinstance(v, (int, float, str)) else solver.value(v)
 
 
@@ -179,7 +181,7 @@ def _extract(plan: Plan, solver, tv: dict[int, TensorVar], nodes: list[_NodeVars
     tensors: dict[int, Tensor] = {}
     for tid, pt in enumerate(plan.tensors):
         role = "input" if pt.producer is None else ("output" if pt.uses == 0 else "intermediate")
-        tensors[tid] = Tensor(tid, _shape(solver, tv[tid]), dtype if pt.consumable else "int64", role)
+        tensors[tid] = Tensor(tid, _shape(solver, tv[tid]), KIND_DTYPES.get(pt.kind, dtype), role)
     next_id = len(plan.tensors)
     out_nodes = []
     flops = 0

@@ -4,6 +4,13 @@ An input slot draws, with probability `fanout_prob`, uniformly from every existi
 take (so one tensor may feed several operators: fan-out and diamonds); otherwise uniformly from the
 tensors nobody consumes yet, and only when there are none from a fresh program input (DRTriton's
 rule). "Can take" is the coarse rank relation of the specs; CP-SAT decides the exact shapes.
+
+Restricted input domains (OpSpec.domains) are kept by the program itself, as real code keeps them: the verifier
+redraws every floating input from signed distributions up to large magnitudes, so no input distribution could. A
+"positive" slot (log, sqrt, rsqrt, reciprocal, powers) reads `x.abs() + eps`, a "bounded" one (an exponent)
+`torch.clamp(x, lo, hi)`: guard nodes (Abs, AddScalar, Clamp) inserted before the operator, which the level does not
+count. eps is at least 1e-3, so a reciprocal or a power of -1.5 stays finite in float16. A "mask" slot reads a fresh
+boolean program input (an attention or padding mask), which the verifier keeps as drawn.
 """
 
 from __future__ import annotations
@@ -15,22 +22,25 @@ from drtriton_ray.ops import REGISTRY
 from drtriton_ray.ops.cp import SLOTS
 
 ALL_RANKS = frozenset(range(SLOTS + 1))
+GUARD_EPS = (1e-3, 1e-2, 0.1, 1.0)
 
 
 @dataclass
 class PlanTensor:
     ranks: set[int]
     producer: int | None  # node index, None for a program input
-    consumable: bool = True
+    kind: str = "float"  # "float" feeds any real slot; "index" (ArgMax's) none; "mask" (boolean input) a mask slot
     uses: int = 0
 
 
 @dataclass
 class Plan:
-    ops: list[str]
+    ops: list[str] = field(default_factory=list)  # per node, in program order: guards included
     tensors: list[PlanTensor] = field(default_factory=list)
     inputs: list[list[int]] = field(default_factory=list)  # per node: tensor ids
     outputs: list[int] = field(default_factory=list)  # per node: its output tensor id
+    params: list[dict] = field(default_factory=list)  # per node: params the wiring fixes (a guard's eps)
+    drawn: list[int] = field(default_factory=list)  # the drawn operators' nodes; the others are guards
 
 
 def _propagate(plan: Plan, ranks: list[set[int]]) -> bool:
@@ -39,8 +49,7 @@ def _propagate(plan: Plan, ranks: list[set[int]]) -> bool:
     changed = True
     while changed:
         changed = False
-        for k, name in enumerate(plan.ops[: len(plan.inputs)]):
-            ins, out = plan.inputs[k], plan.outputs[k]
+        for name, ins, out in zip(plan.ops, plan.inputs, plan.outputs):
             valid = list(REGISTRY[name].rank_combos([ranks[t] for t in ins], ranks[out]))
             for t, kept in [(out, {o for _, o in valid})] + [(t, {c[j] for c, _ in valid}) for j, t in enumerate(ins)]:
                 if kept != ranks[t]:
@@ -55,7 +64,7 @@ def _fits(plan: Plan, t: int, spec, chosen: list[int]) -> bool:
     n, free = len(plan.tensors), spec.arity - len(chosen) - 1
     ranks = [set(pt.ranks) for pt in plan.tensors] + [set(ALL_RANKS) for _ in range(free + 1)]
     trial = Plan(
-        plan.ops[: len(plan.inputs)] + [spec.name],
+        plan.ops + [spec.name],
         inputs=plan.inputs + [chosen + [t] + list(range(n, n + free))],
         outputs=plan.outputs + [n + free],
     )
@@ -68,51 +77,80 @@ def _fits_rank(spec, plan: Plan, chosen: list[int], r: int) -> bool:
     return any(True for _ in spec.rank_combos(sets, ALL_RANKS))
 
 
-def _fresh(plan: Plan, ranks) -> int:
-    plan.tensors.append(PlanTensor(set(ranks), None))
+def _fresh(plan: Plan, ranks, kind: str = "float") -> int:
+    plan.tensors.append(PlanTensor(set(ranks), None, kind))
     return len(plan.tensors) - 1
+
+
+def _node(plan: Plan, name: str, inputs: list[int], params: dict | None = None) -> int:
+    """Append a node reading `inputs`; its output tensor's id."""
+    for t in inputs:
+        plan.tensors[t].uses += 1
+    out = len(plan.tensors)
+    plan.tensors.append(PlanTensor(set(ALL_RANKS), len(plan.ops), REGISTRY[name].out_kind))
+    plan.ops.append(name)
+    plan.inputs.append(inputs)
+    plan.outputs.append(out)
+    plan.params.append(params or {})
+    ranks = [pt.ranks for pt in plan.tensors]
+    if not _propagate(plan, ranks):
+        raise AssertionError(f"wiring of {name} emptied a rank set")  # _fits rules this out
+    for pt, r in zip(plan.tensors, ranks):
+        pt.ranks = r
+    return out
+
+
+def _guard(plan: Plan, domain: str, source: int, rng: random.Random) -> int:
+    """The tensor a slot of this domain reads in place of `source` (see the module docstring)."""
+    if domain == "positive":
+        return _node(plan, "AddScalar", [_node(plan, "Abs", [source])], {"value": rng.choice(GUARD_EPS)})
+    if domain == "bounded":
+        return _node(plan, "Clamp", [source])
+    return source
+
+
+def _source(plan: Plan, spec, chosen: list[int], forced: int | None, rng: random.Random, fanout_prob: float) -> int:
+    """The tensor a real slot reads: `forced` when it fits, else by the fan-out rule, else a fresh input."""
+
+    def takes(t: int) -> bool:
+        pt = plan.tensors[t]
+        return pt.kind == "float" and t not in chosen and _fits(plan, t, spec, chosen)
+
+    if forced is not None:
+        pick = forced if takes(forced) else None
+    else:
+        pick = None
+        candidates = [t for t in range(len(plan.tensors)) if takes(t)]
+        if candidates and rng.random() < fanout_prob:
+            pick = rng.choice(candidates)
+        else:
+            unused = [t for t in candidates if plan.tensors[t].uses == 0]
+            if unused:
+                pick = rng.choice(unused)
+    if pick is None:
+        pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)})
+    return pick
 
 
 def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: bool = False) -> Plan:
     """Wire `ops` (in program order) into a DAG. With `chain`, each operator consumes the
-    previous operator's output in one of its slots (how level 2 realises an ordered pair)."""
-    plan = Plan(list(ops))
+    previous operator's output in one of its real slots (how level 2 realises an ordered pair)."""
+    plan = Plan()
     for k, name in enumerate(ops):
         spec = REGISTRY[name]
         chosen: list[int] = []
-        forced_slot = rng.randrange(spec.arity) if chain and k > 0 else None
+        real = [slot for slot in range(spec.arity) if spec.domain(slot) != "mask"]
+        forced_slot = rng.choice(real) if chain and k > 0 else None
         for slot in range(spec.arity):
-
-            def takes(t: int) -> bool:
-                pt = plan.tensors[t]
-                return pt.consumable and t not in chosen and _fits(plan, t, spec, chosen)
-
-            if forced_slot == slot:
-                prev = plan.outputs[k - 1]
-                pick = prev if takes(prev) else None
+            domain = spec.domain(slot)
+            if domain == "mask":
+                pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)}, "mask")
             else:
-                pick = None
-                candidates = [t for t in range(len(plan.tensors)) if takes(t)]
-                if candidates and rng.random() < fanout_prob:
-                    pick = rng.choice(candidates)
-                else:
-                    unused = [t for t in candidates if plan.tensors[t].uses == 0]
-                    if unused:
-                        pick = rng.choice(unused)
-            if pick is None:
-                pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)})
+                forced = plan.outputs[plan.drawn[-1]] if forced_slot == slot else None
+                pick = _guard(plan, domain, _source(plan, spec, chosen, forced, rng, fanout_prob), rng)
             chosen.append(pick)
-        for t in chosen:
-            plan.tensors[t].uses += 1
-        out = len(plan.tensors)
-        plan.tensors.append(PlanTensor(set(range(SLOTS + 1)), k, spec.out_kind == "float"))
-        plan.inputs.append(chosen)
-        plan.outputs.append(out)
-        ranks = [pt.ranks for pt in plan.tensors]
-        if not _propagate(plan, ranks):
-            raise AssertionError(f"wiring of {name} emptied a rank set")  # _fits rules this out
-        for pt, r in zip(plan.tensors, ranks):
-            pt.ranks = r
+        plan.drawn.append(len(plan.ops))
+        _node(plan, name, chosen)
     return plan
 
 
@@ -123,13 +161,15 @@ ZEROES_NON_POSITIVE = {"ReLU"}
 
 
 def composable(first: str, second: str) -> bool:
-    """Can `second` consume the output of `first` (by the coarse rank relation) and give a
+    """Can `second` consume the output of `first` in a real slot (by the coarse rank relation) and give a
     non-constant result?"""
     a, b = REGISTRY[first], REGISTRY[second]
     if a.out_kind != "float" or (first in NEVER_POSITIVE and second in ZEROES_NON_POSITIVE):
         return False
     a_out = {o for _, o in a.rank_combos([ALL_RANKS] * a.arity, ALL_RANKS)}
-    return any(True for _ in b.rank_combos([a_out] + [ALL_RANKS] * (b.arity - 1), ALL_RANKS))
+    sets = [ALL_RANKS] * b.arity
+    sets[next(k for k in range(b.arity) if b.domain(k) != "mask")] = a_out  # real slots broadcast alike
+    return any(True for _ in b.rank_combos(sets, ALL_RANKS))
 
 
 def composable_pairs(names: list[str]) -> list[tuple[str, str]]:

@@ -4,12 +4,18 @@ problem that imports, builds and runs in PyTorch with the shapes the DAG promise
 import json
 
 import pytest
+import torch
 
 from drtriton_ray.ops import DRTRITON_OPS, REGISTRY, SYNTH_NAMES
 from drtriton_ray.ir import Program
 from drtriton_ray.synth import Sampler, SynthConfig
 from drtriton_ray.ir import load_problem
-from drtriton_ray.synth.validate import run_problem
+from drtriton_ray.synth.validate import build_model, run_problem
+from drtriton_ray.verify.inputs import STRESS_SCALES, make_inputs
+from drtriton_ray.verify.task import DISTRIBUTIONS
+
+GUARDS = {"Abs", "AddScalar", "Clamp"}  # what synth/wiring.py puts before a restricted input slot
+RESTRICTED = sorted(n for n, s in REGISTRY.items() if set(s.domains) - {"real"})
 
 DRTRITON_NAMES = """Add Sub Mul Div Maximum Minimum Matmul Bmm Conv1d Conv2d Conv3d ConvTranspose1d
 ConvTranspose2d ConvTranspose3d Cat Stack Lerp Sum Mean Max Min ArgMax ArgMin Var Norm Transpose ReLU
@@ -18,10 +24,11 @@ Clamp BatchNorm LayerNorm GroupNorm InstanceNorm AvgPool1d AvgPool2d AvgPool3d M
 MaxPool3d Cos Sin Exp2 LogSigmoid Abs CumMax CumMin CumSum Triu Tril""".split()
 
 
-def test_registry_has_drtriton_61():
+def test_registry_has_drtriton_61_and_synthesis_draws_all():
     assert len(DRTRITON_NAMES) == 61
     assert {op.name for op in DRTRITON_OPS} == set(DRTRITON_NAMES)
     assert set(DRTRITON_NAMES) < set(REGISTRY)
+    assert SYNTH_NAMES == list(REGISTRY)  # synthesis draws every operator
     for spec in REGISTRY.values():
         assert spec.arity >= 1 and spec.dtypes and "float32" in spec.dtypes
 
@@ -32,13 +39,34 @@ def test_operator_instances_run(name):
     for index in range(3):  # three solved instances, each validated and re-run here
         rec = sampler.sample(index)
         prog = Program.from_json(rec.dag)
-        assert rec.ops == [name] and prog.ops == [name]
+        assert rec.ops == [name] and prog.ops[-1] == name and set(prog.ops[:-1]) <= GUARDS
+        assert (len(prog.ops) > 1) == bool({"positive", "bounded"} & set(REGISTRY[name].domains))
         outs = run_problem(load_problem(rec.source), rec.seed)
         assert [list(o.shape) for o in outs] == [prog.tensors[t].shape for t in prog.outputs]
-        node = prog.nodes[0]
+        assert all(torch.isfinite(o).all() for o in outs if o.is_floating_point())
+        node = prog.nodes[-1]
         for tid in node.inputs + node.outputs + node.weights:
             t = prog.tensors[tid]
             assert 2**3 <= t.numel <= 2**16 and max(t.shape, default=1) <= 1024
+
+
+@pytest.mark.parametrize("name", RESTRICTED)
+def test_restricted_domains_hold_on_verifier_inputs(name):
+    """An operator with a positive, bounded or mask input slot gets programs whose outputs stay finite on every
+    input distribution of the verifier, its stress distributions at their largest scale included: the program keeps
+    the slot in its domain, not the inputs the problem draws."""
+    rec = Sampler(SynthConfig(level=1, profile="small", ops=(name,)), seed=3).sample(0)
+    prog = Program.from_json(rec.dag)
+    spec, node = REGISTRY[name], prog.nodes[-1]
+    for slot, t in enumerate(node.inputs):
+        assert (prog.tensors[t].dtype == "bool") == (spec.domain(slot) == "mask")
+    mod = load_problem(rec.source)
+    model = build_model(mod, rec.seed)
+    for dist in DISTRIBUTIONS:
+        inputs = make_inputs(mod.get_inputs, dist, 5, "cpu", STRESS_SCALES[0])
+        with torch.no_grad():
+            out = model(*inputs)
+        assert torch.isfinite(out).all(), f"{name} on {dist} inputs"
 
 
 @pytest.mark.parametrize("dtype", ["bfloat16", "float16"])
@@ -49,7 +77,7 @@ def test_half_dtypes(dtype):
         rec = Sampler(SynthConfig(level=1, profile="small", dtype=dtype, ops=(name,)), seed=5).sample(i)
         assert f"torch.{dtype}" in rec.source and rec.dtype == dtype
         for t in json.loads(rec.dag)["tensors"]:
-            assert t["dtype"] in (dtype, "int64")
+            assert t["dtype"] in (dtype, "int64", "bool")
 
 
 def test_ops_without_half_support_are_refused():

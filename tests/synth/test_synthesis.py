@@ -14,9 +14,15 @@ from drtriton_ray.synth.solve import flops_upper_bound
 from drtriton_ray.synth.wiring import composable, composable_pairs, plan_program
 
 
-def _check_dag(prog: Program, level: int):
-    """Topological order, every tensor used after it exists, outputs are exactly the unused ones."""
-    assert len(prog.nodes) == level
+GUARDS = ("Abs", "AddScalar", "Clamp")  # what synth/wiring.py puts before a positive or bounded input slot
+
+
+def _check_dag(prog: Program, ops: list[str]):
+    """The drawn operators in order, guard nodes besides; topological order, every tensor used after it exists,
+    outputs are exactly the unused ones."""
+    rest = iter(prog.ops)
+    assert all(op in rest for op in ops), "the drawn operators are not the program's, in order"
+    assert len(prog.nodes) - len(ops) == sum(prog.ops.count(g) - ops.count(g) for g in GUARDS)
     seen = set(prog.inputs)
     used = set()
     for n in prog.nodes:
@@ -29,11 +35,28 @@ def _check_dag(prog: Program, level: int):
     assert set(prog.inputs) <= used
 
 
+def _first_feeds_last(prog: Program, first: str) -> bool:
+    """In a level-2 program, does the last node read the first drawn operator's output, directly or through the
+    guard nodes after it? The first drawn operator follows its own guards (two per positive slot, one per bounded)."""
+    k = sum({"positive": 2, "bounded": 1}.get(d, 0) for d in REGISTRY[first].domains)
+    assert prog.nodes[k].op == first
+    producer = {n.outputs[0]: j for j, n in enumerate(prog.nodes)}
+    frontier = list(prog.nodes[-1].inputs)
+    while frontier:
+        t = frontier.pop()
+        if t == prog.nodes[k].outputs[0]:
+            return True
+        j = producer.get(t, -1)
+        if j > k and prog.nodes[j].op in GUARDS:
+            frontier += prog.nodes[j].inputs
+    return False
+
+
 def test_level5_wiring_fanout_and_outputs():
     sampler = Sampler(SynthConfig(level=5, profile="small"), seed=1)
     recs = [sampler.sample(i) for i in range(60)]
     for r in recs:
-        _check_dag(Program.from_json(r.dag), 5)
+        _check_dag(Program.from_json(r.dag), r.ops)
     share = sum(r.fan_out >= 2 for r in recs) / len(recs)
     assert share >= 0.2, f"only {share:.0%} of level-5 programs reuse a tensor"
     assert any(r.num_outputs >= 2 for r in recs), "no program with several outputs"
@@ -84,8 +107,8 @@ def test_level2_covers_every_composable_pair():
     for i in range(len(pairs)):
         rec = sampler.sample(i)
         prog = Program.from_json(rec.dag)
-        first, second = prog.nodes
-        assert first.outputs[0] in second.inputs, "level 2 pairs must feed the first op into the second"
+        _check_dag(prog, rec.ops)
+        assert prog.ops[-1] == rec.ops[1] and _first_feeds_last(prog, rec.ops[0]), "level 2 feeds the first op on"
         seen.add(tuple(rec.ops))
     assert seen == set(pairs)
     rep = coverage_report([list(p) for p in seen], names, 2)
@@ -120,7 +143,8 @@ def test_level5_operator_draws_are_uniform():
 def test_level20():
     sampler = Sampler(SynthConfig(level=20, profile="small"), seed=7)
     for i in range(3):
-        _check_dag(Program.from_json(sampler.sample(i).dag), 20)
+        rec = sampler.sample(i)
+        _check_dag(Program.from_json(rec.dag), rec.ops)
 
 
 @pytest.mark.parametrize("level", [1, 2, 5])
