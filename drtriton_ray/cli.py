@@ -16,6 +16,7 @@ from drtriton_ray.cli_common import err, fail, out, validation_message
 from drtriton_ray.eval.cli import register as register_eval
 from drtriton_ray.manifests.cli import register as register_manifests
 from drtriton_ray.models.cli import register as register_models
+from drtriton_ray.optimize.cli import register as register_optimize
 from drtriton_ray.search.cli import register as register_convert
 from drtriton_ray.serve.cli import register as register_serve
 from drtriton_ray.verify.cli import register as register_verify
@@ -262,6 +263,7 @@ register_models(app)
 register_verify(app)
 register_eval(app)
 register_convert(app)
+register_optimize(app)
 register_serve(app)
 register_manifests(app)
 
