@@ -269,44 +269,51 @@ def _affine(s: Site, names: list[str]) -> list[int] | None:
     return ids if all(s.is_weight(t) and s.floats(t) for t in ids) else None
 
 
+def eps(s: Site, default) -> dict:
+    """A norm's epsilon as a param where it is not PyTorch's default (BERT's 1e-12, Llama's 1e-6), so that programs
+    with the default serialize as before."""
+    value = s.args.get("eps")
+    return {} if value == default or not isinstance(value, (int, float)) else {"eps": float(value)}
+
+
 def layer_norm(s: Site) -> Result:
     x, weights = s.t("input"), _affine(s, ["weight", "bias"])
-    if not s.floats(x) or weights is None or s.args["eps"] != 1e-5:
-        return "no affine weight and bias of the module, or eps other than 1e-5"
-    return s.node("LayerNorm", [x], {"k": len(s.args["normalized_shape"])}, weights)
+    if not s.floats(x) or weights is None:
+        return "no affine weight and bias of the module"
+    return s.node("LayerNorm", [x], {"k": len(s.args["normalized_shape"]), **eps(s, 1e-5)}, weights)
 
 
 def rms_norm(s: Site) -> Result:
     x, weights = s.t("input"), _affine(s, ["weight"])
-    if not s.floats(x) or weights is None or s.args["eps"] is not None:
-        return "no weight of the module, or an explicit eps (the registry's uses the dtype's)"
-    return s.node("RMSNorm", [x], {"k": len(s.args["normalized_shape"])}, weights)
+    if not s.floats(x) or weights is None:
+        return "no weight of the module"
+    return s.node("RMSNorm", [x], {"k": len(s.args["normalized_shape"]), **eps(s, None)}, weights)
 
 
 def group_norm(s: Site) -> Result:
     x, weights = s.t("input"), _affine(s, ["weight", "bias"])
-    if not s.floats(x) or weights is None or s.args["eps"] != 1e-5:
-        return "no affine weight and bias of the module, or eps other than 1e-5"
-    return s.node("GroupNorm", [x], {"num_groups": s.args["num_groups"]}, weights)
+    if not s.floats(x) or weights is None:
+        return "no affine weight and bias of the module"
+    return s.node("GroupNorm", [x], {"num_groups": s.args["num_groups"], **eps(s, 1e-5)}, weights)
 
 
 def instance_norm(s: Site) -> Result:
     x = s.t("input")
     plain = all(s.args[k] is None for k in ("weight", "bias", "running_mean", "running_var"))
-    if not s.floats(x) or not plain or not s.args["use_input_stats"] or s.args["eps"] != 1e-5 or s.rank(x) < 3:
-        return "affine weights, running statistics or eps other than 1e-5"
-    return s.node("InstanceNorm", [x])
+    if not s.floats(x) or not plain or not s.args["use_input_stats"] or s.rank(x) < 3:
+        return "affine weights or running statistics"
+    return s.node("InstanceNorm", [x], eps(s, 1e-5))
 
 
 def batch_norm(s: Site) -> Result:
     """Batch statistics (training mode) are the registry's BatchNorm; the running-statistics update the call also
     makes is a side effect on buffers, which no output reads."""
     x, weights = s.t("input"), _affine(s, ["weight", "bias"])
-    if not s.floats(x) or weights is None or not s.args["training"] or s.args["eps"] != 1e-5:
-        return "eval mode (running statistics), no affine weights, or eps other than 1e-5"
+    if not s.floats(x) or weights is None or not s.args["training"]:
+        return "eval mode (running statistics) or no affine weights"
     if any(u.target is operator.getitem and u.args[1] in (1, 2) for u in s.fx.users):
         return "the saved statistics are read"
-    return s.node("BatchNorm", [x], weights=weights)
+    return s.node("BatchNorm", [x], eps(s, 1e-5), weights=weights)
 
 
 # -- reductions, scans, softmax --------------------------------------------------------------------

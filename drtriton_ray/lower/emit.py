@@ -50,16 +50,25 @@ def split_small(config: dict | None) -> tuple[bool, dict | None]:
     return bool((config or {}).get("SMALL")), rest or None
 
 
-def launch_call(node: Node, in_shape: list[int], out_shape: list[int], config: dict | None = None) -> str:
+def weight_name(p: Program, t: int) -> str:
+    """A node's weight as the forward names it: a parameter, or a tensor (a folded RMS norm's weight that the program
+    computes or takes as an input)."""
+    return f"self.weight_{t}" if p.tensors[t].role == "weight" else f"tensor_{t}"
+
+
+def launch_call(
+    node: Node, in_shape: list[int], out_shape: list[int], config: dict | None = None, w: list[str] | None = None
+) -> str:
     """The forward line's right-hand side for a non-elementwise node (a tuned launch config as a last argument; a
-    conv's "SMALL", see tuning.resolved, picks its wrapper and is not passed on)."""
+    conv's "SMALL", see tuning.resolved, picks its wrapper and is not passed on); `w`: its weights' names (default:
+    parameters)."""
     small, config = split_small(config)
     lowering = lowering_of(node.op)
-    x, w = [f"tensor_{i}" for i in node.inputs], [f"self.weight_{i}" for i in node.weights]
+    x, w = [f"tensor_{i}" for i in node.inputs], w or [f"self.weight_{i}" for i in node.weights]
     call = lowering.call(Site(node, x, w, tuple(in_shape), tuple(out_shape), small=small))
     if not config or not lowering.takes_config:
         return call
-    return f"{call[:-1]}, {config!r})"
+    return f"{call[:-1]}, config={config!r})"  # by keyword: a norm's eps may come before it
 
 
 def launch_config(p: Program, node: Node, gpu: str | None) -> dict | None:
@@ -214,7 +223,7 @@ def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None) -> tu
     anchor_out, wrapper = node.outputs[0], _Wrapper()
     shape = tuple(p.tensors[node.inputs[0]].shape)
     prologue, x = _prologue(p, f, node, shape, wrapper)
-    w = [wrapper.param(f"self.weight_{t}") for t in node.weights]
+    w = [wrapper.param(weight_name(p, t)) for t in node.weights]
     small, config = split_small(launch_config(p, node, gpu))
     site = Site(node, x, w, shape, tuple(p.tensors[anchor_out].shape), config, small)
     ak = lowering_of(node.op).kernel(site)
@@ -277,7 +286,9 @@ def _kernel(p: Program, f: KernelGroup, g: int, views: set[int], gpu: str | None
     lowering_of(node.op)  # a PyTorch node (one with no tensor input too) gets the clear error first
     out_shape = p.tensors[node.outputs[0]].shape
     in_shape = p.tensors[node.inputs[0]].shape
-    call = launch_call(node, in_shape, out_shape, launch_config(p, node, gpu))
+    call = launch_call(
+        node, in_shape, out_shape, launch_config(p, node, gpu), [weight_name(p, t) for t in node.weights]
+    )
     if node.outputs[0] in p.outputs and node.outputs[0] in input_views(p):  # a View of an input, returned
         call = f"contiguous_copy({call})"
     return None, f"tensor_{node.outputs[0]} = {call}"

@@ -45,6 +45,11 @@ class Site:
         """The config as a setup call's last argument ("" without one)."""
         return f", config={self.config!r}" if self.config else ""
 
+    @property
+    def eps(self) -> str:
+        """A norm's epsilon as a wrapper's keyword argument ("" for PyTorch's default)."""
+        return f", eps={self.params['eps']!r}" if self.params.get("eps") is not None else ""
+
 
 @dataclass(frozen=True)
 class StatsKernel:
@@ -225,11 +230,11 @@ def _norm_kernel(s: Site) -> str:
 
 
 ONE_NORM = {  # a norm's own wrapper, where it is not split or persistent
-    "BatchNorm": lambda s: f"batch_norm({s.x[0]}, {s.w[0]}, {s.w[1]})",
-    "LayerNorm": lambda s: f"layer_norm({s.x[0]}, {s.w[0]}, {s.w[1]})",
-    "RMSNorm": lambda s: f"rms_norm({s.x[0]}, {s.w[0]})",
-    "GroupNorm": lambda s: f"group_norm({s.x[0]}, {s.params.get('num_groups')}, {s.w[0]}, {s.w[1]})",
-    "InstanceNorm": lambda s: f"instance_norm({s.x[0]})",
+    "BatchNorm": lambda s: f"batch_norm({s.x[0]}, {s.w[0]}, {s.w[1]}{s.eps})",
+    "LayerNorm": lambda s: f"layer_norm({s.x[0]}, {s.w[0]}, {s.w[1]}{s.eps})",
+    "RMSNorm": lambda s: f"rms_norm({s.x[0]}, {_norm_weights(s, 'RMSNorm')[2]}{s.eps})",
+    "GroupNorm": lambda s: f"group_norm({s.x[0]}, {s.params.get('num_groups')}, {s.w[0]}, {s.w[1]}{s.eps})",
+    "InstanceNorm": lambda s: f"instance_norm({s.x[0]}{s.eps})",
 }
 
 
@@ -237,9 +242,9 @@ def _norm_call(s: Site) -> str:
     kernel = _norm_kernel(s)
     mode, groups, weight, bias = _norm_weights(s, s.node.op)
     if kernel == "split_norm":
-        return f"split_norm({s.x[0]}, {weight}, {bias}, {mode}, {groups})"
+        return f"split_norm({s.x[0]}, {weight}, {bias}, {mode}, {groups}{s.eps})"
     if kernel == "row_norm_persistent_kernel":
-        return f"row_norm_persistent({s.x[0]}, {weight}, {bias}, {mode})"
+        return f"row_norm_persistent({s.x[0]}, {weight}, {bias}, {mode}{s.eps})"
     return ONE_NORM[s.node.op](s)
 
 
@@ -250,12 +255,12 @@ def _norm(s: Site) -> AnchorKernel:
     args = f"{s.shape}, {s.x[0]}, {weight}, {bias}, {mode}"
     if kernel == "split_norm":  # the statistics' kernel shares the setup's grid and meta
         stats = StatsKernel("norm_stats_kernel", {"MODE": mode})
-        return AnchorKernel("norm_apply_kernel", fixed, f"split_norm_setup({args}, {groups}{s.cfg})", stats)
+        return AnchorKernel("norm_apply_kernel", fixed, f"split_norm_setup({args}, {groups}{s.cfg}{s.eps})", stats)
     if kernel == "row_norm_persistent_kernel":
-        return AnchorKernel(kernel, fixed, f"row_norm_persistent_setup({args}{s.cfg})")
+        return AnchorKernel(kernel, fixed, f"row_norm_persistent_setup({args}{s.cfg}{s.eps})")
     if kernel == "row_norm_kernel":
-        return AnchorKernel(kernel, fixed, f"row_norm_setup({args}, {groups}{s.cfg})")
-    return AnchorKernel(kernel, {}, f"batch_norm_setup({s.shape}, {s.x[0]}, {s.w[0]}, {s.w[1]}{s.cfg})")
+        return AnchorKernel(kernel, fixed, f"row_norm_setup({args}, {groups}{s.cfg}{s.eps})")
+    return AnchorKernel(kernel, {}, f"batch_norm_setup({s.shape}, {s.x[0]}, {s.w[0]}, {s.w[1]}{s.cfg}{s.eps})")
 
 
 register(NORM_MODES, call=_norm_call, kernel=_norm, tuning=_norm_tuning, prologue=True, epilogue=_always)
@@ -267,7 +272,7 @@ register(NORM_MODES, call=_norm_call, kernel=_norm, tuning=_norm_tuning, prologu
 def _norm_reduce_call(s: Site) -> str:
     p = s.params
     mode, _, weight, bias = _norm_weights(s, p["norm"])
-    return f"norm_reduce({s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[p['op']]})"
+    return f"norm_reduce({s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[p['op']]}{s.eps})"
 
 
 def _norm_reduce(s: Site) -> AnchorKernel:
@@ -275,7 +280,7 @@ def _norm_reduce(s: Site) -> AnchorKernel:
     p = s.params
     mode, _, weight, bias = _norm_weights(s, p["norm"])
     fixed = {"MODE": mode, "OP": REDUCE_OPS[p["op"]], "HAS_B": bias is not None}
-    setup = f"norm_reduce_setup({s.shape}, {s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}{s.cfg})"
+    setup = f"norm_reduce_setup({s.shape}, {s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}{s.cfg}{s.eps})"
     finish = f"out = norm_reduce_finish(out, {s.shape}, {s.x[0]}, {p['dim']}, {p['keepdim']}, {fixed['OP']})"
     return AnchorKernel("norm_reduce_kernel", fixed, setup, finish=finish)
 

@@ -92,6 +92,7 @@ def fold_norm_reduce(p: Program) -> Program:
             and wrappers.norm_reduce_rows(math.prod(shape[len(shape) - k :]))
         ):
             params = {"norm": n.op, "op": r.op, "dim": r.params["dim"], "keepdim": r.params["keepdim"]}
+            params.update({"eps": n.params["eps"]} if "eps" in n.params else {})
             return Node("NormReduce", list(n.inputs), list(r.outputs), params, list(n.weights))
         return None
 
@@ -117,6 +118,58 @@ def fold_softmax_reduce(p: Program) -> Program:
     return _fold_into_reader(p, fold)
 
 
+def fold_rms_norm(p: Program) -> Program:
+    """The program with each RMS norm written out as Llama, T5 and Mistral write it, x * rsqrt(mean(x^2, -1,
+    keepdim=True) + eps) * w (w either side, of the last dim's size), as one RMSNorm node: row_norm_kernel reads x
+    once a row where the six operators took two kernels and wrote the statistics and the normalised x out between
+    them. Each intermediate must be read by the next operator alone."""
+    made = {n.outputs[0]: n for n in p.nodes}
+    readers: dict[int, list[Node]] = {}
+    for n in p.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    folds = [f for f in (_rms_norm_at(p, n, made, readers) for n in p.nodes if n.op == "Rsqrt") if f]
+    if not folds:
+        return p
+    replaced = {id(n): norm for norm, chain in folds for n in chain[-1:]}
+    dropped = {id(n) for _, chain in folds for n in chain[:-1]}
+    nodes = [replaced.get(id(n), n) for n in p.nodes if id(n) not in dropped]
+    gone = {n.outputs[0] for _, chain in folds for n in chain[:-1]}
+    return Program(nodes, {t: v for t, v in p.tensors.items() if t not in gone}, p.dtype, p.flops)
+
+
+def _only_reader(t: int, p: Program, readers: dict) -> Node | None:
+    users = readers.get(t, [])
+    return users[0] if len(users) == 1 and t not in p.outputs else None
+
+
+def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
+    """(the RMSNorm node, the chain it replaces in program order) around the Rsqrt r, or None."""
+    add = made.get(r.inputs[0])
+    mean = made.get(add.inputs[0]) if add is not None and add.op == "AddScalar" else None
+    if mean is None or mean.op != "Mean" or not mean.params.get("keepdim"):
+        return None
+    square = made.get(mean.inputs[0])
+    if square is None or square.op != "Square":
+        return None
+    x = p.tensors[square.inputs[0]]
+    eps = add.params["value"]
+    if mean.params["dim"] % len(x.shape) != len(x.shape) - 1 or not (isinstance(eps, float) and 0 < eps < 1):
+        return None
+    scale = _only_reader(r.outputs[0], p, readers)
+    if scale is None or scale.op != "Mul" or sorted(scale.inputs) != sorted([x.id, r.outputs[0]]):
+        return None
+    last = _only_reader(scale.outputs[0], p, readers)
+    w = [t for t in (last.inputs if last is not None and last.op == "Mul" else []) if t != scale.outputs[0]]
+    if len(w) != 1 or p.tensors[w[0]].shape != [x.shape[-1]] or p.tensors[w[0]].dtype != x.dtype:
+        return None
+    chain = [square, mean, add, r, scale, last]
+    if any(_only_reader(n.outputs[0], p, readers) is None for n in chain[:-1]):
+        return None
+    params = {"k": 1, "eps": eps}
+    return Node("RMSNorm", [x.id], list(last.outputs), params, w), chain
+
+
 def fold_all(p: Program) -> Program:
     """The program with every rewrite above applied."""
-    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(p)))
+    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(fold_rms_norm(p))))

@@ -328,6 +328,13 @@ def softmax_reduce(x, sdim, log, dim, keepdim, op, config=None):
     return out
 
 
+def norm_eps(like, mode, eps=None):
+    """A norm's epsilon: the program's, else PyTorch's default (RMS norm: the dtype's machine epsilon)."""
+    if eps is not None:
+        return eps
+    return torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+
+
 def row_norm_tile(rows, length, like):
     """row_norm_kernel's default tile for `rows` rows of `length` values: short rows several to a program. Compiled,
     a row of up to 32768 values is one tile, a warp per 1024 values (16 at most: 64 a thread): each of the kernel's
@@ -340,13 +347,13 @@ def row_norm_tile(rows, length, like):
     return {"BLOCK_ROWS": max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
 
 
-def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
+def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None):
     """(out, grid, arguments after the input, launch constants) of row_norm_kernel. mode: 0 layer norm, 1 RMS norm
     (rows of weight's size), 2 group norm (a row per image and group), 3 instance norm."""
     numel = 1
     for d in shape:
         numel *= d
-    positions, per_group, eps = 1, 1, torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    positions, per_group, eps = 1, 1, norm_eps(like, mode, eps)
     if mode >= 2:
         positions = numel // (shape[0] * shape[1])
         per_group = shape[1] // groups if mode == 2 else 1
@@ -364,29 +371,29 @@ def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
     return out, (triton.cdiv(rows, meta["BLOCK_ROWS"]),), args, {**meta, **sizes}
 
 
-def row_norm(x, weight, bias, mode, groups=1, config=None):
-    out, grid, args, meta = row_norm_setup(x.shape, x, weight, bias, mode, groups, config)
+def row_norm(x, weight, bias, mode, groups=1, config=None, eps=None):
+    out, grid, args, meta = row_norm_setup(x.shape, x, weight, bias, mode, groups, config, eps)
     row_norm_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
 
 
-def layer_norm(x, weight, bias, config=None):
-    return row_norm(x, weight, bias, 0, 1, config)
+def layer_norm(x, weight, bias, config=None, eps=None):
+    return row_norm(x, weight, bias, 0, 1, config, eps)
 
 
-def rms_norm(x, weight, config=None):
-    return row_norm(x, weight, None, 1, 1, config)
+def rms_norm(x, weight, config=None, eps=None):
+    return row_norm(x, weight, None, 1, 1, config, eps)
 
 
-def group_norm(x, groups, weight, bias, config=None):
-    return row_norm(x, weight, bias, 2, groups, config)
+def group_norm(x, groups, weight, bias, config=None, eps=None):
+    return row_norm(x, weight, bias, 2, groups, config, eps)
 
 
-def instance_norm(x, config=None):
-    return row_norm(x, None, None, 3, 1, config)
+def instance_norm(x, config=None, eps=None):
+    return row_norm(x, None, None, 3, 1, config, eps)
 
 
-def batch_norm_setup(shape, like, weight, bias, config=None):
+def batch_norm_setup(shape, like, weight, bias, config=None, eps=None):
     """(out, grid, arguments after the input, launch constants) of batch_norm_kernel."""
     channels = shape[1]
     positions = 1
@@ -396,12 +403,12 @@ def batch_norm_setup(shape, like, weight, bias, config=None):
     block = min(triton.next_power_of_2(shape[0] * positions), tile_elements(like) // 4)
     block_c = max(1, min(triton.next_power_of_2(channels), tile_elements(like) // 4 // block))
     meta = tuned({"BLOCK_C": block_c, "BLOCK": block}, config, like)
-    args = (weight, bias, out, shape[0], channels, positions, 1e-5)
+    args = (weight, bias, out, shape[0], channels, positions, norm_eps(like, 4, eps))
     return out, (triton.cdiv(channels, meta["BLOCK_C"]),), args, meta
 
 
-def batch_norm(x, weight, bias, config=None):
-    out, grid, args, meta = batch_norm_setup(x.shape, x, weight, bias, config)
+def batch_norm(x, weight, bias, config=None, eps=None):
+    out, grid, args, meta = batch_norm_setup(x.shape, x, weight, bias, config, eps)
     batch_norm_kernel[grid](x, *args, **meta)
     return out
 
@@ -417,7 +424,7 @@ def whole_rows(length):
     return 4096 < length <= 8192
 
 
-def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None):
+def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None, eps=None):
     """(out, grid, arguments after the input, launch constants) of row_norm_persistent_kernel: a layer or RMS norm
     (mode 0, 1) over the last dims (weight's). Compiled, a row a block at 16 warps (16 values a thread, and as many
     for the next row's), 2 programs per SM; interpreted, a program per block of as many rows as tile_elements holds.
@@ -439,15 +446,14 @@ def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None):
     # the last prefetch reaches a grid's rows past n_rows (masked, but its offsets are computed)
     meta["WIDE"] = meta.get("WIDE", False) or (rows + grid[0] * meta["BLOCK_ROWS"]) * length >= 2**31
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
-    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
-    args = (weight, like if bias is None else bias, out, eps)
+    args = (weight, like if bias is None else bias, out, norm_eps(like, mode, eps))
     # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
     return out, grid, args, {**meta, "n_rows": rows, "L": length}
 
 
-def row_norm_persistent(x, weight, bias, mode, config=None):
+def row_norm_persistent(x, weight, bias, mode, config=None, eps=None):
     """A layer or RMS norm over rows of 4097 to 8192 values (whole_rows): persistent programs, x read once."""
-    out, grid, args, meta = row_norm_persistent_setup(x.shape, x, weight, bias, mode, config)
+    out, grid, args, meta = row_norm_persistent_setup(x.shape, x, weight, bias, mode, config, eps)
     row_norm_persistent_kernel[grid](x, *args, MODE=mode, HAS_W=True, HAS_B=bias is not None, **meta)
     return out
 
@@ -475,13 +481,13 @@ def norm_layout(shape, weight, mode, groups):
     return numel // (per_group * positions), per_group, positions, positions, per_group * positions
 
 
-def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None):
+def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None):
     """(out, grid, norm_stats_kernel's arguments after the input, norm_apply_kernel's, launch constants of both) of a
     norm over few long rows: grid (rows, splits), each program a share of a row's tiles of BLOCK_N segments x BLOCK
     values (short segments share a tile, long ones load contiguously). mode: 0 layer norm, 1 RMS norm, 2 group norm,
     3 instance norm, 4 batch norm (training mode)."""
     rows, segs, seg, seg_stride, row_stride = norm_layout(shape, weight, mode, groups)
-    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    eps = norm_eps(like, mode, eps)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     tile = 2048 if compiled(like) else 4096
     block = min(triton.next_power_of_2(seg), tile)
@@ -511,7 +517,7 @@ def norm_reduce_rows(length):
     return length <= 8192
 
 
-def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None):
+def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None, eps=None):
     """(partial results, grid, arguments after the input, launch constants) of norm_reduce_kernel: a layer or RMS
     norm (mode 0, 1) over the last dims (weight's) of a `shape` input, to be reduced over dim, an outer dim. The
     splits of each (o, m) make about two programs per SM (sm_count), four rows a split at least."""
@@ -523,7 +529,7 @@ def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None):
     part = torch.empty((split, groups * length), device=like.device, dtype=torch.float32)
     block = triton.next_power_of_2(length)
     meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, like)
-    eps = torch.finfo(like.dtype).eps if mode == 1 else 1e-5
+    eps = norm_eps(like, mode, eps)
     sizes = {"O": outer, "R": extent, "M": inner // length, "L": length, "SPLIT": split}
     meta["WIDE"] = outer * extent * inner >= 2**31
     args = (weight, like if bias is None else bias, part, eps)
@@ -548,17 +554,17 @@ def norm_reduce_finish(part, shape, like, dim, keepdim, op):
     return out
 
 
-def norm_reduce(x, weight, bias, mode, dim, keepdim, op, config=None):
+def norm_reduce(x, weight, bias, mode, dim, keepdim, op, config=None, eps=None):
     """A layer or RMS norm whose only reader reduces it over an outer dim, in one pass over x."""
-    part, grid, args, meta = norm_reduce_setup(x.shape, x, weight, bias, mode, dim, config)
+    part, grid, args, meta = norm_reduce_setup(x.shape, x, weight, bias, mode, dim, config, eps)
     norm_reduce_kernel[grid](x, *args, MODE=mode, OP=op, HAS_B=bias is not None, **meta)
     return norm_reduce_finish(part, x.shape, x, dim, keepdim, op)
 
 
-def split_norm(x, weight, bias, mode, groups=1, config=None):
+def split_norm(x, weight, bias, mode, groups=1, config=None, eps=None):
     """A norm over rows too few and long for a program each, in two kernels over (row, split) programs: partial
     statistics, then the row's merged statistics applied."""
-    out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config)
+    out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config, eps)
     norm_stats_kernel[grid](x, *stats_args, MODE=mode, **meta)
     norm_apply_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
