@@ -38,7 +38,7 @@ def optimize_cmd(
     cache: Optional[str] = typer.Option(DEFAULTS.cache, "--cache", help="conversion cache folder or fsspec URI"),
     no_cache: bool = typer.Option(False, "--no-cache", help="neither read nor write the conversion cache"),
 ):
-    """Make a model faster: convert its blocks (norms, MLPs, rotary...) into verified Triton (docs/optimize.md)."""
+    """Make a model faster: convert its blocks (norms, MLPs, rotary...) into verified Triton (docs/convert.md)."""
     from drtriton_ray.models.load import ModelError, check_model_dir, torch_dtype
 
     try:
@@ -108,7 +108,7 @@ def print_report(report) -> None:
             "replaced",
         )
     for r in report.left:
-        table.add_row(r["class"], str(len(r["paths"])), "-", "-", "-", f"left as it was: {r['reason']}")
+        table.add_row(r["class"], str(r["count"]), "-", "-", "-", f"left as it was: {r['reason']}")
     out.print(table)
     check = report.check
     verdict = "same outputs (verifier's tolerance)" if check.get("ok") else f"differ: {check.get('detail')}"

@@ -78,7 +78,7 @@ class OptimizeReport:
     device: str
     dtype: str
     replaced: list[dict] = field(default_factory=list)  # per replaced group: class, count, triton_kernels, times
-    left: list[dict] = field(default_factory=list)  # per block or group left as it was: class, paths, reason
+    left: list[dict] = field(default_factory=list)  # blocks left as they were, per class and reason: count, paths
     max_abs_logit_error: Optional[float] = None
     check: dict = field(default_factory=dict)  # the end-to-end comparison: status, detail, the input shapes
     time_before_s: Optional[float] = None  # one forward of the whole model at the example inputs
@@ -412,7 +412,14 @@ def optimize(
 
 def fill_report(report: OptimizeReport, groups: list[Group], result: dict, cases: list) -> None:
     report.replaced = [g.row() for g in groups if g.status == "replaced"]
-    report.left += [{"class": g.short, "paths": g.paths, "reason": g.reason} for g in groups if g.status != "replaced"]
+    left = report.left + [
+        {"class": g.short, "paths": g.paths, "reason": g.reason} for g in groups if g.status != "replaced"
+    ]
+    merged: dict[tuple, dict] = {}  # one row per class and reason: thirty layers' attention left for one reason
+    for r in left:
+        row = merged.setdefault((r["class"], r["reason"]), {**r, "paths": []})
+        row["paths"] += r["paths"]
+    report.left = [{**r, "count": len(r["paths"])} for r in merged.values()]
     shapes = [[list(v.shape) for v in [*i, *k.values()] if isinstance(v, torch.Tensor)] for i, k in cases]
     report.check = {**result, "inputs": shapes}
     report.max_abs_logit_error = result["max_abs"]
