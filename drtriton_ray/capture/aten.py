@@ -547,6 +547,7 @@ TABLE: dict[str, Callable[[Site], Result]] = {
     "aten.linalg_vector_norm.default": reduce("Norm", ord=(2, 2.0), dtype=(None,)),
     "aten.norm.ScalarOpt_dim": reduce("Norm", p=(2, 2.0)),
     "aten.logsumexp.default": logsumexp,
+    "aten.cross_entropy_loss.default": cross_entropy,
     "aten.cumsum.default": along("CumSum"),
     "aten.cummax.default": along("CumMax"),
     "aten.cummin.default": along("CumMin"),

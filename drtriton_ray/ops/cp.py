@@ -73,7 +73,9 @@ class ShapeModel:
         self._n += 1
         return self.m.new_bool_var(name or f"b{self._n}")
 
-    def tensor(self, name: str, ranks=range(SLOTS + 1)) -> TensorVar:
+    def tensor(self, name: str, ranks=range(SLOTS + 1), scalar: bool = False) -> TensorVar:
+        """A tensor of one of `ranks`, of at least the bounds' element minimum; with `scalar`, a 0-d one is allowed
+        below it (a loss)."""
         ranks = set(ranks)
         if not ranks:
             raise ValueError(f"tensor {name}: empty rank set")
@@ -94,7 +96,10 @@ class ShapeModel:
             m.add(dims[i] == 1).only_enforce_if(~a)
             active.append(a)
         size = self.product(dims, b.max_elems, f"{name}.size")
-        m.add(size >= b.min_elems)
+        if scalar:
+            m.add(size >= b.min_elems).only_enforce_if(~is_rank[0])
+        else:
+            m.add(size >= b.min_elems)
         t = TensorVar(name, rank, dims, active, is_rank, size, ranks)
         self.tensors.append(t)
         return t

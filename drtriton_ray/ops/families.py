@@ -159,6 +159,45 @@ def along_dim(name, template, flops=1, family="scan") -> OpSpec:
     )
 
 
+# -- losses ----------------------------------------------------------------------------------
+def cross_entropy(name, template) -> OpSpec:
+    """Cross-entropy of logits [N, V] (V > 1) against class indices [N] (a "classes" slot): the per-row losses [N]
+    (reduction "none") or their mean or sum over the rows not ignored (0-d): a row reduction (family "reduce").
+    ignore_index is -100 (PyTorch's default: no target drawn ignored) or -1 (drawn among targets, synth/solve.py)."""
+
+    def constrain(s: ShapeModel, ins, out):
+        x, target = ins
+        m = s.m
+        m.add(x.rank == 2)
+        m.add(target.rank == 1)
+        m.add(x.dims[SLOTS - 1] >= 2)
+        m.add(target.dims[SLOTS - 1] == x.dims[SLOTS - 2])
+        per_row, mean = s.bool_var(f"{out.name}.per_row"), s.bool_var(f"{out.name}.mean")
+        m.add(out.rank == 1).only_enforce_if(per_row)
+        m.add(out.rank == 0).only_enforce_if(~per_row)
+        m.add(out.dims[SLOTS - 1] == target.dims[SLOTS - 1]).only_enforce_if(per_row)
+
+        def reduction(value) -> str:
+            return "none" if value(per_row) else "mean" if value(mean) else "sum"
+
+        return Built(*_elementwise_flops(s, x, 4), params={"reduction": Derived(reduction)}, choices=[mean])
+
+    return OpSpec(
+        name,
+        2,
+        "reduce",
+        template,
+        constrain,
+        frozenset({1, 2}),
+        lambda ranks: {0, 1} if tuple(ranks) == (2, 1) else set(),
+        sample=lambda rng: {"ignore_index": rng.choice((-100, -1))},
+        per_elem=4,
+        flops_on="in",
+        domains=("real", "classes"),
+        scalar_out=True,
+    )
+
+
 # -- normalisations --------------------------------------------------------------------------
 def _channel(s: ShapeModel, x: TensorVar, name: str):
     """The channel dim of an (N, C, *) tensor: slot 6 - rank."""

@@ -34,7 +34,9 @@ DOMAINS = (
     "positive",  # > 0 (log, sqrt, rsqrt, reciprocal, fractional and negative powers)
     "bounded",  # in [-1.5, 1.5] (an exponent: larger ones overflow on the verifier's large inputs)
     "mask",  # a boolean tensor (masked_fill, where)
+    "classes",  # int64 class indices into the last dim of the operator's first input (cross-entropy targets)
 )
+FRESH_INPUT_DOMAINS = ("mask", "classes")  # a slot that reads a fresh program input, never a computed tensor
 
 
 @dataclass
@@ -45,6 +47,7 @@ class Built:
     flops_hi: int  # an upper bound on it (the domain of the coarse FLOP var)
     params: dict[str, object] = field(default_factory=dict)  # solved structural params (exprs)
     weights: list[tuple[str, TensorVar, str]] = field(default_factory=list)  # (role, tensor, init)
+    choices: list = field(default_factory=list)  # free booleans the synthesizer fixes by a coin flip (CP-SAT: all 0)
 
 
 @dataclass(frozen=True)
@@ -75,6 +78,7 @@ class OpSpec:
     flops_on: str = "out"
     keeps_size: bool = False
     domains: tuple[str, ...] = ()  # per input slot, one of DOMAINS; slots past the tuple are "real"
+    scalar_out: bool = False  # the output may be 0-d (a loss), below the profile's element minimum
 
     def domain(self, slot: int) -> str:
         return self.domains[slot] if slot < len(self.domains) else "real"

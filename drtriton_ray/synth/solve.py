@@ -20,7 +20,7 @@ from drtriton_ray.ops.cp import COARSE_STEPS, SLOTS, Bounds, ShapeModel, TensorV
 from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.synth.wiring import Plan
 
-KIND_DTYPES = {"index": "int64", "mask": "bool"}  # a plan tensor's dtype, the program's for "float"
+KIND_DTYPES = {"index": "int64", "mask": "bool", "classes": "int64"}  # a plan tensor's dtype, the program's for "float"
 MAX_HALVINGS = 40
 BAND_LEVEL_SHARE = 0.05
 
@@ -101,12 +101,14 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
         if pt.producer is None:
             tv[tid] = s.tensor(f"t{tid}", pt.ranks)
     nodes: list[_NodeVars] = []
+    choices = []
     for k, name in enumerate(plan.ops):
         out_id = plan.outputs[k]
-        out = s.tensor(f"t{out_id}", plan.tensors[out_id].ranks)
+        out = s.tensor(f"t{out_id}", plan.tensors[out_id].ranks, scalar=REGISTRY[name].scalar_out)
         tv[out_id] = out
         built = REGISTRY[name].constrain(s, [tv[t] for t in plan.inputs[k]], out)
         nodes.append(_NodeVars(out, built.params, built.weights, built.flops))
+        choices += built.choices
 
     # Total FLOPs in the band and total memory under the cap, over coarse units (see ops/cp.py).
     funit = _unit(bounds.max_flops)
@@ -132,6 +134,8 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
 
     for t in s.tensors:
         _hint(s, t, rng)
+    for v in choices:
+        m.add(v == int(rng.random() < 0.5))
 
     solver = cp_model.CpSolver()
     solver.parameters.num_workers = 1
@@ -155,7 +159,19 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
     program = _extract(plan, solver, tv, nodes, dtype)
     for node, fixed in zip(program.nodes, plan.params):
         node.params.update(REGISTRY[node.op].draw_params(rng), **fixed)
+    draw_classes(program)
     return program
+
+
+def draw_classes(program: Program) -> None:
+    """Each "classes" input's draw hint: indices into the last dim of its operator's first input, and -1 among them
+    where the operator ignores -1 (about one target in V + 1: padding positions of a token loss)."""
+    for n in program.nodes:
+        spec = REGISTRY[n.op]
+        for slot, t in enumerate(n.inputs):
+            if spec.domain(slot) == "classes":
+                lo = -1 if n.params.get("ignore_index") == -1 else 0
+                program.tensors[t].init = f"int:{lo}:{program.tensors[n.inputs[0]].shape[-1]}"
 
 
 def _describe(b: Bounds) -> str:

@@ -145,7 +145,8 @@ def _validate(source: str, program: Program, seed: int, device: str, conditionin
             raise InvalidProgram(f"output tensor_{tid} has dtype {o.dtype}, the DAG says {t.dtype}")
         if o.is_floating_point() and not bool(torch.isfinite(o).all()):
             raise InvalidProgram(f"output tensor_{tid} has NaN/Inf")
-        if o.numel() < 2 or bool((o == o.reshape(-1)[0]).all()):
+        # a 0-d output (a loss) is one value: the null-candidate check below judges whether it depends on the inputs
+        if o.dim() and (o.numel() < 2 or bool((o == o.reshape(-1)[0]).all())):
             raise InvalidProgram(f"output tensor_{tid} is constant")
     if conditioning_trials:
         half = any(t.dtype in ("float16", "bfloat16") for t in program.tensors.values())

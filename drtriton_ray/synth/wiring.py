@@ -10,7 +10,8 @@ redraws every floating input from signed distributions up to large magnitudes, s
 "positive" slot (log, sqrt, rsqrt, reciprocal, powers) reads `x.abs() + eps`, a "bounded" one (an exponent)
 `torch.clamp(x, lo, hi)`: guard nodes (Abs, AddScalar, Clamp) inserted before the operator, which the level does not
 count. eps is at least 1e-3, so a reciprocal or a power of -1.5 stays finite in float16. A "mask" slot reads a fresh
-boolean program input (an attention or padding mask), which the verifier keeps as drawn.
+boolean program input (an attention or padding mask), a "classes" slot a fresh int64 one (cross-entropy targets, drawn
+by synth/solve.py); the verifier keeps both as drawn.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, field
 
 from drtriton_ray.ops import REGISTRY
 from drtriton_ray.ops.cp import SLOTS
+from drtriton_ray.ops.spec import FRESH_INPUT_DOMAINS
 
 ALL_RANKS = frozenset(range(SLOTS + 1))
 GUARD_EPS = (1e-3, 1e-2, 0.1, 1.0)
@@ -29,7 +31,7 @@ GUARD_EPS = (1e-3, 1e-2, 0.1, 1.0)
 class PlanTensor:
     ranks: set[int]
     producer: int | None  # node index, None for a program input
-    kind: str = "float"  # "float" feeds any real slot; "index" (ArgMax's) none; "mask" (boolean input) a mask slot
+    kind: str = "float"  # "float" feeds any real slot; "index" (ArgMax's) none; "mask", "classes": a fresh input
     uses: int = 0
 
 
@@ -139,12 +141,12 @@ def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: 
     for k, name in enumerate(ops):
         spec = REGISTRY[name]
         chosen: list[int] = []
-        real = [slot for slot in range(spec.arity) if spec.domain(slot) != "mask"]
+        real = [slot for slot in range(spec.arity) if spec.domain(slot) not in FRESH_INPUT_DOMAINS]
         forced_slot = rng.choice(real) if chain and k > 0 else None
         for slot in range(spec.arity):
             domain = spec.domain(slot)
-            if domain == "mask":
-                pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)}, "mask")
+            if domain in FRESH_INPUT_DOMAINS:
+                pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)}, domain)
             else:
                 forced = plan.outputs[plan.drawn[-1]] if forced_slot == slot else None
                 pick = _guard(plan, domain, _source(plan, spec, chosen, forced, rng, fanout_prob), rng)
@@ -167,8 +169,10 @@ def composable(first: str, second: str) -> bool:
     if a.out_kind != "float" or (first in NEVER_POSITIVE and second in ZEROES_NON_POSITIVE):
         return False
     a_out = {o for _, o in a.rank_combos([ALL_RANKS] * a.arity, ALL_RANKS)}
+    if b.family == "reduce":  # reducing a tensor of rank <= 1 leaves one element, below every profile's minimum
+        a_out = {r for r in a_out if r >= 2}
     sets = [ALL_RANKS] * b.arity
-    sets[next(k for k in range(b.arity) if b.domain(k) != "mask")] = a_out  # real slots broadcast alike
+    sets[next(k for k in range(b.arity) if b.domain(k) not in FRESH_INPUT_DOMAINS)] = a_out  # real slots: alike
     return any(True for _ in b.rank_combos(sets, ALL_RANKS))
 
 

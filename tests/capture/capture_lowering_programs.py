@@ -92,14 +92,19 @@ def layout() -> Program:
 
 
 def rows() -> Program:
-    """LogSumExp over the last dim and over the first (a column), added."""
+    """LogSumExp over the last dim and over the first (a column), added; the cross-entropy of the rows against class
+    indices with -1 among them (ignored), per row and as a mean (Hugging Face's loss)."""
     nodes = [
         Node("LogSumExp", [0], [1], {"dim": -1, "keepdim": True}),
         Node("LogSumExp", [0], [2], {"dim": 0, "keepdim": True}),
         Node("Add", [1, 2], [3]),
+        Node("CrossEntropy", [3, 4], [5], {"ignore_index": -1, "reduction": "none"}),
+        Node("CrossEntropy", [0, 4], [6], {"ignore_index": -1, "reduction": "mean"}),
     ]
-    shapes = {0: (6, 40), 1: (6, 1), 2: (1, 40), 3: (6, 40)}
-    return program(shapes, {0: "input", 3: "output"}, nodes)
+    shapes = {0: (6, 40), 1: (6, 1), 2: (1, 40), 3: (6, 40), 4: (6,), 5: (6,), 6: ()}
+    p = program(shapes, {0: "input", 4: "input", 5: "output", 6: "output"}, nodes, {4: "int64"})
+    p.tensors[4].init = "int:-1:40"
+    return p
 
 
 def problem_source(p: Program) -> str:

@@ -21,7 +21,7 @@ EXPECTED = {
     "add_layernorm": ["Add", "LayerNorm"],
     "gelu_bias": ["Matmul", "Add", "GELU", "MulScalar"],
     "masked_softmax": ["MulScalar", "MaskedFill", "Softmax"],
-    "cross_entropy": ["Linear", TORCH_OP],
+    "cross_entropy": ["Linear", "CrossEntropy"],
     "linear_act": ["Linear", "ReLU", "Linear", "Sigmoid", "SubScalar"],
     # the running-statistics update last: num_batches_tracked + 1, var_mean, lerp, lerp
     "conv_block": ["Conv2d", "BatchNorm", "ReLU", "MaxPool2d"] + [TORCH_OP] * 4,
@@ -85,6 +85,7 @@ def test_state_lines_hints_and_notes(graphs):
     assert graphs["masked_softmax"].program.nodes[1].params["value"] == "float('-inf')"
     targets = graphs["cross_entropy"].program.tensors[graphs["cross_entropy"].inputs[1]]
     assert targets.dtype == "int64" and targets.init.startswith("int:")
+    assert graphs["cross_entropy"].program.nodes[1].params == {"ignore_index": -100, "reduction": "mean"}
     sigmoid = graphs["unmapped_op"].program.nodes[0].outputs[0]
     assert graphs["unmapped_op"].program.tensors[sigmoid].init == "uniform"  # intermediates get hints too
     assert any("running_mean" in n for n in graphs["conv_block"].notes)  # the buffer update is said

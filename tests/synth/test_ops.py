@@ -38,16 +38,16 @@ def test_operator_instances_run(name):
     sampler = Sampler(SynthConfig(level=1, profile="small", ops=(name,)), seed=11)
     for index in range(3):  # three solved instances, each validated and re-run here
         rec = sampler.sample(index)
-        prog = Program.from_json(rec.dag)
+        prog, spec = Program.from_json(rec.dag), REGISTRY[name]
         assert rec.ops == [name] and prog.ops[-1] == name and set(prog.ops[:-1]) <= GUARDS
-        assert (len(prog.ops) > 1) == bool({"positive", "bounded"} & set(REGISTRY[name].domains))
+        assert (len(prog.ops) > 1) == bool({"positive", "bounded"} & set(spec.domains))
         outs = run_problem(load_problem(rec.source), rec.seed)
         assert [list(o.shape) for o in outs] == [prog.tensors[t].shape for t in prog.outputs]
         assert all(torch.isfinite(o).all() for o in outs if o.is_floating_point())
         node = prog.nodes[-1]
         for tid in node.inputs + node.outputs + node.weights:
             t = prog.tensors[tid]
-            assert 2**3 <= t.numel <= 2**16 and max(t.shape, default=1) <= 1024
+            assert 2**3 <= t.numel <= 2**16 and max(t.shape, default=1) <= 1024 or t.shape == [] and spec.scalar_out
 
 
 @pytest.mark.parametrize("name", RESTRICTED)
@@ -83,3 +83,23 @@ def test_half_dtypes(dtype):
 def test_ops_without_half_support_are_refused():
     with pytest.raises(ValueError, match="do not support dtype"):
         SynthConfig(level=1, dtype="float16", ops=("AvgPool3d",))
+
+
+def test_cross_entropy_targets_are_class_indices():
+    """CrossEntropy's target slot is a fresh int64 input of class indices into the logits' last dim, -1 among them
+    where -1 is ignored; its output is per row or a 0-d mean or sum, each drawn."""
+    sampler = Sampler(SynthConfig(level=1, profile="small", ops=("CrossEntropy",)), seed=11)
+    seen = set()
+    for index in range(12):
+        rec = sampler.sample(index)
+        prog = Program.from_json(rec.dag)
+        node = prog.nodes[-1]
+        logits, target = (prog.tensors[t] for t in node.inputs)
+        ignore, reduction = node.params["ignore_index"], node.params["reduction"]
+        lo, classes = (-1 if ignore == -1 else 0), logits.shape[1]
+        assert target.dtype == "int64" and target.role == "input" and target.init == f"int:{lo}:{classes}"
+        drawn = load_problem(rec.source).get_inputs()[1]
+        assert drawn.dtype == torch.int64 and lo <= int(drawn.min()) and int(drawn.max()) < classes
+        assert prog.tensors[node.outputs[0]].shape == (logits.shape[:1] if reduction == "none" else [])
+        seen.add((reduction, ignore))
+    assert {r for r, _ in seen} == {"none", "mean", "sum"} and {i for _, i in seen} == {-100, -1}
