@@ -241,7 +241,12 @@ def classify(t: torch.Tensor) -> str:
     if t.dtype == torch.bool:
         return "bool"
     if not t.is_floating_point():
-        return f"int:{int(t.min())}:{int(t.max()) + 1}" if t.numel() else "int:0:1"
+        if not t.numel():
+            return "int:0:1"
+        lo, hi = int(t.min()), int(t.max()) + 1
+        if lo < 0 < hi and t[t < 0].unique().numel() == 1:  # indices and one sentinel (an ignored label, -100)
+            return f"int:{int(t[t >= 0].min())}:{hi}:{lo}"
+        return f"int:{lo}:{hi}"
     if t.numel() == 0 or not bool(torch.isfinite(t).all()):
         return ""
     if bool((t >= 0).all()) and bool((t < 1).all()):

@@ -6,9 +6,10 @@ parameters and buffers, named in `state`, or constants the forward creates, valu
 and "output".
 
 An input tensor's `init` says how a sub-problem draws values like the user's (observed on the user's own inputs):
-"" normal, "uniform" in [0, 1), "positive" in (0.5, 1.5), "int:<lo>:<hi>" integers in [lo, hi), "bool" a fair
-coin. Capture gives every tensor such a hint (weights and intermediates too: a fragment may start anywhere and read
-a weight outside a weight slot).
+"" normal, "uniform" in [0, 1), "positive" in (0.5, 1.5), "int:<lo>:<hi>" integers in [lo, hi), "int:<lo>:<hi>:<s>"
+the same with a quarter of them the negative sentinel s (an ignored label, -100), "bool" a fair coin. Capture gives
+every tensor such a hint (weights and intermediates too: a fragment may start anywhere and read a weight outside a
+weight slot).
 
 A registry node may read a weight-role tensor as an ordinary input (`x * self.scale`); its `weights` hold only
 tensors in the operator's weight slots. A scalar param that is not finite is Python source (`"float('-inf')"`),

@@ -148,9 +148,10 @@ def draw_expr(t: Tensor, main: str) -> str:
     d = _dtype_ref(t.dtype, main)
     if t.dtype == "bool":
         return f"torch.rand({shape}) < 0.5"
-    if not t.dtype.startswith(FLOAT_PREFIXES):  # integers: the hint's range, else {0, 1}
-        lo, hi = t.init.split(":")[1:3] if t.init.startswith("int:") else ("0", "2")
-        return f"torch.randint({lo}, {hi}, {shape}, dtype={d})"
+    if not t.dtype.startswith(FLOAT_PREFIXES):  # integers: the hint's range, else {0, 1}; a quarter its sentinel
+        lo, hi, *sentinel = t.init.split(":")[1:] if t.init.startswith("int:") else ("0", "2")
+        draw = f"torch.randint({lo}, {hi}, {shape}, dtype={d})"
+        return f"torch.where(torch.rand({shape}) < 0.25, {sentinel[0]}, {draw})" if sentinel else draw
     if t.init.startswith("int:"):
         lo, hi = t.init.split(":")[1:3]
         return f"torch.randint({lo}, {hi}, {shape}).to({d})"

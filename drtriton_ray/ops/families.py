@@ -163,7 +163,7 @@ def along_dim(name, template, flops=1, family="scan") -> OpSpec:
 def cross_entropy(name, template) -> OpSpec:
     """Cross-entropy of logits [N, V] (V > 1) against class indices [N] (a "classes" slot): the per-row losses [N]
     (reduction "none") or their mean or sum over the rows not ignored (0-d): a row reduction (family "reduce").
-    ignore_index is -100 (PyTorch's default: no target drawn ignored) or -1 (drawn among targets, synth/solve.py)."""
+    ignore_index is -100 (Hugging Face's) or -1, a quarter of the drawn targets (synth/solve.py)."""
 
     def constrain(s: ShapeModel, ins, out):
         x, target = ins

@@ -164,14 +164,14 @@ def solve_plan(plan: Plan, bounds: Bounds, dtype: str, rng: random.Random, secon
 
 
 def draw_classes(program: Program) -> None:
-    """Each "classes" input's draw hint: indices into the last dim of its operator's first input, and -1 among them
-    where the operator ignores -1 (about one target in V + 1: padding positions of a token loss)."""
+    """Each "classes" input's draw hint (ir/graph.py): indices into the last dim of its operator's first input, a
+    quarter of them its ignore_index (padding positions of a token loss)."""
     for n in program.nodes:
         spec = REGISTRY[n.op]
         for slot, t in enumerate(n.inputs):
             if spec.domain(slot) == "classes":
-                lo = -1 if n.params.get("ignore_index") == -1 else 0
-                program.tensors[t].init = f"int:{lo}:{program.tensors[n.inputs[0]].shape[-1]}"
+                classes = program.tensors[n.inputs[0]].shape[-1]
+                program.tensors[t].init = f"int:0:{classes}:{n.params['ignore_index']}"
 
 
 def _describe(b: Bounds) -> str:

@@ -103,7 +103,7 @@ def rows() -> Program:
     ]
     shapes = {0: (6, 40), 1: (6, 1), 2: (1, 40), 3: (6, 40), 4: (6,), 5: (6,), 6: ()}
     p = program(shapes, {0: "input", 4: "input", 5: "output", 6: "output"}, nodes, {4: "int64"})
-    p.tensors[4].init = "int:-1:40"
+    p.tensors[4].init = "int:0:40:-1"
     return p
 
 

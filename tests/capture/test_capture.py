@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from drtriton_ray.capture import CaptureError, capture_source, model_state, run_graph
-from drtriton_ray.ir import TORCH_OP, Graph
-from drtriton_ray.capture.export import load
+from drtriton_ray.ir import TORCH_OP, Graph, Tensor
+from drtriton_ray.ir.render import draw_expr
+from drtriton_ray.capture.export import classify, load
 
 PROBLEMS = Path(__file__).resolve().parent / "problems"
 EXPECTED = {
@@ -89,6 +90,17 @@ def test_state_lines_hints_and_notes(graphs):
     sigmoid = graphs["unmapped_op"].program.nodes[0].outputs[0]
     assert graphs["unmapped_op"].program.tensors[sigmoid].init == "uniform"  # intermediates get hints too
     assert any("running_mean" in n for n in graphs["conv_block"].notes)  # the buffer update is said
+
+
+def test_an_ignored_label_is_a_sentinel_of_the_draw():
+    """Labels with Hugging Face's -100 at padded positions: a sub-problem draws class indices and -100, never the
+    invalid labels between (cross-entropy refuses them)."""
+    labels = torch.tensor([[3, -100, 0, 95], [-100, 7, 7, 1]])
+    assert classify(labels) == "int:0:96:-100" and classify(labels.clamp(min=0)) == "int:0:96"
+    hint = Tensor(0, [64], "int64", "input", "int:0:96:-100")
+    torch.manual_seed(0)
+    drawn = eval(draw_expr(hint, "float32"), {"torch": torch, "TENSOR_0_SHAPE": (64,)})
+    assert set(drawn[drawn < 0].tolist()) == {-100} and 0 <= int(drawn[drawn >= 0].min()) and int(drawn.max()) < 96
 
 
 def test_only_mode_dependent_programs_carry_an_eval_graph(graphs):

@@ -86,20 +86,23 @@ def test_ops_without_half_support_are_refused():
 
 
 def test_cross_entropy_targets_are_class_indices():
-    """CrossEntropy's target slot is a fresh int64 input of class indices into the logits' last dim, -1 among them
-    where -1 is ignored; its output is per row or a 0-d mean or sum, each drawn."""
+    """CrossEntropy's target slot is a fresh int64 input of class indices into the logits' last dim, its
+    ignore_index among them; its output is per row or a 0-d mean or sum, each drawn."""
     sampler = Sampler(SynthConfig(level=1, profile="small", ops=("CrossEntropy",)), seed=11)
-    seen = set()
+    seen, ignored = set(), 0
     for index in range(12):
         rec = sampler.sample(index)
         prog = Program.from_json(rec.dag)
         node = prog.nodes[-1]
         logits, target = (prog.tensors[t] for t in node.inputs)
         ignore, reduction = node.params["ignore_index"], node.params["reduction"]
-        lo, classes = (-1 if ignore == -1 else 0), logits.shape[1]
-        assert target.dtype == "int64" and target.role == "input" and target.init == f"int:{lo}:{classes}"
+        classes = logits.shape[1]
+        assert target.dtype == "int64" and target.role == "input" and target.init == f"int:0:{classes}:{ignore}"
+        torch.manual_seed(index)
         drawn = load_problem(rec.source).get_inputs()[1]
-        assert drawn.dtype == torch.int64 and lo <= int(drawn.min()) and int(drawn.max()) < classes
+        kept = drawn[drawn != ignore]
+        assert drawn.dtype == torch.int64 and bool((kept >= 0).all()) and bool((kept < classes).all())
+        ignored += drawn.numel() - kept.numel()
         assert prog.tensors[node.outputs[0]].shape == (logits.shape[:1] if reduction == "none" else [])
         seen.add((reduction, ignore))
-    assert {r for r, _ in seen} == {"none", "mean", "sum"} and {i for _, i in seen} == {-100, -1}
+    assert {r for r, _ in seen} == {"none", "mean", "sum"} and {i for _, i in seen} == {-100, -1} and ignored
