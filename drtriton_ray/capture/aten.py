@@ -571,7 +571,14 @@ TABLE: dict[str, Callable[[Site], Result]] = {
     "aten.tril.default": triangle("Tril"),
 }
 # Calls that return their input's values unchanged: the output is the input's tensor, no node.
-ALIASES = {"aten.alias.default", "aten.detach.default", "aten.lift_fresh_copy.default", "aten.contiguous.default"}
+# calls that return their input (a cast to the dtype it has: Meta's RMSNorm's `.type_as(x)` in float32)
+ALIASES = {
+    "aten.alias.default",
+    "aten.detach.default",
+    "aten.lift_fresh_copy.default",
+    "aten.contiguous.default",
+    "aten.type_as.default",
+}
 
 
 def is_alias(s: Site) -> bool:

@@ -26,6 +26,11 @@ LLAMA = """class Model(nn.Module):
         variance = x.pow(2).mean(-1, keepdim=True)
         return self.weight * (x * torch.rsqrt(variance + 1e-6))
 """
+# Meta's: the float32 upcast and `.type_as(x)` of a float32 program are no operators at all
+META = LLAMA.replace(
+    "return self.weight * (x * torch.rsqrt(variance + 1e-6))",
+    "return (x.float() * torch.rsqrt(variance + 1e-6)).type_as(x) * self.weight",
+)
 # the statistics over the batch, not the row: not an RMS norm
 ACROSS_ROWS = LLAMA.replace("mean(-1, keepdim=True)", "mean(0, keepdim=True)")
 BERT = """class Model(nn.Module):
@@ -66,8 +71,9 @@ def check(frag, code: str, sizes: dict) -> None:
     torch.testing.assert_close(new(*inputs), ref(*inputs), rtol=1e-5, atol=1e-5)
 
 
-def test_a_written_out_rms_norm_is_one_kernel():
-    frag, code = lowered(LLAMA)
+@pytest.mark.parametrize("body", [LLAMA, META], ids=["llama", "meta"])
+def test_a_written_out_rms_norm_is_one_kernel(body):
+    frag, code = lowered(body)
     assert [n.op for n in frag.program.nodes] == ["Square", "Mean", "AddScalar", "Rsqrt", "Mul", "Mul"]
     forward = code[code.index("def forward") :]
     assert "rms_norm(tensor_0, tensor_1, eps=1e-06)" in forward and forward.count("(") == 2, forward
