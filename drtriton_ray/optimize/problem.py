@@ -141,7 +141,8 @@ def infer_constructor(module: nn.Module, model_config=None) -> Constructor:
     if any(not c for c in choices):
         missing = [p.name for p, c in zip(params, choices) if not c]
         raise NotRebuildable(f"no value found for the constructor argument(s) {', '.join(missing)}")
-    casts = [None] + sorted({str(t.dtype).removeprefix("torch.") for t in module.parameters() if t.is_floating_point()})
+    floats = [t for t in [*module.parameters(), *module.buffers()] if t.is_floating_point()]
+    casts = [None] + sorted({str(t.dtype).removeprefix("torch.") for t in floats})
     for values in itertools.islice(itertools.product(*choices), MAX_TRIES):
         args = {p.name: v for p, v in zip(params, values)}
         for cast in casts:

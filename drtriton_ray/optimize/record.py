@@ -204,9 +204,12 @@ def record_calls(model: nn.Module, candidates: dict, inputs: list, kwargs: dict,
         if dynamic and first is not None and first.dim() >= 2:
             batch, seq = first.shape[:2]
             grown = {k: grow(v, batch, seq) for k, v in kwargs.items()}
-            recorder.run(model, [grow(v, batch, seq) for v in inputs], grown)
-            names = size_names((batch, seq), (batch + GROW[BATCH], seq + GROW[SEQ]))
-            sizes = {BATCH: batch, SEQ: seq}
+            try:
+                recorder.run(model, [grow(v, batch, seq) for v in inputs], grown)
+                names = size_names((batch, seq), (batch + GROW[BATCH], seq + GROW[SEQ]))
+                sizes = {BATCH: batch, SEQ: seq}
+            except Exception:  # a model that takes no other sizes (the leading dims are not batch and sequence)
+                recorder.runs.pop()
     finally:
         recorder.close()
     second = recorder.runs[1] if len(recorder.runs) > 1 else {}

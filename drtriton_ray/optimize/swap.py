@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import importlib.util
 import sys
+import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -85,23 +86,40 @@ def tensor_outputs(out) -> list:
     return [out] if isinstance(out, torch.Tensor) else [t for t in out if isinstance(t, torch.Tensor)]
 
 
+class Templates(threading.local):
+    """One answer module per thread, built without storage (on the meta device where its constructor allows): the
+    op runs it on the caller's parameters with functional_call, which swaps them in on the module for the call, so
+    two threads must not share one."""
+
+    def __init__(self, cls):
+        self.cls, self.module = cls, None
+
+    def get(self) -> nn.Module:
+        if self.module is None:
+            try:
+                with torch.device("meta"):
+                    self.module = self.cls().eval()  # the wrapper takes no constructor arguments
+            except Exception:  # a constructor that reads values cannot run on meta tensors: a real one then
+                self.module = self.cls().eval()
+        return self.module
+
+
 def register(swap: Swap, path: Path):
     """The custom op of one answer file (module docstring), registered once per process."""
     if swap.op in OPS:
         return OPS[swap.op]
     module = import_answer(path, swap.op)
-    with torch.device("meta"):
-        template = module.ModelNew().eval()  # the wrapper takes no constructor arguments
-    block = getattr(template, ATTRIBUTE)
+    templates = Templates(module.ModelNew)
     names = [f"{ATTRIBUTE}.{n}" for n in swap.state]
 
     def run(args, state):
         with torch.no_grad():
-            out = torch.func.functional_call(template, dict(zip(names, state)), tuple(args))
+            out = torch.func.functional_call(templates.get(), dict(zip(names, state)), tuple(args))
         return fresh(tensor_outputs(out), list(args) + list(state))
 
     def fake(args, state):
         call_args, call_kwargs = unflatten(swap.spec, list(args))
+        block = getattr(templates.get(), ATTRIBUTE)
         out = torch.func.functional_call(block, dict(zip(swap.state, state)), tuple(call_args), call_kwargs)
         leaves = []
         matches(swap.out_spec, out, leaves)
