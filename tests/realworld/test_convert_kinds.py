@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from test_programs import PROGRAMS, REQUIRED_KINDS
+from test_programs import PROGRAMS, REQUIRED_KINDS, USER_CODE_KINDS
 
 # hf, bf16, fp16, causal_mask, embedding_layernorm, cross_entropy_ignore_index, moe_router, inplace, modulelist,
 # einsum_attention, tuple_output: each kind of user code once (the LLM operators' kinds run in the GPU bench)
@@ -24,19 +24,6 @@ CI_PROGRAMS = [
     "modulelist_mlp",
     "einsum_attention",
 ]
-USER_CODE_KINDS = {
-    "hf",
-    "bf16",
-    "fp16",
-    "causal_mask",
-    "embedding_layernorm",
-    "cross_entropy_ignore_index",
-    "moe_router",
-    "inplace",
-    "modulelist",
-    "einsum_attention",
-    "tuple_output",
-}
 
 
 def test_the_ci_programs_cover_every_kind_of_user_code():

@@ -2,40 +2,15 @@
 at each other size; the verdict says whether it is general, and where a kernel specialized to the problem's own
 sizes stops being right. Real CPU worker pool, Triton interpreter."""
 
+from relu_sources import RELU2_KERNEL, problem
+
 from drtriton_ray.verify import Status, Task
 
-PROBLEM = """import torch
-import torch.nn as nn
-
-batch_size = 4
-hidden = 24
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(batch_size, hidden)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-CANDIDATE = """import torch
-import torch.nn as nn
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu2_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0) * 2.0, mask=mask)
-
+PROBLEM = problem(24)
+CANDIDATE = (
+    "import torch\nimport torch.nn as nn\n"
+    + RELU2_KERNEL
+    + """
 
 class ModelNew(nn.Module):
     def forward(self, x):
@@ -45,6 +20,7 @@ class ModelNew(nn.Module):
         relu2_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)
         return y
 """
+)
 GENERAL = CANDIDATE.replace("NUMEL", "x.numel()")
 SPECIALIZED = CANDIDATE.replace("NUMEL", "96")  # the problem's own 4 x 24, written in
 

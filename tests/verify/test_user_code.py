@@ -2,45 +2,15 @@
 rules as the problem does, and cannot be abused: a candidate that always takes the kept forward is caught at run
 time. Real CPU worker pool, Triton interpreter."""
 
+from relu_sources import RELU2_KERNEL, problem, problem_head
+
 from drtriton_ray.verify import Status, Task
 
-PROBLEM = """import torch
-import torch.nn as nn
-import collections.abc
-
-batch_size = 4
-hidden = 32
-
-
-class Model(nn.Module):
-    def forward(self, x):
-        return torch.relu(x) * 2.0
-
-
-def get_inputs():
-    return [torch.randn(batch_size, hidden)]
-
-
-def get_init_inputs():
-    return []
-"""
-
-KERNEL = """import torch
-import torch.nn as nn
-import collections.abc
-
-batch_size = 4
-hidden = 32
-import triton
-import triton.language as tl
-
-
-@triton.jit
-def relu2_kernel(x_ptr, y_ptr, n, BLOCK: tl.constexpr):
-    offs = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
-    mask = offs < n
-    tl.store(y_ptr + offs, tl.maximum(tl.load(x_ptr + offs, mask=mask), 0.0) * 2.0, mask=mask)
-
+PROBLEM = problem(32, "import collections.abc\n")
+KERNEL = (
+    problem_head(32, "import collections.abc\n")
+    + RELU2_KERNEL
+    + """
 
 class ModelNew(nn.Module):
     def drt_original_forward(self, x):
@@ -51,6 +21,7 @@ class ModelNew(nn.Module):
         relu2_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
         return BODY
 """
+)
 HONEST = KERNEL.replace("BODY", "y if x.shape == (batch_size, hidden) else self.drt_original_forward(x)")
 BYPASS = KERNEL.replace("BODY", "self.drt_original_forward(x)")  # a decoy launch, the answer from PyTorch
 
