@@ -111,7 +111,7 @@ def print_report(report) -> None:
         table.add_row(r["class"], str(r["count"]), "-", "-", "-", f"left as it was: {r['reason']}")
     out.print(table)
     check = report.check
-    verdict = "same outputs (verifier's tolerance)" if check.get("ok") else f"differ: {check.get('detail')}"
+    verdict = "within the verifier's accuracy contract" if check.get("ok") else f"off: {check.get('detail')}"
     out.print(
         f"model forward: {ms(report.time_before_s)} ms -> {ms(report.time_after_s)} ms; logits {verdict}; "
         f"max abs logit error {report.max_abs_logit_error:.3g}"
