@@ -399,7 +399,7 @@ def swap_checked(model: nn.Module, groups: list[Group], folder: Path, cases: lis
             alone = check(model, cases, references)
             if not alone["ok"]:
                 swap_out(model, g.paths)
-                g.status, g.reason = "left", f"the model's outputs differ with it swapped in: {alone['detail']}"
+                g.status, g.reason = "left", f"with it swapped in the model's outputs fail the check: {alone['detail']}"
         result = check(model, cases, references)
     for g in ready:
         if g.status != "left":
@@ -437,8 +437,9 @@ def optimize(
     cases, references = reference_outputs(model, check_cases(inputs, kwargs, dynamic))
     before = block_times(model, groups, inputs, kwargs) if timing else (None, [None] * len(groups))
     folder = answer_folder(out)
-    with verifier_for(verifier, settings) as pool:
-        convert_all(groups, folder, budget_s, settings, pool, progress)
+    if groups:
+        with verifier_for(verifier, settings) as pool:
+            convert_all(groups, folder, budget_s, settings, pool, progress)
     result = swap_checked(model, groups, folder, cases, references)
     after = block_times(model, groups, inputs, kwargs) if timing else (None, [None] * len(groups))
     report.time_before_s, report.time_after_s = before[0], after[0]
