@@ -886,8 +886,9 @@ def contiguous_copy(src):
 
 
 def reshape_view(x, shape):
-    """view/reshape/(un)squeeze/flatten of a tensor the program made contiguous: a view, no kernel."""
-    return x.view(shape)
+    """view/reshape/(un)squeeze/flatten: a view of a contiguous tensor, no kernel; a strided one (a slice that PyTorch
+    made before this fragment, in an assembled answer) is copied first, as reshape does."""
+    return (x if x.is_contiguous() else contiguous_copy(x)).view(shape)
 
 
 def expand_copy(x, shape):
