@@ -115,4 +115,5 @@ def print_report(report) -> None:
     out.print(
         f"model forward: {ms(report.time_before_s)} ms -> {ms(report.time_after_s)} ms; logits {verdict}; "
         f"max abs logit error {report.max_abs_logit_error:.3g}"
+        + (f" (the original's own against float64: {own:.3g})" if (own := check.get("original_vs_float64")) else "")
     )
