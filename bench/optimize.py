@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 from dataclasses import asdict
 import importlib.util
+import shutil
 import statistics
 import sys
 import tempfile
@@ -237,6 +238,14 @@ def main() -> int:
 
         args.cache = str(DEFAULT_CACHE)
     folder = args.model or random_model_dir(args.seed)
+    try:
+        return run(args, folder)
+    finally:
+        if args.model is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def run(args, folder: Path) -> int:
     shapes = [parse_shape(s) for s in args.shapes.split(",") if s]
     dtypes = [DTYPES[d] for d in args.dtypes.split(",") if d]
     rows, reference, reports = [], {}, {}
