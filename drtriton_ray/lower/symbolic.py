@@ -24,30 +24,43 @@ from drtriton_ray.ir.render import SIZE_NAME
 PREFIX = "size_"
 
 
+OPERATORS = str.maketrans({"*": "_x_", "+": "_p_", "-": "_m_"})
+
+
 def code_name(name: str) -> str:
-    return PREFIX + name
+    """The variable holding a bound size: a constant's name, or a whole expression's (`batch_size*seq_len`, the rows of
+    a flattened input, is `size_batch_size_x_seq_len`)."""
+    return PREFIX + name.translate(OPERATORS)
 
 
-def code_expr(expr: str) -> str:
-    """A symbolic dim's expression over the generated code's size variables (parenthesized unless one name)."""
+def code_expr(expr: str, bound=()) -> str:
+    """A symbolic dim's expression over the generated code's size variables: its own variable where the expression is
+    bound whole, else each constant's (parenthesized unless one name)."""
+    if expr in bound:
+        return code_name(expr)
     text = SIZE_NAME.sub(lambda m: code_name(m.group(0)), expr)
     return text if expr.isidentifier() else f"({text})"
 
 
 def bindings(p: Program, name=lambda t: f"tensor_{t}", inputs=None) -> dict[str, str]:
-    """Size name -> where the forward reads it: the first input dim that is that size alone (`name(t)`: how the
-    forward calls input t; `inputs`: its inputs, default the program's)."""
+    """Size -> where the forward reads it: the first input dim that is that size alone (`name(t)`: how the forward
+    calls input t; `inputs`: its inputs, default the program's). An input dim whose expression names a constant no dim
+    gives alone (a flattened batch * sequence) is bound whole, so dims of that same expression read it."""
     found: dict[str, str] = {}
-    for t in p.inputs if inputs is None else inputs:
-        for axis, size in enumerate(p.tensors[t].dim_names()):
-            if size.isidentifier():
-                found.setdefault(size, f"{name(t)}.shape[{axis}]")
+    dims = [(t, axis, size) for t in (p.inputs if inputs is None else inputs)
+            for axis, size in enumerate(p.tensors[t].dim_names()) if size]  # fmt: skip
+    for t, axis, size in dims:
+        if size.isidentifier():
+            found.setdefault(size, f"{name(t)}.shape[{axis}]")
+    for t, axis, size in dims:
+        if not readable([size], found):
+            found.setdefault(size, f"{name(t)}.shape[{axis}]")
     return found
 
 
 def readable(expressions, bound) -> bool:
-    """Whether every size the expressions name is bound."""
-    return all(set(SIZE_NAME.findall(e)) <= set(bound) for e in expressions)
+    """Whether every expression is bound whole or every size it names is."""
+    return all(e in bound or set(SIZE_NAME.findall(e)) <= set(bound) for e in expressions)
 
 
 def with_sizes(p: Program) -> Program:
@@ -60,10 +73,10 @@ def with_sizes(p: Program) -> Program:
     for t in p.tensors.values():
         for axis, name in enumerate(t.dim_names()):
             if name and readable([name], bound):
-                t.shape[axis] = Size(t.shape[axis], code_expr(name))
+                t.shape[axis] = Size(t.shape[axis], code_expr(name, bound))
     for n in p.nodes:  # a view's target shape, a reduction's sizes: the arguments as Sizes too
         if n.sym and readable(n.sym.values(), bound):
-            n.params, n.sym = n.sized_params(code_expr), {}
+            n.params, n.sym = n.sized_params(lambda e: code_expr(e, bound)), {}
     return p
 
 

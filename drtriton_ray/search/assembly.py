@@ -405,7 +405,7 @@ class _Renderer:
         for piece in pieces:
             if piece.kind == "torch":
                 node = graph.program.nodes[piece.start]
-                sizes = code_expr if node.sym and readable(node.sym.values(), bound) else None
+                sizes = (lambda e: code_expr(e, bound)) if node.sym and readable(node.sym.values(), bound) else None
                 body.append(on_input_device(node_line(node, name, sizes=sizes), graph, names))
                 continue
             frag, code = chosen[(piece.start, piece.end)]
@@ -444,18 +444,14 @@ def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef, genera
     """Inputs of another shape or dtype than the verified ones go to the user's own forward: right at every
     shape the original accepts, the kernels' speed where they were verified. `general`: every kernel was verified
     at other values of the graph's size constants too, so its symbolic dims may take any size, provided the inputs
-    agree on them (each constant read from the first input dim it names alone)."""
-    sizes: dict[str, str] = {}
-    for t in graph.inputs:
-        for axis, name in enumerate(graph.program.tensors[t].dim_names()):
-            if general and name.isidentifier():
-                sizes.setdefault(name, f"{names[t]}.shape[{axis}]")
+    agree on them (each size read where the kernels read it: lower/symbolic.py bindings)."""
+    sizes = bindings(graph.program, names.get, graph.inputs) if general else {}  # as the kernels read them
     checks, relations = [], []
     for t in graph.inputs:
         tensor, dims = graph.program.tensors[t], []
         for axis, (name, size) in enumerate(zip(tensor.dim_names(), tensor.shape)):
             here = f"{names[t]}.shape[{axis}]"
-            free = general and name and all(n in sizes for n in SIZE_NAME.findall(name))
+            free = general and name and readable([name], sizes)
             dims.append("None" if free else str(size))
             if free and sizes.get(name) != here:
                 relations.append(f"{here} == {size_expression(name, sizes)}")
@@ -468,7 +464,10 @@ def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef, genera
 
 
 def size_expression(expr: str, sizes: dict[str, str]) -> str:
-    """A symbolic dim's expression with each size constant replaced by the input dim it was read from."""
+    """A symbolic dim's expression with each size constant replaced by the input dim it was read from (the whole
+    expression's input dim where it is bound whole)."""
+    if expr in sizes:
+        return sizes[expr]
     return SIZE_NAME.sub(lambda m: f"({sizes[m.group(0)]})", expr)
 
 

@@ -259,7 +259,9 @@ class Search:
 
     # -- assembly --------------------------------------------------------------------------------------------
     def tiling(self, graph, placed: list[Fragment]) -> tuple[list[Piece], dict]:
-        """The chosen tiling and, per Triton piece's (start, end), its fragment and verified code."""
+        """The chosen tiling and, per Triton piece's (start, end), its fragment and verified code. Where sizes vary,
+        from the fragments whose kernels are general where there are any: an answer that runs its kernels at every
+        size beats one that covers more nodes at one size and runs your forward at the others."""
         options, chosen, measured = [], {}, []
         for f in placed:
             eager = [a.outcome.eager_ms for a in self.attempts if a.candidate.fragment == f.hash and a.outcome.eager_ms]
@@ -271,7 +273,8 @@ class Search:
                 chosen[(f.start, f.end)] = (f, b.candidate.code)
         n = len(graph.program.nodes)
         node_ms = node_times(n, measured) if self.config.timed else None
-        return choose_tiling(n, options, node_ms), chosen
+        general = [o for o in options if self.dims and self.best(o.key).outcome.general]
+        return choose_tiling(n, general or options, node_ms), chosen
 
     def check_whole(self, source: str, module: str, policy: str, general: bool = False):
         """The assembled module against the user's program, timed against eager and torch.compile."""

@@ -118,12 +118,16 @@ def test_fixed_dims_stay_constants_and_unbound_sizes_stay_numbers():
     x = p.tensors[p.inputs[0]]
     assert [repr(d) for d in x.shape] == ["size_batch_size", "size_seq_len", "16"]
     assert isinstance(x.shape[0], Size) and x.shape[0] == 2 and not isinstance(x.shape[2], Size)
-    # a dim whose expression names a size no input dim gives alone keeps its sample value
+    # an input dim whose expression names a size no input dim gives alone is read whole; a dim of another expression
+    # of that size (the batch alone) then keeps its sample value
     p = frag.program
     for t in p.tensors.values():
         t.sym = ["batch_size*seq_len" if s else "" for s in t.dim_names()] if t.sym else []
-    assert not any(isinstance(d, Size) for t in with_sizes(p).tensors.values() for d in t.shape)
-    assert binding_lines(with_sizes(p), "size_batch_size") == []
+    p.tensors[p.outputs[0]].sym = ["batch_size", "", ""]
+    sized = with_sizes(p)
+    assert repr(sized.tensors[p.inputs[0]].shape[0]) == "size_batch_size_x_seq_len"
+    assert not isinstance(sized.tensors[p.outputs[0]].shape[0], Size)
+    assert binding_lines(sized, "size_batch_size_x_seq_len") == ["size_batch_size_x_seq_len = tensor_0.shape[0]"]
 
 
 def test_wrappers_take_the_sizes_they_read():
