@@ -54,6 +54,7 @@ def optimize_cmd(
     settings = {"device": device, "cache": None if no_cache else cache}
     if workers:
         settings["workers"] = workers
+    settings["out"] = out_dir  # the answers are written straight into DIR
     result = run(model_dir, torch_type, batch, seq, budget_s, dynamic, names(include), names(exclude), settings)
     try:
         result.save(out_dir, base=model_dir)

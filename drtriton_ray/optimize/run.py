@@ -15,7 +15,6 @@ import math
 import re
 import statistics
 import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -238,7 +237,11 @@ def exact_outputs(model: nn.Module, cases: list) -> list:
 
 
 def answer_folder(out: Optional[str | Path]) -> Path:
-    folder = Path(out) if out is not None else Path(tempfile.mkdtemp(prefix="drtriton-optimize-"))
+    """`out`, else a shared folder beside the conversion cache: a file is named by its op, which is named by the
+    answer's hash, so runs that find the same answer share its file and nothing piles up."""
+    from drtriton_ray.search.cache import DEFAULT_CACHE
+
+    folder = Path(out) if out is not None else DEFAULT_CACHE.parent / "optimize"
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 
@@ -428,8 +431,8 @@ def optimize(
     """Make `model` faster in place (module docstring). `example_inputs`/`example_kwargs`: one forward's arguments
     (a causal LM: token ids of shape (batch, seq)); `dynamic`: the first tensor's two leading dims may vary (the
     answers must be general in them); `include`/`exclude`: block class names; `out`: where the answers' files go
-    (default a temporary folder; `result.save(DIR)` writes a loadable folder); `settings`: `convert`'s keywords
-    (device, k, sources, cache, workers, timeout_s...); `verifier`: a WorkerPool or VerifyService to share."""
+    (default ~/.cache/drtriton-ray/optimize; `result.save(DIR)` writes a loadable folder); `settings`: `convert`'s
+    keywords (device, k, sources, cache, workers, timeout_s...); `verifier`: a WorkerPool or VerifyService to share."""
     start = time.monotonic()
     model.eval()
     inputs, kwargs = list(example_inputs), dict(example_kwargs or {})

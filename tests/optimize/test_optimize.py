@@ -72,8 +72,10 @@ def cache_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="module")
-def optimized(base_dir, cache_dir, pool):
-    return optimize(base_model(base_dir), [token_ids(*EXAMPLE)], verifier=pool, cache=str(cache_dir), progress=False)
+def optimized(base_dir, cache_dir, pool, tmp_path_factory):
+    out = tmp_path_factory.mktemp("answers")
+    model = base_model(base_dir)
+    return optimize(model, [token_ids(*EXAMPLE)], verifier=pool, cache=str(cache_dir), progress=False, out=out)
 
 
 def test_blocks_are_the_innermost_stateful_modules_and_rebuild_from_their_constructors(base_dir):
@@ -134,11 +136,12 @@ def test_torch_compile_traces_through_the_custom_ops(optimized):
     assert {r["op"] for r in optimized.report.replaced} <= {t.split(".")[1] for t in seen if t.startswith("drtriton.")}
 
 
-def test_a_bfloat16_model_keeps_its_blocks_within_the_contract(base_dir, cache_dir, pool):
+def test_a_bfloat16_model_keeps_its_blocks_within_the_contract(base_dir, cache_dir, pool, tmp_path):
     """bf16 blocks round differently from eager's (fp32 inside the kernels): the logits move by about a bf16 unit,
     which the contract allows since the original's own bf16 logits are as far from the float64 run."""
     model = base_model(base_dir, torch.bfloat16)
-    result = optimize(model, [token_ids(*EXAMPLE)], verifier=pool, cache=str(cache_dir), progress=False, timing=False)
+    options = dict(verifier=pool, cache=str(cache_dir), progress=False, timing=False, out=tmp_path)
+    result = optimize(model, [token_ids(*EXAMPLE)], **options)
     assert BLOCKS <= {r["class"] for r in result.report.replaced}, result.report.left
     ids = token_ids(2, UNSEEN[1], seed=3)
     c = judged(model, base_dir, ids, torch.bfloat16)
@@ -165,10 +168,9 @@ def test_a_missing_model_folder_is_one_line(tmp_path):
 
 
 @pytest.mark.slow
-def test_without_the_kv_cache_attention_is_replaced_too(base_dir, cache_dir, pool):
+def test_without_the_kv_cache_attention_is_replaced_too(base_dir, cache_dir, pool, tmp_path):
     model = base_model(base_dir)
-    result = optimize(
-        model, [token_ids(*EXAMPLE)], {"use_cache": False}, verifier=pool, cache=str(cache_dir), progress=False
-    )
+    options = dict(verifier=pool, cache=str(cache_dir), progress=False, out=tmp_path)
+    result = optimize(model, [token_ids(*EXAMPLE)], {"use_cache": False}, **options)
     assert BLOCKS | {"LlamaAttention"} <= {r["class"] for r in result.report.replaced}, result.report.left
     assert judged(model, base_dir, token_ids(3, UNSEEN[1])).ok
