@@ -146,3 +146,8 @@ def test_test_modules_have_unique_names():
     test files of one name in different folders stop the whole run at collection."""
     names = [p.name for p in (ROOT / "tests").rglob("test_*.py")]
     assert sorted(n for n in set(names) if names.count(n) > 1) == []
+    # helper modules the tests import by name beside them (not the program files they read as text)
+    programs = ("programs", "problems", "candidates")
+    helpers = [p.name for p in (ROOT / "tests").rglob("*.py") if p.parent.name not in programs]
+    helpers = [n for n in helpers if not n.startswith("test_") and n not in ("__init__.py", "conftest.py")]
+    assert sorted(n for n in set(helpers) if helpers.count(n) > 1) == []

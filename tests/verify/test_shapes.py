@@ -2,7 +2,7 @@
 at each other size; the verdict says whether it is general, and where a kernel specialized to the problem's own
 sizes stops being right. Real CPU worker pool, Triton interpreter."""
 
-from relu_sources import RELU2_KERNEL, problem
+from shape_candidates import RELU2_KERNEL, problem
 
 from drtriton_ray.verify import Status, Task
 

@@ -2,7 +2,7 @@
 rules as the problem does, and cannot be abused: a candidate that always takes the kept forward is caught at run
 time. Real CPU worker pool, Triton interpreter."""
 
-from relu_sources import RELU2_KERNEL, problem, problem_head
+from shape_candidates import RELU2_KERNEL, problem, problem_head
 
 from drtriton_ray.verify import Status, Task
 
