@@ -36,7 +36,8 @@ def _pattern(template: str) -> re.Pattern:
         elif re.fullmatch(r"w\d", field):
             out.append(rf"self\.weight_(?P<{group}>\d+)")
         else:
-            out.append(rf"(?P<{group}>[^,()\[\]]+)")
+            # a number, a word or a list (a shape); never a tensor (torch.pow(x, tensor_4) is Pow, not PowScalar)
+            out.append(rf"(?P<{group}>\[[^\[\]]*\]|(?!tensor_\d)[^,()\[\]]+)")
     return re.compile("^" + "".join(out) + "$")
 
 
@@ -49,6 +50,14 @@ def _match(expr: str) -> tuple[str, dict]:
         if m:
             return name, m.groupdict()
     raise UnsupportedProblem(f"no operator of the registry renders as `{expr}`")
+
+
+def _param(text: str):
+    """A param as the template wrote it: a Python literal, or a word the template quotes (reduction='mean')."""
+    try:
+        return ast.literal_eval(text.strip())
+    except (ValueError, SyntaxError):
+        return text.strip()
 
 
 def _forward_locals(model, inputs) -> dict:
@@ -98,7 +107,7 @@ def program_from_source(source: str) -> Program:
         name, groups = _match(m.group(2).strip())
         ins = [int(groups[f"i{j}"].removeprefix("tensor_")) for j in range(REGISTRY[name].arity)]
         weights = [int(groups[k]) for k in sorted(groups) if re.fullmatch(r"w\d", k)]
-        params = {k: ast.literal_eval(v.strip()) for k, v in groups.items() if not re.fullmatch(r"i\d|w\d", k)}
+        params = {k: _param(v) for k, v in groups.items() if not re.fullmatch(r"i\d|w\d", k)}
         nodes.append(Node(name, ins, [int(m.group(1))], params, weights))
     model = mod.Model(*mod.get_init_inputs())
     inputs = mod.get_inputs()
