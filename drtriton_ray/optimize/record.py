@@ -2,7 +2,7 @@
 during example forwards (`record_calls`), and call values flattened into a JSON spec plus tensor leaves (`flatten`,
 `unflatten`), the form in which a group's signature is keyed, rendered into a problem and matched at run time.
 
-Which sizes vary: the model runs twice, at the example inputs and at inputs grown by one row and two columns
+Which sizes vary: two forward passes, at the example inputs and at inputs grown by one row and two columns
 (`grow`); a dim of a block's input that follows the batch (B -> B+1) is `batch_size`, one that follows the sequence
 (S -> S+2) `seq_len`, their product `batch_size * seq_len`; any other dim is fixed at its first value."""
 
@@ -17,7 +17,7 @@ from torch import nn
 
 PLAIN = (type(None), bool, int, float, str)
 BATCH, SEQ = "batch_size", "seq_len"
-GROW = {BATCH: 1, SEQ: 2}  # rows and columns added by the second run: distinct steps keep the two dims apart
+GROW = {BATCH: 1, SEQ: 2}  # rows and columns the grown pass adds: distinct steps keep the two dims apart
 
 
 class NotRecordable(ValueError):
@@ -129,13 +129,13 @@ def grow(value, batch: int, seq: int):
 
 
 def size_names(first: tuple[int, int], second: tuple[int, int]) -> dict:
-    """(value in the first run, value in the second) -> the expression that follows it."""
+    """(value in the example pass, value in the grown pass) -> the expression that follows it."""
     (b1, s1), (b2, s2) = first, second
     return {(b1, b2): BATCH, (s1, s2): SEQ, (b1 * s1, b2 * s2): f"{BATCH} * {SEQ}"}
 
 
 def tensor_info(t: torch.Tensor, other: Optional[torch.Tensor], names: dict) -> TensorInfo:
-    """A tensor's dims named against the same leaf of the second run (`other`; None: every dim fixed)."""
+    """A tensor's dims named against the same leaf of the grown pass (`other`; None: every dim fixed)."""
     shape = []
     for i, n in enumerate(t.shape):
         second = other.shape[i] if other is not None and other.dim() == t.dim() else n
@@ -147,7 +147,7 @@ def tensor_info(t: torch.Tensor, other: Optional[torch.Tensor], names: dict) -> 
 
 
 class Recorder:
-    """Forward hooks on the candidate blocks keeping each one's first call of a run: (spec, tensors) or a reason."""
+    """Forward hooks on the candidate blocks keeping each one's first call of a pass: (spec, tensors) or a reason."""
 
     def __init__(self, candidates: dict[str, nn.Module]):
         self.runs: list[dict[str, Any]] = []
@@ -182,7 +182,7 @@ class Recorder:
 
 
 def calls_of(first, second, names: dict, sizes: dict) -> Call | str:
-    """A block's Call from its first run's record, dims named against the second run's (None: all fixed)."""
+    """A block's Call from the example pass's record, dims named against the grown pass's (None: all fixed)."""
     if isinstance(first, str):
         return first
     spec, leaves, out_spec, out_leaves = first

@@ -78,7 +78,7 @@ def slow_init(source: str, marker: str = "") -> str:
 
 def wait_for_marker(marker: str, timeout: float = 300) -> None:
     """Until a verifier worker of the service (its scratch under the temporary directory) has created `marker`. The
-    bound is generous: on a loaded 2-core machine the service's queue and a worker's start took past 120 s."""
+    bound is generous: on a loaded 2-core machine the service's queue and a worker's start can pass 120 s."""
     deadline = time.monotonic() + timeout
     while not list(Path(tempfile.gettempdir()).glob(f"drtriton-verify-*/*/{marker}")):
         assert time.monotonic() < deadline, f"no verifier worker ran the program in {timeout} s"
