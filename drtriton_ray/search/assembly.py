@@ -440,11 +440,15 @@ GUARD = '''def drt_verified_at(tensor, shape, dtype):
 ORIGINAL = "drt_original_forward"  # the user's forward, kept in ModelNew for inputs the kernels were not verified at
 
 
-def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef, general: bool = False) -> list[str]:
+def guard_lines(
+    graph: Graph, names: dict[int, str], model: ast.ClassDef, general: bool = False, refused: tuple = ()
+) -> list[str]:
     """Inputs of another shape or dtype than the verified ones go to the user's own forward: right at every
     shape the original accepts, the kernels' speed where they were verified. `general`: every kernel was verified
-    at other values of the graph's size constants too, so its symbolic dims may take any size, provided the inputs
-    agree on them (each size read where the kernels read it: lower/symbolic.py bindings)."""
+    at other values of the graph's size constants too (1 among them), so its symbolic dims may take any size but 0,
+    provided the inputs agree on them (each size read where the kernels read it: lower/symbolic.py bindings), and
+    none of `refused` ({size constant: value}, where the program has no answer: it raises there, or returns an empty
+    output) holds."""
     sizes = bindings(graph.program, names.get, graph.inputs) if general else {}  # as the kernels read them
     checks, relations = [], []
     for t in graph.inputs:
@@ -457,10 +461,23 @@ def guard_lines(graph: Graph, names: dict[int, str], model: ast.ClassDef, genera
                 relations.append(f"{here} == {size_expression(name, sizes)}")
         shape = "(" + "".join(f"{d}, " for d in dims).removesuffix(" ") + ")" if dims else "()"
         checks.append(f"drt_verified_at({names[t]}, {shape}, torch.{tensor.dtype})")
-    checks += relations
+    # a size of 0 was never verified; a product of sizes is 0 only where one of them is (an offset, seq_len-1, may be)
+    checks += [f"{where} > 0" for expr, where in sizes.items() if re.fullmatch(r"[\w*]+", expr)]
+    checks += relations + [refusal(values, sizes) for values in refused]
     if not checks:
         return []
     return [f"if not ({' and '.join(checks)}):", f"    return self.{ORIGINAL}({forward_call(model)})"]
+
+
+def refusal(values: dict[str, int], sizes: dict[str, str]) -> str:
+    """The guard's test that the inputs' sizes are not `values`; each size constant must be read from an input dim of
+    its own."""
+    unread = [n for n in values if n not in sizes]
+    if unread:
+        raise AssemblyError(
+            f"no input dim is {unread[0]} alone: the guard cannot refuse {unread[0]}={values[unread[0]]}"
+        )
+    return "not (" + " and ".join(f"{sizes[n]} == {v}" for n, v in values.items()) + ")"
 
 
 def size_expression(expr: str, sizes: dict[str, str]) -> str:
@@ -489,17 +506,18 @@ def render_module(
     eval_pieces: Optional[list[Piece]] = None,
     eval_chosen: Optional[dict[tuple[int, int], tuple[Fragment, str]]] = None,
     general: bool = False,
+    refused: tuple = (),
 ) -> str:
     """The assembled ModelNew for `pieces` (choose_tiling's); `chosen` maps each Triton piece's (start, end) to
     its fragment and the verified candidate code run for it. Repeats of one computation (same hash) share
     their kernels, each called on its own tensors. A graph with an eval-mode graph runs `pieces` in training
     mode and `eval_pieces` (with `eval_chosen`; all of its nodes in PyTorch where None) in eval mode. `general`:
-    every kernel was verified at other sizes too (guard_lines)."""
+    every kernel was verified at other sizes too, and `refused` the sizes it must not take (guard_lines)."""
     tree = ast.parse(source)
     model = find_model(tree)
     signature, names = forward_names(model, graph)
     r = _Renderer(constant_lines(graph))
-    body = guard_lines(graph, names, model, general) + r.path(graph, pieces, chosen, names)
+    body = guard_lines(graph, names, model, general, refused) + r.path(graph, pieces, chosen, names)
     if graph.eval_graph is not None:
         ev = graph.eval_graph
         _, eval_names = forward_names(model, ev, EVAL_CONSTANT)

@@ -76,6 +76,9 @@ class ConversionReport:
     # own first, then the others; `general`: its kernels run at all of them (else only at the problem's own sizes)
     shapes: list[dict] = field(default_factory=list)
     general: Optional[bool] = None
+    # the other sizes where the program itself has no answer (it raises, or returns an empty output), each with the
+    # reason: not verified there; the answer runs your forward at them
+    shapes_skipped: list[dict] = field(default_factory=list)
     kept_original: bool = True
     reason: str = ""
     speedup_vs_eager: Optional[float] = None
@@ -231,7 +234,9 @@ class Search:
             timing=self.config.timed,
             timing_trials=FRAGMENT_TIMING_TRIALS,
             compile_reference=False,  # the tiling weighs fragments against eager; torch.compile is for the whole
-            shapes=other_shapes(self.dims, size_names(f.program)),
+            # every size at 1 together, not each alone: the single row costs a fragment's candidates one shape,
+            # and the assembled answer is checked at each (check_whole)
+            shapes=other_shapes(self.dims, size_names(f.program), each_at_one=False),
         )
 
     def best(self, h: str) -> Optional[Attempt]:
@@ -319,19 +324,23 @@ class Search:
             report.reason = "no verified fragment of the eval-mode graph (a path without kernels): the original is kept"
             return kept_original(source)
         general = self.all_general(pieces, chosen) and self.all_general(eval_pieces or [], eval_chosen or {})
+
+        def render(general: bool, refused: tuple = ()) -> str:
+            return render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen, general, refused)
+
         try:
-            module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen, general)
+            module = render(general)
         except AssemblyError as e:
             report.reason = f"the verified fragments could not be assembled ({e}): the original program is kept"
             return kept_original(source)
         strict = all(p.kind == "triton" for p in pieces + (eval_pieces or []))
         verdict, policy = self.check_whole_any(source, module, "strict" if strict else "hybrid", general)
-        if general and verdict.correct and verdict.general is False:  # a kernel wrong at sizes the tiling trusted
-            general = False
-            module = render_module(source, graph, pieces, chosen, eval_pieces, eval_chosen, general)
-            verdict, policy = self.check_whole_any(source, module, policy, general)
+        report.shapes_skipped = [{"values": s["values"], "reason": s["reason"]} for s in verdict.shapes if skipped(s)]
+        if general and verdict.correct:
+            general, module, verdict, policy = self.settle_general(source, render, module, verdict, policy)
         report.end_to_end = {**VerdictSummary.of(verdict).to_dict(), "policy": policy}
-        report.shapes = [dict(self.dims)] + [s["values"] for s in verdict.shapes if s["ok"]] if self.dims else []
+        checked = [s["values"] for s in verdict.shapes if s["ok"] and not skipped(s)]
+        report.shapes = [dict(self.dims)] + checked if self.dims else []
         report.general = general if self.dims else None
         return self.decide(source, module, verdict, report)
 
@@ -341,6 +350,27 @@ class Search:
             return False
         picked = [chosen[(p.start, p.end)][0] for p in pieces if p.kind == "triton"]
         return all(self.best(f.hash) is not None and self.best(f.hash).outcome.general for f in picked)
+
+    def settle_general(self, source: str, render: Callable, module: str, verdict, policy: str) -> tuple:
+        """(general, module, verdict, policy) of the assembled module whose kernels were claimed general, once its
+        checks say where the claim holds, each module verified again. A kernel wrong at some size, or a size other
+        than 1 where the program has no answer (the guard cannot tell which others lack one): the kernels at the
+        problem's own sizes only. A size constant at 1 where the program has no answer: the guard refuses it (your
+        forward raises there as it did, or returns its empty output)."""
+        refused: tuple = ()
+        while verdict.correct:
+            undefined = [s["values"] for s in verdict.shapes if skipped(s)]
+            if verdict.general is not False and all(u in refused for u in undefined):
+                break
+            refused += tuple(u for u in undefined if u not in refused)
+            narrowed = verdict.general is not False and all(v == 1 for u in refused for v in u.values())
+            module = refusing(render, refused) if narrowed else None
+            if module is None:
+                module = render(False)
+                verdict, policy = self.check_whole_any(source, module, policy, False)
+                return False, module, verdict, policy
+            verdict, policy = self.check_whole_any(source, module, policy, True)
+        return True, module, verdict, policy
 
     def check_whole_any(self, source: str, module: str, policy: str, general: bool = False):
         """The assembled module verified under `policy`; strict refused statically (the user's own helpers use
@@ -423,12 +453,29 @@ class ModelNew(Model):
 '''
 
 
-def other_shapes(dims: dict[str, int], names) -> tuple:
-    """The sizes a candidate is checked at besides the problem's own: each constant one more, then all doubled."""
+def other_shapes(dims: dict[str, int], names, each_at_one: bool = True) -> tuple:
+    """The sizes a candidate is checked at besides the problem's own: each constant one more, then all doubled, then
+    at 1, where a batch of one and a decode step's single token run and a kernel meets a single row or a block larger
+    than its data: each constant at 1 alone (`each_at_one`) and all of them at 1 together."""
     used = {n: dims[n] for n in names if n in dims}
     if not used:
         return ()
-    return tuple({n: v + 1} for n, v in used.items()) + ({n: 2 * v for n, v in used.items()},)
+    ones = tuple({n: 1} for n, v in used.items() if v != 1) if each_at_one else ()
+    every = ({n: 1 for n in used},) if any(v != 1 for v in used.values()) and len(ones) != 1 else ()
+    return tuple({n: v + 1} for n, v in used.items()) + ({n: 2 * v for n, v in used.items()},) + ones + every
+
+
+def refusing(render: Callable, refused: tuple) -> Optional[str]:
+    """The general module whose guard refuses the sizes `refused`; None where one of them no input dim gives alone."""
+    try:
+        return render(True, refused)
+    except AssemblyError:
+        return None
+
+
+def skipped(shape: dict) -> bool:
+    """Whether the verifier skipped this other shape: the program has no answer there (checks.py undefined_at)."""
+    return bool(shape.get("skipped"))
 
 
 def kept_original(source: str) -> str:

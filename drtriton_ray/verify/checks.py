@@ -752,7 +752,9 @@ class _Run:
         """The base distributions' trials again at each of the task's other shapes (the problem's size constants set,
         then restored), after every check at the problem's own shape: whether the candidate is general. A miss there
         leaves the verdict correct at the problem's shape and says where it stops being right (Verdict.general);
-        tampering stays fatal."""
+        tampering stays fatal. A shape where the problem itself is undefined is skipped with its reason (`skipped`):
+        no candidate can be right where the reference has no answer, and a program invalid at size 1 (a slice past
+        the first token, a size that must be even) must not make every candidate of it fail."""
         for shape in self.task.shapes:
             unknown = [k for k in shape if type(getattr(self.problem, k, None)) is not int]
             if unknown:
@@ -760,15 +762,52 @@ class _Run:
             label = "shape " + ", ".join(f"{k}={v}" for k, v in shape.items())
             entry = {"values": dict(shape), "ok": True, "reason": ""}
             self.verdict.shapes.append(entry)
-            try:
-                self.at_shape(shape, label)
-            except Rejected as r:
-                if r.status == Status.TAMPERING:
-                    raise
-                entry.update(ok=False, reason=r.reason)
-                self.check(f"general ({label})", False, r.reason)
-                break
+            failure = self.shape_failure(shape, label)
+            if failure is None:
+                continue
+            undefined = self.undefined_at(shape)
+            if undefined:
+                entry.update(skipped=True, reason=undefined)
+                self.check(f"general ({label})", True, f"skipped: {undefined}")
+                continue
+            entry.update(ok=False, reason=failure)
+            self.check(f"general ({label})", False, failure)
+            break
         self.verdict.general = all(e["ok"] for e in self.verdict.shapes) if self.task.shapes else None
+
+    def shape_failure(self, shape: dict, label: str) -> Optional[str]:
+        """Why the candidate is not right at `shape` (None: it is)."""
+        try:
+            self.at_shape(shape, label)
+        except Rejected as r:
+            if r.status == Status.TAMPERING:
+                raise
+            return r.reason
+        except Exception as e:  # the problem's own code raised at this shape (get_inputs, the reference)
+            return f"{label}: {_describe(e)}"
+        return None
+
+    def undefined_at(self, shape: dict) -> str:
+        """Why the problem has no answer at `shape` ("" where it has one): get_inputs or the reference raises there,
+        or an output is empty. Asked only of a shape the candidate missed, on a throwaway reference (the graded one
+        keeps its state). An empty output is checked like any other where the candidate passes (the right empty
+        tensors); where it misses, the shape is skipped, not failed: a correct kernel given nothing to compute may
+        launch nothing, which the launch check rejects, and there is no value to be wrong about."""
+        saved = {k: getattr(self.problem, k) for k in shape}
+        try:
+            vars(self.problem).update(shape)
+            with nullcontext() if self.big else self.gpu_section("shared", "shape probe"):
+                inputs = make_inputs(self.get_inputs, "problem", self.rng.randrange(2**31), self.device)
+                with torch.no_grad():
+                    outs = as_list(self._throwaway()(*inputs))
+                _sync(self.device)
+        except Exception as e:
+            return "" if _out_of_memory(e) else f"the program raises there: {_describe(e)}"
+        finally:
+            vars(self.problem).update(saved)
+        if any(isinstance(o, torch.Tensor) and o.numel() == 0 for o in outs):
+            return "the program's output is empty there"
+        return ""
 
     def at_shape(self, shape: dict, label: str) -> None:
         saved = {k: getattr(self.problem, k) for k in shape}

@@ -79,8 +79,9 @@ class Verdict:
     # spent holding it exclusive; trial:inputs, trial:candidate, trial:reference, trial:compare: the parts of
     # checks); where the ~seconds per candidate go
     phases: dict = field(default_factory=dict)
-    # the shapes the candidate was checked at beyond the problem's own (Task.shapes): {"values", "ok", "reason"};
-    # general: right at all of them (None: no other shape asked). `correct` is about the problem's own shape.
+    # the shapes the candidate was checked at beyond the problem's own (Task.shapes): {"values", "ok", "reason"},
+    # and "skipped" (ok, reason says why) where the problem itself has no answer there; general: right at all of
+    # them (None: no other shape asked). `correct` is about the problem's own shape.
     shapes: list = field(default_factory=list)
     general: Optional[bool] = None
 
