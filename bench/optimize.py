@@ -16,6 +16,7 @@ interpreter: the optimized rows are correctness smoke, not speed."""
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import asdict
 import importlib.util
 import shutil
@@ -30,19 +31,8 @@ from rich.table import Table
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from report import finish, save  # noqa: E402  (bench/, the script's own folder)
 
-# SmolLM2-135M's shape (its config.json), for --random
-SMOLLM2 = dict(
-    hidden_size=576,
-    intermediate_size=1536,
-    num_hidden_layers=30,
-    num_attention_heads=9,
-    num_key_value_heads=3,
-    vocab_size=49152,
-    max_position_embeddings=8192,
-    rms_norm_eps=1e-5,
-    rope_theta=100000.0,
-    tie_word_embeddings=False,
-)
+# SmolLM2-135M's shape (the entries of its config.json that set it), for --random
+SMOLLM2 = json.loads((Path(__file__).resolve().parent / "smollm2_shape.json").read_text())
 DTYPES = {"fp32": "float32", "bf16": "bfloat16"}
 VARIANTS = ("eager", "compile", "optimize", "optimize+compile", "liger")
 
@@ -174,8 +164,6 @@ def run_dtype(folder: Path, dtype: str, shapes: list, args, rows: list, referenc
 
 
 def load_vocab(folder: Path) -> int:
-    import json
-
     return json.loads((folder / "config.json").read_text())["vocab_size"]
 
 

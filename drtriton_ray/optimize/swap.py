@@ -4,9 +4,8 @@ A group's answer (the converted wrapper, `ModelNew`) becomes one torch custom op
 its inputs are the call's tensors and the block's parameters and buffers, its implementation runs `ModelNew` on them
 (`torch.func.functional_call` over one template built on the meta device), and its fake implementation runs the
 block's own forward on fake tensors, so torch.compile traces the model through the op with no graph break and treats
-the Triton code as one opaque call. Outside torch.compile a swapped block skips the op's dispatch and the
-functional_call (together several times a small kernel's launch cost, which decode steps pay per block): it calls an
-answer module bound once to the block's own parameter and buffer objects (`Bound`), rebound when they change.
+the Triton code as one opaque call. Outside torch.compile a swapped block calls the implementation itself: the op's
+dispatch costs several times a small kernel's launch, which a decode step pays once per block.
 
 A block is swapped by giving it a subclass of its own class (`TritonLlamaMLP(LlamaMLP)`, `swap_in`) whose forward
 calls the op where the call is one the answer was verified for: the same structure and constants, each tensor of the
@@ -20,7 +19,6 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
-import weakref
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -90,12 +88,13 @@ def tensor_outputs(out) -> list:
 
 
 class Templates(threading.local):
-    """One answer module per thread, built without storage (on the meta device where its constructor allows): the
-    op runs it on the caller's parameters with functional_call, which swaps them in on the module for the call, so
-    two threads must not share one."""
+    """One answer module per thread, built without storage (on the meta device where its constructor allows). A
+    call puts the caller's parameters and buffers into the module's own entries for the call and puts the template's
+    back after it (what functional_call does, at a dict store a tensor: the op runs once per block per step), so two
+    threads must not share one."""
 
-    def __init__(self, cls):
-        self.cls, self.module = cls, None
+    def __init__(self, cls, state: list[str]):
+        self.cls, self.names, self.module, self.slots = cls, [f"{ATTRIBUTE}.{n}" for n in state], None, []
 
     def get(self) -> nn.Module:
         if self.module is None:
@@ -104,45 +103,37 @@ class Templates(threading.local):
                     self.module = self.cls().eval()  # the wrapper takes no constructor arguments
             except Exception:  # a constructor that reads values cannot run on meta tensors: a real one then
                 self.module = self.cls().eval()
+            self.slots = [self.entry(name) for name in self.names]
         return self.module
 
+    def entry(self, name: str) -> tuple[dict, str]:
+        owner, _, leaf = name.rpartition(".")
+        module = self.module.get_submodule(owner)
+        return (module._parameters if leaf in module._parameters else module._buffers), leaf
 
-class Bound:
-    """Per block, an answer module holding that block's own parameter and buffer objects (module docstring): built
-    on the meta device, its state entries then point at the block's tensors, so it reads what the block holds now.
-    A block whose tensors were replaced (`model.to(...)`, `load_state_dict(assign=True)`) gets a new one."""
-
-    def __init__(self, cls, state: list[str]):
-        self.cls, self.names = cls, [f"{ATTRIBUTE}.{n}" for n in state]
-        self.modules: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # block -> (its tensors, the module)
-
-    def get(self, block: nn.Module, state: list) -> nn.Module:
-        held = self.modules.get(block)
-        if held is not None and len(held[0]) == len(state) and all(a is b for a, b in zip(held[0], state)):
-            return held[1]
-        with torch.device("meta"):
-            module = self.cls().eval()
-        for name, tensor in zip(self.names, state):
-            owner, _, leaf = name.rpartition(".")
-            table = module.get_submodule(owner)
-            # the entry itself, not setattr: a block's parameter stays the object it is, whatever the template held
-            (table._parameters if leaf in table._parameters else table._buffers)[leaf] = tensor
-        self.modules[block] = (list(state), module)
-        return module
+    def call(self, args: list, state: list):
+        module = self.get()
+        held = [table[leaf] for table, leaf in self.slots]
+        for (table, leaf), tensor in zip(self.slots, state):
+            table[leaf] = tensor
+        try:
+            return module(*args)
+        finally:
+            for (table, leaf), tensor in zip(self.slots, held):
+                table[leaf] = tensor
 
 
 def register(swap: Swap, path: Path):
-    """The custom op of one answer file (module docstring), registered once per process, and its `Bound` modules
-    for calls outside torch.compile (`op.drt_bound`)."""
+    """The custom op of one answer file (module docstring), registered once per process; its implementation also
+    serves calls outside torch.compile directly (`op.drt_run`)."""
     if swap.op in OPS:
         return OPS[swap.op]
     module = import_answer(path, swap.op)
-    templates = Templates(module.ModelNew)
-    names = [f"{ATTRIBUTE}.{n}" for n in swap.state]
+    templates = Templates(module.ModelNew, swap.state)
 
     def run(args, state):
         with torch.no_grad():
-            out = torch.func.functional_call(templates.get(), dict(zip(names, state)), tuple(args))
+            out = templates.call(list(args), list(state))
         return fresh(tensor_outputs(out), list(args) + list(state))
 
     def fake(args, state):
@@ -155,17 +146,15 @@ def register(swap: Swap, path: Path):
 
     op = torch.library.custom_op(f"drtriton::{swap.op}", run, mutates_args=(), schema=SCHEMA)
     op.register_fake(fake)
-    op.drt_bound = Bound(module.ModelNew, swap.state)
+    op.drt_run = run
     OPS[swap.op] = op
     return op
 
 
-def call_direct(op, swap: Swap, block: nn.Module, tensors: list, state: list):
-    """The answer on this call outside torch.compile: the block's bound module, no dispatch (module docstring); the
-    profiler still shows the op's name."""
-    with torch.profiler.record_function(f"drtriton::{swap.op}"), torch.no_grad():
-        out = op.drt_bound.get(block, state)(*tensors)
-    return fresh(tensor_outputs(out), tensors + state)
+def call_direct(op, swap: Swap, tensors: list, state: list):
+    """The op's implementation without the dispatcher (module docstring); the profiler still shows the op's name."""
+    with torch.profiler.record_function(f"drtriton::{swap.op}"):
+        return op.drt_run(tensors, state)
 
 
 def accepts(swap: Swap, module: nn.Module, args: tuple, kwargs: dict, tensors: list) -> bool:
@@ -203,7 +192,7 @@ def swapped_class(cls: type, swap: Swap, op) -> type:
             if not (torch.is_grad_enabled() and any(s.requires_grad for s in state)):
                 if torch.compiler.is_compiling():
                     return unflatten(swap.out_spec, op(tensors, state))
-                return unflatten(swap.out_spec, call_direct(op, swap, self, tensors, state))
+                return unflatten(swap.out_spec, call_direct(op, swap, tensors, state))
         return cls.forward(self, *args, **kwargs)
 
     name = f"Triton{cls.__name__}"

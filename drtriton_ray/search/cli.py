@@ -22,6 +22,10 @@ def option(name: str, *short: str):
     return typer.Option(default, flag(name), *short, help=SETTINGS[name]["help"], show_default=default is not None)
 
 
+# the options that are settings of the same name, passed on as typed
+AS_GIVEN = ("model", "budget_s", "max_candidates", "device", "workers", "k", "samples", "seed")
+
+
 def register(app: typer.Typer) -> None:
     app.command("convert")(convert_cmd)
 
@@ -49,16 +53,10 @@ def convert_cmd(
     dynamic: str = typer.Option("", flag("dynamic"), help=SETTINGS["dynamic"]["help"]),
 ):
     """Convert PROBLEM into a faster verified Triton module by test-time search (docs/convert.md)."""
+    given = locals()
     settings = settings_of(
-        model=model,
-        budget_s=budget_s,
-        max_candidates=max_candidates,
-        device=device,
-        workers=workers,
-        k=k,
-        samples=samples,
+        **{name: given[name] for name in AS_GIVEN},
         sources=parse_sources(sources),
-        seed=seed,
         cache=None if no_cache else cache,
         timeout_s=timeout,
         dynamic=parse_dynamic(dynamic),

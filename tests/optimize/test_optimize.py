@@ -4,6 +4,7 @@ optimization never ran, `load(DIR)` rebuilds the same model from the base folder
 ops without a graph break, and `drtriton optimize` writes a folder that loads."""
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -16,16 +17,8 @@ from drtriton_ray.optimize.problem import NotRebuildable, infer_constructor
 from drtriton_ray.optimize.record import blocks
 from drtriton_ray.verify.compare import differential
 
-CONFIG = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=2,
-    num_attention_heads=4,
-    num_key_value_heads=2,
-    vocab_size=97,
-    max_position_embeddings=128,
-    rms_norm_eps=1e-5,  # not LlamaRMSNorm's default eps: the constructor must be inferred, not defaulted
-)
+# its rms_norm_eps is not LlamaRMSNorm's default eps: the constructor must be inferred, not defaulted
+CONFIG = json.loads((Path(__file__).parent / "tiny_llama.json").read_text())
 EXAMPLE = (2, 8)  # (batch, seq) while optimizing; the conversions verify seq 8, 9, 16 and the check seq 10
 UNSEEN = (5, 13)  # sequence lengths no conversion or check ran at
 BLOCKS = {"LlamaRMSNorm", "LlamaMLP", "LlamaRotaryEmbedding"}
