@@ -29,9 +29,6 @@ start)
     --shapes 8x512,1x2048,decode:512 --out $WORK/optimize.json > $WORK/optimize.log 2>&1" > /dev/null 2>&1 &
   echo "started: optimize ${dtypes[*]} on $g GPUs, then the table";;
 wait)
-  deadline=$(( $(date +%s) + ${2:-560} ))
-  while pgrep -f bench/optimize.py > /dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 10; done
-  cp $WORK/*.json $WORK/*.log "$OUT"/ 2> /dev/null
-  if pgrep -f bench/optimize.py > /dev/null; then echo "still running"; else echo "done"; fi
+  bash bench/gpu_wait.sh bench/optimize.py $WORK "${2:-560}"
   for f in $WORK/*.log; do echo "== $f"; grep -v -e Warning -e "^ *warnings" "$f" | tail -n 30; done;;
 esac

@@ -35,9 +35,6 @@ print(' '.join(n for n, p in suite(Path('tests/realworld/suite.toml')).items() i
   done
   echo "started $g shards: ${dtypes[*]} x $per";;
 wait)
-  deadline=$(( $(date +%s) + ${2:-560} ))
-  while pgrep -f bench/realworld.py > /dev/null && [ "$(date +%s)" -lt "$deadline" ]; do sleep 10; done
-  cp $WORK/*.json $WORK/*.log "$OUT"/ 2> /dev/null
-  if pgrep -f bench/realworld.py > /dev/null; then echo "still running"; else echo "done"; fi
+  bash bench/gpu_wait.sh bench/realworld.py $WORK "${2:-560}"
   for f in $WORK/*.log; do echo "== $f"; grep -E "^[a-z0-9_]+: " "$f" | tail -n 40; done;;
 esac
