@@ -325,13 +325,24 @@ def select(candidates: dict, include: Optional[list[str]], exclude: Optional[lis
 
 
 def check_cases(inputs: list, kwargs: dict, dynamic: bool) -> list[tuple[list, dict]]:
-    """Where the end-to-end check runs: the example inputs, and where sizes vary the grown ones too."""
+    """Where the end-to-end check runs: the example inputs, and where sizes vary the grown ones and a sequence of
+    one (a decode step's length, where kernels meet a single row) too."""
     cases = [(inputs, kwargs)]
     first = next((v for v in [*inputs, *kwargs.values()] if isinstance(v, torch.Tensor)), None)
     if dynamic and first is not None and first.dim() >= 2:
         b, s = first.shape[:2]
         cases.append(([grow(v, b, s) for v in inputs], {k: grow(v, b, s) for k, v in kwargs.items()}))
+        if s > 1:
+            cases.append(([first_step(v, b, s) for v in inputs], {k: first_step(v, b, s) for k, v in kwargs.items()}))
     return cases
+
+
+def first_step(value, batch: int, seq: int):
+    """The input cut to its first position: a tensor whose leading dims are (batch, seq) keeps column 0 (token ids,
+    a mask of one position); other values stay as they are."""
+    if isinstance(value, torch.Tensor) and value.dim() >= 2 and tuple(value.shape[:2]) == (batch, seq):
+        return value[:, :1].contiguous()
+    return value
 
 
 def reference_outputs(model: nn.Module, cases: list) -> tuple[list, list]:
