@@ -125,6 +125,7 @@ def convert_program(program: Program, source: str, args, pool) -> tuple[dict, st
         search_correct=e2e.get("correct"),
         policy=e2e.get("policy"),
         general=r.general,  # every kernel verified at the other sizes too (None: no dim varies)
+        memory_bound=memory_bound(r.program.get("ops", [])),
         verified_shapes=len(r.shapes or []),  # the sizes the answer was verified at, its own first
         wall_s=r.wall_s,
     )
@@ -138,9 +139,44 @@ def judge_answer(row: dict, program: Program, source: str, answer: str, args, po
         row.update(correct=verdict.correct, verdict=verdict.status, verdict_reason=verdict.reason[:300])
         row.update(eager_ms=verdict.eager_ms, compile_ms=verdict.compile_ms, answer_ms=verdict.candidate_ms)
         row.update(speedup_vs_eager=verdict.speedup_vs_eager, speedup_vs_compile=verdict.speedup_vs_compile)
+        row.update(bytes_moved=verdict.bytes_moved, answer_gbps=gbps(verdict.bytes_moved, verdict.candidate_ms))
+        row.update(compile_gbps=gbps(verdict.bytes_moved, verdict.compile_ms))
+        if args.peak_gbps and row["answer_gbps"]:
+            row["roofline"] = row["answer_gbps"] / args.peak_gbps
     except Exception as e:  # noqa: BLE001
         row.update(correct=False, verdict="error", verdict_reason=one_line(e))
     row["other_shapes"] = shape_check(source, answer, other_shapes(program, source, args.sizes), args.device)
+
+
+# operators whose time is arithmetic rather than memory traffic; a program with none (and no PyTorch node, whose
+# cost is unknown) is memory-bound, and its answer is judged by the bandwidth it reaches
+CONTRACTIONS = ("Matmul", "Bmm", "Linear", "Conv", "Einsum", "Baddbmm", "Addmm", "Torch")
+
+
+def memory_bound(ops: list[str]) -> bool:
+    return bool(ops) and not any(op.startswith(CONTRACTIONS) for op in ops)
+
+
+def gbps(nbytes, ms) -> float | None:
+    return nbytes / (ms * 1e6) if nbytes and ms else None
+
+
+def copy_gbps(device: str) -> float:
+    """The device's memory bandwidth as a large copy reaches it (read and write counted), best of ten: the roofline
+    the memory-bound answers are held to."""
+    import torch
+
+    src = torch.empty(2**28, dtype=torch.float32, device=device)
+    dst = torch.empty_like(src)
+    best = math.inf
+    for _ in range(10):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        best = min(best, start.elapsed_time(end))
+    return gbps(2 * src.nbytes, best)
 
 
 def shape_check(source: str, answer: str, shapes: list[dict], device: str) -> list[dict]:
@@ -259,6 +295,9 @@ def summary(rows: list[dict]) -> dict:
         "other_shapes_kept_original": {k: originals.count(k) for k in OUTCOMES},
         "geomean_vs_eager": geomean([r.get("speedup_vs_eager") for r in answers if r.get("correct")]),
         "geomean_vs_compile": geomean([r.get("speedup_vs_compile") for r in answers if r.get("correct")]),
+        # memory-bound correct answers, and those reaching 85% of the copy bandwidth (GPU)
+        "memory_bound": sum(bool(r.get("memory_bound") and r.get("correct")) for r in answers),
+        "memory_bound_at_85pct": sum((r.get("roofline") or 0) >= 0.85 for r in answers if r.get("memory_bound")),
     }
 
 
@@ -274,7 +313,7 @@ def result_table(rows: list[dict], device: str) -> Table:
     t = Table(title=f"real-world suite: {len(rows)} programs")
     timed = device.startswith("cuda")
     heads = ["program", "kinds", "captured", "triton", "correct", "other shapes"]
-    heads += ["eager ms", "compile ms", "answer ms", "vs eager", "vs compile"] if timed else []
+    heads += ["eager ms", "compile ms", "answer ms", "vs eager", "vs compile", "GB/s", "x peak"] if timed else []
     for h in heads + ["failure"]:
         t.add_column(h)
     for r in rows:
@@ -284,6 +323,8 @@ def result_table(rows: list[dict], device: str) -> Table:
         if timed:
             cells += [fmt(r.get("eager_ms")), fmt(r.get("compile_ms")), fmt(r.get("answer_ms"))]
             cells += [fmt(r.get("speedup_vs_eager"), ".2f"), fmt(r.get("speedup_vs_compile"), ".2f")]
+            bound = "" if r.get("memory_bound") else "*"  # not memory-bound: the roofline is not its limit
+            cells += [fmt(r.get("answer_gbps"), ".0f"), fmt(r.get("roofline"), ".2f") + bound]
         t.add_row(*cells, failure(r)[:160])
     return t
 
@@ -310,6 +351,7 @@ def summary_table(s: dict) -> Table:
         t.add_row(f"kept originals at other shapes: {key}", str(n))
     t.add_row("geomean vs eager (correct answers)", fmt(s["geomean_vs_eager"], ".2f"))
     t.add_row("geomean vs compile (correct answers)", fmt(s["geomean_vs_compile"], ".2f"))
+    t.add_row("memory-bound answers at >= 85% of peak", f"{s['memory_bound_at_85pct']} of {s['memory_bound']}")
     return t
 
 
@@ -328,6 +370,7 @@ def parse_args(argv=None):
     ap.add_argument("--timeout-s", type=float, default=300.0, help="verifier wall clock per task")
     ap.add_argument("--out", default=None)
     ap.add_argument("--answers", type=Path, default=None, help="a folder to write each answer (NAME.py) into")
+    ap.add_argument("--peak-gbps", type=float, default=None, help="the roofline's bandwidth (GPU default: measured)")
     ap.add_argument("--shape-check", action="store_true", help=argparse.SUPPRESS)
     return ap.parse_args(argv)
 
@@ -342,6 +385,8 @@ def main() -> int:
     from drtriton_ray.verify import Limits, WorkerPool
 
     programs = suite_programs(args.only)
+    if args.peak_gbps is None and args.device.startswith("cuda"):
+        args.peak_gbps = copy_gbps(args.device)
     size = args.workers or (4 if args.device.startswith("cuda") else 2)
     rows: list[dict] = []
     record = {k: str(v) for k, v in vars(args).items() if k != "shape_check"}

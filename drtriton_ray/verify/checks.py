@@ -871,6 +871,8 @@ class _Run:
             """The candidate, counting its calls that launched no Triton kernel: a timed call is checked too."""
             before = monitor.count
             out = self.cand(*args)
+            if not calls["all"]:
+                self.verdict.bytes_moved = bytes_moved(args, out, self.cand)
             calls["all"] += 1
             calls["idle"] += monitor.count == before
             return out
@@ -1036,3 +1038,17 @@ def run_reference(task: Task, ctx: WorkerContext) -> dict:
         _cleanup(ctx)
     result["phases"] = dict(verdict.phases, total=time.perf_counter() - t0)
     return result
+
+
+def tensor_bytes(value) -> int:
+    if isinstance(value, torch.Tensor):
+        return value.nbytes
+    if isinstance(value, (tuple, list)):
+        return sum(tensor_bytes(v) for v in value)
+    return 0
+
+
+def bytes_moved(args, out, module) -> int:
+    """The least memory traffic of one call: every input, parameter and buffer read once, every output written
+    once (the memory roofline's bytes; a kernel that rereads or spills moves more)."""
+    return tensor_bytes(list(args)) + tensor_bytes(out) + sum(t.nbytes for t in module.state_dict().values())

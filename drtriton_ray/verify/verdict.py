@@ -67,6 +67,8 @@ class Verdict:
     speedup_vs_compile: Optional[float] = None
     speedup_flagged: bool = False  # > 10x: implausible, review before trusting
     gpu_kernel_ms: Optional[float] = None  # device time spent in kernels during the task (GPU only)
+    # one timed call's least memory traffic (verify.checks.bytes_moved): with candidate_ms, the bandwidth reached
+    bytes_moved: Optional[int] = None
     gpu_peak_gib: Optional[float] = None  # the worker's peak reserved device memory during the task (GPU only)
     gpu_held_gib: Optional[float] = None  # what it still reserved after handing its cache back (GPU only)
     worker: str = ""
