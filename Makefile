@@ -21,7 +21,7 @@ export HF_HOME := $(CURDIR)/.cache/hf
 export TORCHINDUCTOR_CACHE_DIR := $(CURDIR)/.cache/inductor
 export TRITON_CACHE_DIR := $(CURDIR)/.cache/triton
 
-.PHONY: install demo test clean
+.PHONY: install demo test test-slow clean
 
 install: $(STAMP)
 
@@ -52,7 +52,12 @@ test: $(STAMP)
 	command -v chromium >/dev/null || [ "$$(id -u)" != 0 ] || (apt-get update -qq && apt-get install -y -qq chromium >/dev/null)
 	.venv/bin/ruff check .
 	.venv/bin/ruff format --check .
-	$(PY) -m pytest -q -m "not gpu" tests
+	$(PY) -m pytest -q -m "not gpu and not slow" tests
+
+# the tests marked slow (more than a minute each on 2 cores: end-to-end runs that others cover in part), left out of
+# `make test` to keep CI within its time
+test-slow: $(STAMP)
+	$(PY) -m pytest -q -m "slow and not gpu" tests
 
 clean:
 	rm -rf .venv .tmp .cache models

@@ -62,6 +62,7 @@ def checkpoint_steps(run_dir: Path) -> list[int]:
     return sorted(steps)
 
 
+@pytest.mark.slow  # resuming from a checkpoint is also CI's test_trainer_killed_mid_run_restarts_from_its_checkpoint
 def test_train_stop_after_step_2_and_resume(tiny, tmp_path):
     runs = tmp_path / "runs"
     run_dir = runs / "resume"
