@@ -140,6 +140,9 @@ def _print(report) -> None:
         where = "; ".join(", ".join(f"{k}={v}" for k, v in s.items()) for s in report.shapes)
         kernels = "kernels at all of them" if report.general else "kernels at the first, your forward elsewhere"
         table.add_row("shapes verified", f"{where} ({kernels})")
+    for s in report.shapes_skipped:  # the program itself has no answer there: your forward runs at them
+        values = ", ".join(f"{k}={v}" for k, v in s["values"].items())
+        table.add_row("shape skipped", f"{values}: {s['reason']} (your forward runs there)")
     table.add_row(
         "speedup vs eager / torch.compile", f"{_fmt(report.speedup_vs_eager)} / {_fmt(report.speedup_vs_compile)}"
     )

@@ -19,7 +19,7 @@ from drtriton_ray.verify.compare import differential
 
 # its rms_norm_eps is not LlamaRMSNorm's default eps: the constructor must be inferred, not defaulted
 CONFIG = json.loads((Path(__file__).parent / "tiny_llama.json").read_text())
-EXAMPLE = (2, 8)  # (batch, seq) while optimizing; the conversions verify seq 8, 9, 16 and the check seq 10
+EXAMPLE = (2, 8)  # (batch, seq) while optimizing; the conversions verify seq 8, 9, 16, 1 and the check 10, 1
 UNSEEN = (5, 13)  # sequence lengths no conversion or check ran at
 BLOCKS = {"LlamaRMSNorm", "LlamaMLP", "LlamaRotaryEmbedding"}
 
