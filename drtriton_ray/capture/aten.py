@@ -4,8 +4,9 @@ One small function per ATen family. Each gets the call (`Site`: its arguments bo
 filled in) and returns the registry nodes that replace it, or a one-line reason why none does; the call then stays
 a `Torch` node (capture/export.py). Exact means: same values on the same tensors, the registry template's defaults
 included (F.layer_norm's eps 1e-5, torch.var's unbiased estimate, F.gelu's erf form, F.softplus's beta 1 and
-threshold 20), one float dtype throughout (the lowering computes one program dtype), and a weight slot only for the
-module's own tensors (role "weight": parameters, buffers, constants), since a sub-problem makes weights parameters.
+threshold 20), one float dtype throughout (inputs and output of one dtype, as the registry's templates compute; a
+change of dtype is a Cast of its own), and a weight slot only for the module's own tensors (role "weight": parameters,
+buffers, constants), since a sub-problem makes weights parameters.
 """
 
 from __future__ import annotations
@@ -202,6 +203,24 @@ def masked_fill(s: Site) -> Result:
     if not s.floats(x) or mask is None or s.tensors[mask].dtype != "bool" or not s.is_number("value"):
         return "not a floating tensor, a boolean mask and a number"
     return s.node("MaskedFill", [x, mask], {"value": scalar(s.args["value"])})
+
+
+CAST_DTYPES = ("float32", "float16", "bfloat16")  # the kernels compute in float32: float64 stays PyTorch
+PLAIN_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
+
+
+def cast(s: Site) -> Result:
+    """A conversion between floating dtypes on one device (x.float(), x.to(torch.bfloat16), x.type_as(y)): the
+    registry's Cast to the output's dtype. A cast to the dtype x has is an alias (is_alias), no node."""
+    x = s.t("self")
+    source, target = (s.tensors[t].dtype if t is not None else None for t in (x, s.out[0]))
+    if source not in CAST_DTYPES or target not in CAST_DTYPES or source == target:
+        return "not a conversion between float32, bfloat16 and float16"
+    if s.args["self"].meta["val"].device != s.fx.meta["val"].device:
+        return "a device move"
+    if s.args.get("layout") not in (None, torch.strided) or s.args.get("memory_format") not in PLAIN_FORMATS:
+        return "a layout or memory format change"
+    return s.node("Cast", [x], {"dtype": target})
 
 
 # -- contractions, convolutions, pooling ---------------------------------------------------------
@@ -520,6 +539,7 @@ TABLE: dict[str, Callable[[Site], Result]] = {
     "aten.minimum.default": binary("Minimum", None),
     "aten.where.self": where,
     "aten.masked_fill.Scalar": masked_fill,
+    **{f"aten.{name}": cast for name in ("_to_copy.default", "to.dtype", "type_as.default")},
     "aten.matmul.default": matmul("Matmul", 2),
     "aten.mm.default": matmul("Matmul", 2),
     "aten.bmm.default": matmul("Bmm", 3),

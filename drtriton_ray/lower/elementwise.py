@@ -103,11 +103,29 @@ EXPRESSIONS: dict[str, str] = {
 }
 
 
+# A kernel holds every value as float32; a value of a narrower dtype is its float32 rounded to that dtype, as PyTorch
+# rounds it (round_bf16: the interpreter's own bfloat16 conversion truncates). float32 and float64 values stay float32.
+ROUNDING = {"bfloat16": "round_bf16({})", "float16": "{}.to(tl.float16).to(tl.float32)"}
+
+
+def cast_expression(x: str, source: str, target: str) -> str:
+    """A Cast from dtype `source` to `target` of the value x: rounded to the source dtype (an elementwise value fused
+    before the cast is computed unrounded in float32, PyTorch's tensor of the source dtype held it rounded), then to
+    the target: both roundings PyTorch's `.to` makes, where they are not exact in float32."""
+    for dtype in dict.fromkeys((source, target)):
+        x = ROUNDING.get(dtype, "{}").format(x)
+    return x
+
+
 def is_elementwise(op: str) -> bool:
-    return op in EXPRESSIONS
+    return op in EXPRESSIONS or op == "Cast"
 
 
-def expression(op: str, args: list[str], params: dict) -> str:
+def expression(op: str, args: list[str], params: dict, dtypes: list[str] = ()) -> str:
+    """An elementwise node's Triton expression over its inputs' values `args`; `dtypes`: its inputs' dtypes (a
+    Cast's rounding depends on its source's)."""
+    if op == "Cast":
+        return cast_expression(args[0], dtypes[0], params["dtype"])
     return EXPRESSIONS[op].format(*args, **params)
 
 

@@ -21,7 +21,7 @@ from drtriton_ray.ir.render import forward_signature
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
-from drtriton_ray.lower.grouping import KernelGroup, input_views, kernel_groups, view_layouts
+from drtriton_ray.lower.grouping import KernelGroup, input_views, kernel_groups, prologue_like, view_layouts
 from drtriton_ray.lower.library import library_source
 from drtriton_ray.lower.lowerings import LOWERINGS, AnchorKernel, Lowering, Site, StatsKernel, describe
 from drtriton_ray.lower.passes import fold_all
@@ -51,8 +51,8 @@ def split_small(config: dict | None) -> tuple[bool, dict | None]:
 
 
 def weight_name(p: Program, t: int) -> str:
-    """A node's weight as the forward names it: a parameter, or a tensor (a folded RMS norm's weight that the program
-    computes or takes as an input)."""
+    """A tensor a kernel reads as the forward names it: a parameter (in a weight slot, or an operand, as Hugging Face's
+    `weight * x`), or tensor_k (a folded RMS norm's weight that the program computes or takes as an input)."""
     return f"self.weight_{t}" if p.tensors[t].role == "weight" else f"tensor_{t}"
 
 
@@ -93,7 +93,8 @@ def _group_body(p: Program, group: list[int], names: dict[int, str], first: int)
         n = p.nodes[k]
         out = n.outputs[0]
         names[out] = f"t{out}"
-        body.append(f"t{out} = {expression(n.op, [names[t] for t in n.inputs], n.params)}")
+        dtypes = [p.tensors[t].dtype for t in n.inputs]
+        body.append(f"t{out} = {expression(n.op, [names[t] for t in n.inputs], n.params, dtypes)}")
     return leaves, body, p.nodes[group[-1]].outputs[0]
 
 
@@ -116,10 +117,12 @@ def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None =
     config = config_for("elementwise", (p.tensors[sink].numel,), gpu)
     columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense)
     extra = (f", config={config!r}" if config else "") + (f", columns={columns}" if columns > 1 else "")
+    # the output in its own dtype: the program's, or another after a Cast
+    dtype = "DTYPE" if p.tensors[sink].dtype == p.dtype else f"torch.{p.tensors[sink].dtype}"
     # all inputs of the output's shape: the flat wrapper, which needs none of the broadcast tiles' helpers
-    setup = f"flat_args({shape}, DTYPE, {args}{extra})"
+    setup = f"flat_args({shape}, {dtype}, {args}{extra})"
     if not all(dense):
-        setup = f"elementwise_args({shape}, DTYPE, {dense}, {args}{extra})"
+        setup = f"elementwise_args({shape}, {dtype}, {dense}, {args}{extra})"
     wrapper = "\n".join(
         [
             f"def {name}({args}):",
@@ -129,7 +132,7 @@ def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None =
             "",
         ]
     )
-    line = f"tensor_{sink} = {name}({', '.join(f'tensor_{t}' for t in leaves)})"
+    line = f"tensor_{sink} = {name}({', '.join(weight_name(p, t) for t in leaves)})"
     return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}", columns) + "\n\n" + wrapper, line
 
 
@@ -183,13 +186,14 @@ class _Wrapper:
 def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wrapper):
     """(the prologue's Side or None, the anchor's tensor inputs as the wrapper names them)."""
     if not f.prologue:
-        return None, [wrapper.param(f"tensor_{t}") for t in node.inputs]
+        return None, [wrapper.param(weight_name(p, t)) for t in node.inputs]
     leaves, body, sink = _group_body(p, f.prologue, {}, 0)
     dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
-    names = [wrapper.param(f"tensor_{t}") for t in leaves]
+    names = [wrapper.param(weight_name(p, t)) for t in leaves]
     index = "pro_index" if not all(dense) else "_"
     wrapper.lines.append(f"    pro, {index} = leaf_args({shape}, {dense}, {', '.join(names)})")
-    x = [names[0]] + [wrapper.param(f"tensor_{t}") for t in node.inputs[1:]]
+    like = names[leaves.index(prologue_like(p, f.prologue))]  # the output's dtype: not a mask's
+    x = [like] + [wrapper.param(weight_name(p, t)) for t in node.inputs[1:]]
     return Side(list(range(len(leaves))), dense, body, f"t{sink}"), x
 
 
@@ -201,7 +205,7 @@ def _epilogue(p: Program, f: KernelGroup, anchor_out: int, first: int, wrapper: 
     out_shape = tuple(p.tensors[anchor_out].shape)
     dense = [tuple(p.tensors[t].shape) == out_shape for t in leaves]
     if leaves:
-        names = [wrapper.param(f"tensor_{t}") for t in leaves]
+        names = [wrapper.param(weight_name(p, t)) for t in leaves]
         index = "epi_index" if not all(dense) else "_"
         wrapper.lines.append(f"    epi, {index} = leaf_args(out.shape, {dense}, {', '.join(names)})")
     return Side(list(range(first, first + len(leaves))), dense, body, f"t{final}"), final

@@ -97,6 +97,22 @@ class KernelGroup:
         return max(self.prologue + self.epilogue + ([] if self.anchor is None else [self.anchor]))
 
 
+def prologue_like(p: Program, group: list[int]) -> int | None:
+    """The leaf of a prologue the anchor's setup is given, whose dtype its output takes: the first the group reads
+    of the group's result's dtype (a mask before a where is not), None where none is (a Cast's group)."""
+    inside = {p.nodes[k].outputs[0] for k in group}
+    dtype = p.tensors[p.nodes[group[-1]].outputs[0]].dtype
+    leaves = (t for k in group for t in p.nodes[k].inputs if t not in inside)
+    return next((t for t in leaves if p.tensors[t].dtype == dtype), None)
+
+
+def casts_fit(p: Program, group: list[int], like: int) -> bool:
+    """Whether an epilogue can fuse into an anchor's kernel as far as dtypes go: the kernel's output is allocated in
+    the dtype of the tensor its setup is given (`like`), so a group that converts (a Cast) must end in that dtype."""
+    sink = p.nodes[group[-1]].outputs[0]
+    return all(p.nodes[k].op != "Cast" for k in group) or p.tensors[sink].dtype == p.tensors[like].dtype
+
+
 def _takes_epilogue(p: Program, a: int, t: int, group: list[int], consumers: dict, outputs: set) -> bool:
     """Whether anchor a, whose output is t, takes elementwise group `group` (which reads t) as its epilogue."""
     node, sink = p.nodes[a], p.nodes[group[-1]].outputs[0]
@@ -107,6 +123,7 @@ def _takes_epilogue(p: Program, a: int, t: int, group: list[int], consumers: dic
         and all(c in group for c in consumers[t])
         and p.tensors[t].shape == p.tensors[sink].shape
         and (not lowering.keeps_dtype or p.tensors[t].dtype == p.tensors[sink].dtype)
+        and casts_fit(p, group, node.inputs[0])
     )
 
 
@@ -129,7 +146,7 @@ def kernel_groups(p: Program, fuse: bool = True) -> list[KernelGroup]:
         sink = p.nodes[g[-1]].outputs[0]
         users = set(consumers.get(sink, []))
         a = next(iter(users)) if len(users) == 1 and sink not in outputs else None
-        if a in anchors and takes_prologue(p.nodes[a]) and not anchors[a].prologue:
+        if a in anchors and takes_prologue(p.nodes[a]) and not anchors[a].prologue and prologue_like(p, g) is not None:
             anchors[a].prologue = g
             loose.remove(g)
     groups = list(anchors.values()) + [KernelGroup(None, [], g) for g in loose]

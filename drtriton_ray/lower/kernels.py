@@ -21,6 +21,15 @@ def min_combine(a, b):
 
 
 @triton.jit
+def round_bf16(x):
+    """float32 x rounded to the nearest bfloat16 (ties to even, NaN kept), as float32: what PyTorch's
+    x.to(torch.bfloat16) holds. By its bits, because the interpreter's own conversion truncates."""
+    bits = x.to(tl.uint32, bitcast=True)
+    bits = (bits + (0x7FFF + ((bits >> 16) & 1))) & 0xFFFF0000
+    return tl.where(x == x, bits.to(tl.float32, bitcast=True), x)
+
+
+@triton.jit
 def flat_block(n, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     """This program's BLOCK flat indices and their mask; WIDE: n >= 2^31, int64 index math."""
     pid = tl.program_id(0)

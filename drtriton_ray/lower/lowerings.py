@@ -208,8 +208,13 @@ register(
 
 
 def _norm_weights(s: Site, op: str) -> tuple[int, int, str | None, str | None]:
-    """(mode, groups, weight, bias) of a norm (split_norm_setup's modes), its weights named as in s.w."""
+    """(mode, groups, weight, bias) of a norm (split_norm_setup's modes), its weights named as in s.w. An RMS norm
+    without a weight (lower/passes.py: the weight comes after a cast) gets ones: the wrappers take the rows' length
+    from the weight, and a weight of one changes no value."""
     weight, bias = (s.w + [None, None])[:2]
+    if op == "RMSNorm" and weight is None:
+        row = " * ".join(str(d) for d in s.shape[len(s.shape) - s.params.get("k", 1) :])
+        weight = f"torch.ones({row}, device={s.x[0]}.device)"
     return NORM_MODES[op], s.params.get("num_groups") if op == "GroupNorm" else 1, weight, bias
 
 

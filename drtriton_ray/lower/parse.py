@@ -112,21 +112,25 @@ def program_from_source(source: str) -> Program:
     model = mod.Model(*mod.get_init_inputs())
     inputs = mod.get_inputs()
     local = _forward_locals(model, inputs)
-    dtype = str(inputs[0].dtype).removeprefix("torch.")
     consumed = {t for n in nodes for t in n.inputs}
     produced = {n.outputs[0] for n in nodes}
     tensors: dict[int, Tensor] = {}
     for arg in fwd.args.args[1:]:
         tid = int(arg.arg.removeprefix("tensor_"))
-        tensors[tid] = Tensor(tid, list(local[arg.arg].shape), dtype, "input")
+        tensors[tid] = Tensor(tid, list(local[arg.arg].shape), _dtype(local[arg.arg]), "input")
     for n in nodes:
         for t in n.outputs:
             v = local[f"tensor_{t}"]
-            tensors[t] = Tensor(
-                t, list(v.shape), str(v.dtype).removeprefix("torch."), "intermediate" if t in consumed else "output"
-            )
+            tensors[t] = Tensor(t, list(v.shape), _dtype(v), "intermediate" if t in consumed else "output")
         for w in n.weights:
-            tensors[w] = Tensor(w, list(getattr(model, f"weight_{w}").shape), dtype, "weight")
+            weight = getattr(model, f"weight_{w}")
+            tensors[w] = Tensor(w, list(weight.shape), _dtype(weight), "weight")
     if not produced or set(tensors) < consumed:
         raise UnsupportedProblem("forward reads tensors it never defines")
+    # the program's dtype: its first floating input's (a mask or class indices may come first)
+    dtype = next((_dtype(x) for x in inputs if x.is_floating_point()), "float32")
     return Program(nodes, dict(sorted(tensors.items())), dtype, 0)
+
+
+def _dtype(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")

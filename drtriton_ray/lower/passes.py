@@ -7,6 +7,7 @@ import math
 
 from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.lower import wrappers
+from drtriton_ray.lower.elementwise import is_elementwise
 from drtriton_ray.lower.lowerings import LAYOUT_OPS, REDUCE_OPS, permutation
 
 
@@ -122,7 +123,13 @@ def fold_rms_norm(p: Program) -> Program:
     """The program with each RMS norm written out as Llama, T5 and Mistral write it, x * rsqrt(mean(x^2, -1,
     keepdim=True) + eps) * w (w either side, of the last dim's size), as one RMSNorm node: row_norm_kernel reads x
     once a row where the six operators took two kernels and wrote the statistics and the normalised x out between
-    them. Each intermediate must be read by the next operator alone."""
+    them. Each intermediate must be read by the next operator alone.
+
+    In half precision Hugging Face computes the norm in float32 and rounds it back before the weight: x.to(float32),
+    the norm, .to(x's dtype), then * w. There the RMSNorm node reads x itself (the widening cast goes: the kernel
+    computes in float32) and makes the float32 norm without the weight; the narrowing cast and the weight stay, and
+    fuse into its kernel as its epilogue (lower/grouping.py), which rounds where the source rounds. A norm with its
+    weight in float32 (Gemma's (1 + w)) keeps the weight and its cast after it likewise."""
     made = {n.outputs[0]: n for n in p.nodes}
     readers: dict[int, list[Node]] = {}
     for n in p.nodes:
@@ -143,8 +150,8 @@ def _only_reader(t: int, p: Program, readers: dict) -> Node | None:
     return users[0] if len(users) == 1 and t not in p.outputs else None
 
 
-def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
-    """(the RMSNorm node, the chain it replaces in program order) around the Rsqrt r, or None."""
+def _rms_core(p: Program, r: Node, made: dict, readers: dict) -> list[Node] | None:
+    """[square, mean, + eps, rsqrt, scale] of x * rsqrt(mean(x^2, -1, keepdim=True) + eps) around the Rsqrt r."""
     add = made.get(r.inputs[0])
     mean = made.get(add.inputs[0]) if add is not None and add.op == "AddScalar" else None
     if mean is None or mean.op != "Mean" or not mean.params.get("keepdim"):
@@ -159,15 +166,62 @@ def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
     scale = _only_reader(r.outputs[0], p, readers)
     if scale is None or scale.op != "Mul" or sorted(scale.inputs) != sorted([x.id, r.outputs[0]]):
         return None
-    last = _only_reader(scale.outputs[0], p, readers)
+    return [square, mean, add, r, scale]
+
+
+def _rms_weight(p: Program, scale: Node, last: Node | None, x: Tensor) -> list[int]:
+    """The weight the Mul `last` applies to the norm `scale` makes: [w] where it has x's last dim's size and dtype,
+    else []."""
     w = [t for t in (last.inputs if last is not None and last.op == "Mul" else []) if t != scale.outputs[0]]
-    if len(w) != 1 or p.tensors[w[0]].shape != [x.shape[-1]] or p.tensors[w[0]].dtype != x.dtype:
+    ok = len(w) == 1 and p.tensors[w[0]].shape == [x.shape[-1]] and p.tensors[w[0]].dtype == x.dtype
+    return w if ok else []
+
+
+def _narrowed_to(p: Program, t: int, readers: dict) -> str | None:
+    """The dtype of the Cast that alone reads t, or None."""
+    cast = _only_reader(t, p, readers)
+    return cast.params["dtype"] if cast is not None and cast.op == "Cast" else None
+
+
+def _epilogue_in(p: Program, t: int, dtype: str, readers: dict) -> bool:
+    """Whether t is read by a Cast alone, to `dtype`, whose fused elementwise group (lower/grouping.py: down the sole
+    elementwise readers) ends in `dtype` and t's shape: the epilogue a norm of an input of `dtype` takes."""
+    if _narrowed_to(p, t, readers) != dtype:
+        return False
+    sink = _only_reader(t, p, readers)
+    while (nxt := _only_reader(sink.outputs[0], p, readers)) is not None and is_elementwise(nxt.op):
+        sink = nxt
+    out = p.tensors[sink.outputs[0]]
+    return out.dtype == dtype and out.shape == p.tensors[t].shape
+
+
+def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
+    """(the RMSNorm node, the chain it replaces in program order) around the Rsqrt r, or None."""
+    chain = _rms_core(p, r, made, readers)
+    if chain is None:
         return None
-    chain = [square, mean, add, r, scale, last]
+    x, scale, eps = p.tensors[chain[0].inputs[0]], chain[-1], chain[2].params["value"]
+    last = _only_reader(scale.outputs[0], p, readers)
+    weights = _rms_weight(p, scale, last, x)
+    if weights:
+        chain.append(last)
+    elif _narrowed_to(p, scale.outputs[0], readers) is None:  # no weight: only before a cast, the weight after it
+        return None
     if any(_only_reader(n.outputs[0], p, readers) is None for n in chain[:-1]):
         return None
-    params = {"k": 1, "eps": eps}
-    return Node("RMSNorm", [x.id], list(last.outputs), params, w), chain
+    up, source = made.get(x.id), x.id
+    if (
+        up is not None
+        and up.op == "Cast"
+        and x.dtype == "float32"
+        and sorted(map(id, readers[x.id])) == sorted([id(chain[0]), id(scale)])
+        and x.id not in p.outputs
+        and _epilogue_in(p, chain[-1].outputs[0], p.tensors[up.inputs[0]].dtype, readers)
+    ):  # x.to(float32) read by the norm alone, the norm cast back to x's dtype in its kernel's epilogue: the kernel
+        # reads x and computes in float32; its float32 result is never stored (its kernel allocates x's dtype)
+        chain.insert(0, up)
+        source = up.inputs[0]
+    return Node("RMSNorm", [source], list(chain[-1].outputs), {"k": 1, "eps": eps}, weights), chain
 
 
 def fold_all(p: Program) -> Program:

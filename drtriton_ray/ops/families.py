@@ -56,6 +56,20 @@ def unary(name, template, flops=1, sample=None, dtypes=FLOAT_DTYPES, domain="rea
     )
 
 
+def cast(name, template) -> OpSpec:
+    """A dtype conversion (param `dtype`, the target's name): elementwise, any rank, a 0-d tensor (a loss) too. Its
+    target is what the program needs (capture: the user's; synthesis: a widening and the narrowing back, synth/),
+    never drawn at random: no `sample`."""
+
+    def constrain(s: ShapeModel, ins, out):
+        s.same_shape(ins[0], out)
+        return Built(*_elementwise_flops(s, out, 1))
+
+    return OpSpec(
+        name, 1, "elementwise", template, constrain, ALL_RANKS, _same, per_elem=1, keeps_size=True, scalar_out=True
+    )
+
+
 def nary(name, arity, template, flops=1, sample=None, domains=()) -> OpSpec:
     """Broadcasting elementwise operator over `arity` inputs (a boolean mask among them, by `domains`)."""
 

@@ -120,9 +120,10 @@ EXTRA_OPS = [
 
 
 # Operators of captured user programs (drtriton_ray/capture) that DRTriton's space lacks: scalar forms, more math,
-# masks, views, slices, the cross-entropy loss. Their params are what capture writes (a scalar `value` may be the string
-# "float('-inf')"); the samplers draw what synthesis uses. Capture maps x ** 2, 0.5, -0.5, -1 to Square, Sqrt, Rsqrt,
-# Reciprocal: PowScalar draws the other exponents real code uses, fractional and negative ones on a positive input.
+# masks, views, slices, the cross-entropy loss, dtype casts (mixed precision). Their params are what capture writes (a
+# scalar `value` may be the string "float('-inf')"); the samplers draw what synthesis uses. Capture maps x ** 2, 0.5,
+# -0.5, -1 to Square, Sqrt, Rsqrt, Reciprocal: PowScalar draws the other exponents real code uses, fractional and
+# negative ones on a positive input.
 CAPTURE_OPS = [
     *(
         f.unary(name, template, 1, _param(value=draw))
@@ -167,6 +168,7 @@ CAPTURE_OPS = [
     f.expand("Expand", "{0}.expand({shape})"),
     f.narrow("Narrow", "torch.narrow({0}, {dim}, {start}, {length})"),
     f.select("Select", "torch.select({0}, {dim}, {index})"),
+    f.cast("Cast", "{0}.to(torch.{dtype})"),
     f.cross_entropy("CrossEntropy", "F.cross_entropy({0}, {1}, ignore_index={ignore_index}, reduction='{reduction}')"),
 ]
 

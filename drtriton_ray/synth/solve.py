@@ -21,6 +21,9 @@ from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.synth.wiring import Plan
 
 KIND_DTYPES = {"index": "int64", "mask": "bool", "classes": "int64"}  # a plan tensor's dtype, the program's for "float"
+# the dtype a wide plan tensor has (synth/wiring.py): what mixed-precision code computes a half-precision model's norms
+# in; a float32 program's, float64, so that its float32 result is the wider one rounded once, as a half program's is
+WIDER = {"bfloat16": "float32", "float16": "float32", "float32": "float64"}
 MAX_HALVINGS = 40
 BAND_LEVEL_SHARE = 0.05
 
@@ -197,17 +200,20 @@ def _extract(plan: Plan, solver, tv: dict[int, TensorVar], nodes: list[_NodeVars
     tensors: dict[int, Tensor] = {}
     for tid, pt in enumerate(plan.tensors):
         role = "input" if pt.producer is None else ("output" if pt.uses == 0 else "intermediate")
-        tensors[tid] = Tensor(tid, _shape(solver, tv[tid]), KIND_DTYPES.get(pt.kind, dtype), role)
+        float_dtype = WIDER[dtype] if pt.wide else dtype
+        tensors[tid] = Tensor(tid, _shape(solver, tv[tid]), KIND_DTYPES.get(pt.kind, float_dtype), role)
     next_id = len(plan.tensors)
     out_nodes = []
     flops = 0
     for k, nv in enumerate(nodes):
         wids = []
-        for role, t, init in nv.weights:
-            tensors[next_id] = Tensor(next_id, _shape(solver, t), dtype, "weight", init)
+        for role, t, init in nv.weights:  # in the dtype the operator computes in: its first input's
+            tensors[next_id] = Tensor(next_id, _shape(solver, t), tensors[plan.inputs[k][0]].dtype, "weight", init)
             wids.append(next_id)
             next_id += 1
         params = {name: _value(solver, v) for name, v in nv.params.items()}
+        if plan.ops[k] == "Cast":  # to the dtype the wiring gave its output
+            params["dtype"] = tensors[plan.outputs[k]].dtype
         flops += solver.value(nv.flops)
         out_nodes.append(Node(plan.ops[k], list(plan.inputs[k]), [plan.outputs[k]], params, wids))
     return Program(out_nodes, tensors, dtype, flops)

@@ -33,6 +33,7 @@ class PlanTensor:
     producer: int | None  # node index, None for a program input
     kind: str = "float"  # "float" feeds any real slot; "index" (ArgMax's) none; "mask", "classes": a fresh input
     uses: int = 0
+    wide: bool = False  # of the program's wider dtype (synth/solve.py), between a Cast and the Cast back
 
 
 @dataclass
@@ -85,11 +86,14 @@ def _fresh(plan: Plan, ranks, kind: str = "float") -> int:
 
 
 def _node(plan: Plan, name: str, inputs: list[int], params: dict | None = None) -> int:
-    """Append a node reading `inputs`; its output tensor's id."""
+    """Append a node reading `inputs`; its output tensor's id. It computes in its float inputs' dtype (one: the wiring
+    keeps them alike), a Cast in the other one."""
     for t in inputs:
         plan.tensors[t].uses += 1
     out = len(plan.tensors)
-    plan.tensors.append(PlanTensor(set(ALL_RANKS), len(plan.ops), REGISTRY[name].out_kind))
+    wide = any(plan.tensors[t].wide for t in inputs if plan.tensors[t].kind == "float") != (name == "Cast")
+    kind = REGISTRY[name].out_kind
+    plan.tensors.append(PlanTensor(set(ALL_RANKS), len(plan.ops), kind, wide=wide and kind == "float"))
     plan.ops.append(name)
     plan.inputs.append(inputs)
     plan.outputs.append(out)
@@ -111,12 +115,20 @@ def _guard(plan: Plan, domain: str, source: int, rng: random.Random) -> int:
     return source
 
 
-def _source(plan: Plan, spec, chosen: list[int], forced: int | None, rng: random.Random, fanout_prob: float) -> int:
-    """The tensor a real slot reads: `forced` when it fits, else by the fan-out rule, else a fresh input."""
+def _source(
+    plan: Plan, spec, chosen: list[int], forced: int | None, rng: random.Random, fanout_prob: float, wide=None
+) -> int:
+    """The tensor a real slot reads: `forced` when it fits, else by the fan-out rule, else a fresh input; `wide`: of
+    that dtype (None: either)."""
 
     def takes(t: int) -> bool:
         pt = plan.tensors[t]
-        return pt.kind == "float" and t not in chosen and _fits(plan, t, spec, chosen)
+        return (
+            pt.kind == "float"
+            and (wide is None or pt.wide == wide)
+            and t not in chosen
+            and _fits(plan, t, spec, chosen)
+        )
 
     if forced is not None:
         pick = forced if takes(forced) else None
@@ -136,23 +148,37 @@ def _source(plan: Plan, spec, chosen: list[int], forced: int | None, rng: random
 
 def plan_program(ops: list[str], rng: random.Random, fanout_prob: float, chain: bool = False) -> Plan:
     """Wire `ops` (in program order) into a DAG. With `chain`, each operator consumes the
-    previous operator's output in one of its real slots (how level 2 realises an ordered pair)."""
+    previous operator's output in one of its real slots (how level 2 realises an ordered pair).
+
+    A Cast widens what it reads (to float32 in a half-precision program) or narrows it back: the operators reading
+    the wide tensor compute in the wider dtype, as mixed-precision code computes a norm or a softmax, until a Cast
+    narrows. An operator's float inputs are of one dtype (a fresh input it needs wide is widened by a Cast guard),
+    and a wide result nothing reads is narrowed by a Cast guard: the program's outputs have its dtype."""
     plan = Plan()
     for k, name in enumerate(ops):
         spec = REGISTRY[name]
         chosen: list[int] = []
         real = [slot for slot in range(spec.arity) if spec.domain(slot) not in FRESH_INPUT_DOMAINS]
         forced_slot = rng.choice(real) if chain and k > 0 else None
+        wide = plan.tensors[plan.outputs[plan.drawn[-1]]].wide if forced_slot is not None else None
         for slot in range(spec.arity):
             domain = spec.domain(slot)
             if domain in FRESH_INPUT_DOMAINS:
                 pick = _fresh(plan, {r for r in spec.in_ranks if _fits_rank(spec, plan, chosen, r)}, domain)
             else:
                 forced = plan.outputs[plan.drawn[-1]] if forced_slot == slot else None
-                pick = _guard(plan, domain, _source(plan, spec, chosen, forced, rng, fanout_prob), rng)
+                pick = _source(plan, spec, chosen, forced, rng, fanout_prob, None if name == "Cast" else wide)
+                if wide and not plan.tensors[pick].wide and name != "Cast":  # a fresh input, widened
+                    pick = _node(plan, "Cast", [pick])
+                wide = plan.tensors[pick].wide
+                pick = _guard(plan, domain, pick, rng)
             chosen.append(pick)
         plan.drawn.append(len(plan.ops))
         _node(plan, name, chosen)
+    for t in range(len(plan.tensors)):
+        pt = plan.tensors[t]
+        if pt.wide and not pt.uses:
+            _node(plan, "Cast", [t])
     return plan
 
 

@@ -107,6 +107,30 @@ def rows() -> Program:
     return p
 
 
+def mixed_precision() -> Program:
+    """bfloat16 as Hugging Face computes it: an RMSNorm in float32 cast back before the weight (one kernel), then a
+    softmax in float32 cast back (Cast)."""
+    nodes = [
+        Node("Cast", [0], [2], {"dtype": "float32"}),
+        Node("Square", [2], [3]),
+        Node("Mean", [3], [4], {"dim": -1, "keepdim": True}),
+        Node("AddScalar", [4], [5], {"value": 1e-6}),
+        Node("Rsqrt", [5], [6]),
+        Node("Mul", [2, 6], [7]),
+        Node("Cast", [7], [8], {"dtype": "bfloat16"}),
+        Node("Mul", [1, 8], [9]),
+        Node("Cast", [9], [10], {"dtype": "float32"}),
+        Node("Softmax", [10], [11], {"dim": -1}),
+        Node("Cast", [11], [12], {"dtype": "bfloat16"}),
+    ]
+    shapes = {t: (4, 8, 64) for t in range(13)} | {1: (64,), 4: (4, 8, 1), 5: (4, 8, 1), 6: (4, 8, 1)}
+    narrow = {0, 1, 8, 9, 12}
+    dtypes = {t: "bfloat16" if t in narrow else "float32" for t in shapes}
+    p = program(shapes, {0: "input", 1: "input", 12: "output"}, nodes, dtypes)
+    p.dtype = "bfloat16"
+    return p
+
+
 def problem_source(p: Program) -> str:
     """The KernelBench problem; a boolean input is drawn as the causal mask (the renderer draws floats)."""
     source = render_problem(p)
@@ -123,4 +147,5 @@ PROGRAMS = {
     "masks": masks,
     "layout": layout,
     "rows": rows,
+    "mixed_precision": mixed_precision,
 }
