@@ -17,7 +17,7 @@ import ast
 import torch
 
 from drtriton_ray.ir import Node, Program
-from drtriton_ray.ir.render import forward_signature
+from drtriton_ray.ir.render import FLOAT_PREFIXES, forward_signature
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
@@ -192,8 +192,10 @@ def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wr
     names = [wrapper.param(weight_name(p, t)) for t in leaves]
     index = "pro_index" if not all(dense) else "_"
     wrapper.lines.append(f"    pro, {index} = leaf_args({shape}, {dense}, {', '.join(names)})")
-    like = names[leaves.index(prologue_like(p, f.prologue))]  # the output's dtype: not a mask's
-    x = [like] + [wrapper.param(weight_name(p, t)) for t in node.inputs[1:]]
+    like = prologue_like(p, f.prologue)  # the output's dtype: not a mask's (none: _dtype_of gives it)
+    x = [names[leaves.index(like) if like is not None else 0]] + [
+        wrapper.param(weight_name(p, t)) for t in node.inputs[1:]
+    ]
     return Side(list(range(len(leaves))), dense, body, f"t{sink}"), x
 
 
@@ -221,6 +223,32 @@ def _launch(name: str, x0: str, ak: AnchorKernel, still: list[str], prologue, ep
     return f"    {name}_kernel[grid]({', '.join(launch)})"
 
 
+def _dtype_of(p: Program, f: KernelGroup, x0: str, wrapper: _Wrapper) -> str:
+    """ "" where the anchor's kernel stores the dtype of the tensor its setup allocates like (its input, a prologue's
+    leaf), else the name of an empty tensor of the dtype it stores, made in the wrapper (a fused group converts)."""
+    node = p.nodes[f.anchor]
+    final = p.tensors[p.nodes[f.epilogue[-1]].outputs[0] if f.epilogue else node.outputs[0]]
+    like = node.inputs[0]
+    if f.prologue:  # the leaf _prologue names x0
+        inside = {p.nodes[k].outputs[0] for k in f.prologue}
+        leaves = [t for k in f.prologue for t in p.nodes[k].inputs if t not in inside]
+        like = prologue_like(p, f.prologue)
+        like = leaves[0] if like is None else like
+    if not final.dtype.startswith(FLOAT_PREFIXES) or p.tensors[like].dtype == final.dtype:
+        return ""
+    wrapper.lines.append(f"    like = torch.empty(0, device={x0}.device, dtype=torch.{final.dtype})")
+    return "like"
+
+
+def _own_eps(p: Program, node: Node) -> Node:
+    """The node with an RMS norm's default epsilon (its input dtype's machine epsilon) as a param: the setup would
+    take the dtype it allocates like's."""
+    if "RMSNorm" not in (node.op, node.params.get("norm")) or node.params.get("eps") is not None:
+        return node
+    eps = torch.finfo(getattr(torch, p.tensors[node.inputs[0]].dtype)).eps
+    return Node(node.op, node.inputs, node.outputs, {**node.params, "eps": eps}, node.weights)
+
+
 def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None) -> tuple[str, str]:
     """(kernel and wrapper source, forward line) of an anchor with a prologue and/or an epilogue."""
     node = p.nodes[f.anchor]
@@ -229,7 +257,9 @@ def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None) -> tu
     prologue, x = _prologue(p, f, node, shape, wrapper)
     w = [wrapper.param(weight_name(p, t)) for t in node.weights]
     small, config = split_small(launch_config(p, node, gpu))
-    site = Site(node, x, w, shape, tuple(p.tensors[anchor_out].shape), config, small)
+    dtype_of = _dtype_of(p, f, x[0], wrapper)
+    site_node = _own_eps(p, node) if dtype_of else node
+    site = Site(site_node, x, w, shape, tuple(p.tensors[anchor_out].shape), config, small, dtype_of)
     ak = lowering_of(node.op).kernel(site)
     shared = ak.stats is not None and ak.stats.setup is None  # the statistics' kernel takes the setup's stats_args
     comment = " -> ".join(

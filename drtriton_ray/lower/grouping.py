@@ -99,18 +99,26 @@ class KernelGroup:
 
 def prologue_like(p: Program, group: list[int]) -> int | None:
     """The leaf of a prologue the anchor's setup is given, whose dtype its output takes: the first the group reads
-    of the group's result's dtype (a mask before a where is not), None where none is (a Cast's group)."""
+    of the group's result's dtype (a mask before a where is not), None where none is (a Cast's group: then an anchor
+    that stores `any_dtype` is given a tensor of that dtype, lower/emit.py)."""
     inside = {p.nodes[k].outputs[0] for k in group}
     dtype = p.tensors[p.nodes[group[-1]].outputs[0]].dtype
     leaves = (t for k in group for t in p.nodes[k].inputs if t not in inside)
     return next((t for t in leaves if p.tensors[t].dtype == dtype), None)
 
 
-def casts_fit(p: Program, group: list[int], like: int) -> bool:
-    """Whether an epilogue can fuse into an anchor's kernel as far as dtypes go: the kernel's output is allocated in
-    the dtype of the tensor its setup is given (`like`), so a group that converts (a Cast) must end in that dtype."""
+def any_dtype(node: Node) -> bool:
+    """Whether a node's kernel stores any dtype its wrapper asks for (lowerings.py `any_dtype`)."""
+    lowering = LOWERINGS.get(node.op)
+    return lowering is not None and lowering.any_dtype
+
+
+def casts_fit(p: Program, group: list[int], anchor: Node) -> bool:
+    """Whether an epilogue can fuse into an anchor's kernel as far as dtypes go: unless the anchor stores any dtype,
+    its output is allocated in its input's, so a group that converts (a Cast) must end in that dtype."""
     sink = p.nodes[group[-1]].outputs[0]
-    return all(p.nodes[k].op != "Cast" for k in group) or p.tensors[sink].dtype == p.tensors[like].dtype
+    same = p.tensors[sink].dtype == p.tensors[anchor.inputs[0]].dtype
+    return any_dtype(anchor) or same or all(p.nodes[k].op != "Cast" for k in group)
 
 
 def _takes_epilogue(p: Program, a: int, t: int, group: list[int], consumers: dict, outputs: set) -> bool:
@@ -123,7 +131,7 @@ def _takes_epilogue(p: Program, a: int, t: int, group: list[int], consumers: dic
         and all(c in group for c in consumers[t])
         and p.tensors[t].shape == p.tensors[sink].shape
         and (not lowering.keeps_dtype or p.tensors[t].dtype == p.tensors[sink].dtype)
-        and casts_fit(p, group, node.inputs[0])
+        and casts_fit(p, group, node)
     )
 
 
@@ -146,7 +154,12 @@ def kernel_groups(p: Program, fuse: bool = True) -> list[KernelGroup]:
         sink = p.nodes[g[-1]].outputs[0]
         users = set(consumers.get(sink, []))
         a = next(iter(users)) if len(users) == 1 and sink not in outputs else None
-        if a in anchors and takes_prologue(p.nodes[a]) and not anchors[a].prologue and prologue_like(p, g) is not None:
+        if (
+            a in anchors
+            and takes_prologue(p.nodes[a])
+            and not anchors[a].prologue
+            and (prologue_like(p, g) is not None or any_dtype(p.nodes[a]))
+        ):
             anchors[a].prologue = g
             loose.remove(g)
     groups = list(anchors.values()) + [KernelGroup(None, [], g) for g in loose]

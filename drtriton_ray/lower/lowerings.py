@@ -35,10 +35,16 @@ class Site:
     out_shape: tuple
     config: dict | None = None
     small: bool = False
+    dtype_of: str = ""  # a tensor of the dtype the kernel stores, where it is not x[0]'s (a fused group converts)
 
     @property
     def params(self) -> dict:
         return self.node.params
+
+    @property
+    def like(self) -> str:
+        """The tensor a setup allocates the output like (its dtype and device): x[0], or `dtype_of`."""
+        return self.dtype_of or self.x[0]
 
     @property
     def cfg(self) -> str:
@@ -90,8 +96,9 @@ class Lowering:
     its launch configuration in lower/tuning.py's table, or None; `resolve`: what the emitter decides of a config
     before the wrapper runs; `prologue`: whether it takes an elementwise group computed on the values it loads;
     `epilogue(node)`: whether one applied before it stores; `keeps_dtype`: an epilogue must end in its output's
-    dtype (a copy); `takes_config`: its wrapper has a `config` argument; `describe`: the node in a fused kernel's
-    comment, when not its name and dims."""
+    dtype (a copy); `any_dtype`: its setup reads only the dtype and device of the tensor it allocates the output
+    like (Site.like), so a fused group may convert (a Cast); `takes_config`: its wrapper has a `config` argument;
+    `describe`: the node in a fused kernel's comment, when not its name and dims."""
 
     call: Callable[[Site], str]
     kernel: Callable[[Site], AnchorKernel] | None = None
@@ -100,6 +107,7 @@ class Lowering:
     prologue: bool = False
     epilogue: Callable[[Node], bool] = _never
     keeps_dtype: bool = False
+    any_dtype: bool = False
     takes_config: bool = True
     describe: Callable[[Node], str] | None = None
 
@@ -132,7 +140,7 @@ def _rows_by_extent(params: dict, x: list[int]) -> tuple[int, int]:
 
 def _reduce(s: Site) -> AnchorKernel:
     p, op = s.params, REDUCE_OPS[s.node.op]
-    setup = f"reduce_setup({s.shape}, {s.x[0]}, {p['dim']}, {p['keepdim']}, {op}{s.cfg})"
+    setup = f"reduce_setup({s.shape}, {s.like}, {p['dim']}, {p['keepdim']}, {op}{s.cfg})"
     return AnchorKernel("reduce_kernel", {"OP": op}, setup)
 
 
@@ -143,6 +151,7 @@ register(
     tuning=lambda op, params, shapes, out: ("reduce_kernel", _rows_by_extent(params, list(shapes[0]))),
     prologue=True,
     epilogue=lambda node: node.op not in ("ArgMax", "ArgMin"),  # an index's int64 output is not fused
+    any_dtype=True,
 )
 
 
@@ -158,7 +167,7 @@ def _along_call(s: Site) -> str:
 
 def _along(s: Site) -> AnchorKernel:
     loop = _long_column(s.shape, s.params["dim"])
-    setup = f"along_setup({s.shape}, {s.x[0]}, {s.params['dim']}{s.cfg}{', loop=True' if loop else ''})"
+    setup = f"along_setup({s.shape}, {s.like}, {s.params['dim']}{s.cfg}{', loop=True' if loop else ''})"
     return AnchorKernel(("along_loop_kernel" if loop else "along_dim_kernel"), {"OP": ALONG_OPS[s.node.op]}, setup)
 
 
@@ -168,7 +177,9 @@ def _along_tuning(op: str, params: dict, shapes: list, out: list):
     return kernel, _rows_by_extent(params, x)
 
 
-register(ALONG_OPS, call=_along_call, kernel=_along, tuning=_along_tuning, prologue=True, epilogue=_always)
+register(
+    ALONG_OPS, call=_along_call, kernel=_along, tuning=_along_tuning, prologue=True, epilogue=_always, any_dtype=True
+)
 
 
 # a softmax read only by a reduction (lower/passes.py): softmax_stats_kernel, then softmax_reduce_kernel
@@ -184,8 +195,8 @@ def _softmax_reduce(s: Site) -> AnchorKernel:
     p = s.params
     log, op = ALONG_OPS[p["softmax"]], REDUCE_OPS[p["op"]]
     mode = wrappers.softmax_stats_mode(s.shape, p["sdim"], p["dim"])
-    setup = f"softmax_reduce_setup({s.shape}, {s.x[0]}, stats, {p['sdim']}, {p['dim']}, {p['keepdim']}, {op}{s.cfg})"
-    stats = StatsKernel("softmax_stats_kernel", {"LOG": log}, f"softmax_stats_setup({s.shape}, {s.x[0]}, {p['sdim']})")
+    setup = f"softmax_reduce_setup({s.shape}, {s.like}, stats, {p['sdim']}, {p['dim']}, {p['keepdim']}, {op}{s.cfg})"
+    stats = StatsKernel("softmax_stats_kernel", {"LOG": log}, f"softmax_stats_setup({s.shape}, {s.like}, {p['sdim']})")
     return AnchorKernel("softmax_reduce_kernel", {"OP": op, "LOG": log, "STATS": mode}, setup, stats)
 
 
@@ -197,6 +208,7 @@ register(
     tuning=lambda op, params, shapes, out: ("softmax_reduce_kernel", _rows_by_extent(params, list(shapes[0]))),
     prologue=True,
     epilogue=lambda node: node.params["op"] not in ("ArgMax", "ArgMin"),
+    any_dtype=True,
     describe=lambda n: (
         f"{n.params['softmax']}(dim={n.params['sdim']}) -> " + describe(Node(n.params["op"], [], [], n.params))
     ),
@@ -257,7 +269,7 @@ def _norm(s: Site) -> AnchorKernel:
     kernel = _norm_kernel(s)
     mode, groups, weight, bias = _norm_weights(s, s.node.op)
     fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
-    args = f"{s.shape}, {s.x[0]}, {weight}, {bias}, {mode}"
+    args = f"{s.shape}, {s.like}, {weight}, {bias}, {mode}"
     if kernel == "split_norm":  # the statistics' kernel shares the setup's grid and meta
         stats = StatsKernel("norm_stats_kernel", {"MODE": mode})
         return AnchorKernel("norm_apply_kernel", fixed, f"split_norm_setup({args}, {groups}{s.cfg}{s.eps})", stats)
@@ -265,10 +277,12 @@ def _norm(s: Site) -> AnchorKernel:
         return AnchorKernel(kernel, fixed, f"row_norm_persistent_setup({args}{s.cfg}{s.eps})")
     if kernel == "row_norm_kernel":
         return AnchorKernel(kernel, fixed, f"row_norm_setup({args}, {groups}{s.cfg}{s.eps})")
-    return AnchorKernel(kernel, {}, f"batch_norm_setup({s.shape}, {s.x[0]}, {s.w[0]}, {s.w[1]}{s.cfg}{s.eps})")
+    return AnchorKernel(kernel, {}, f"batch_norm_setup({s.shape}, {s.like}, {s.w[0]}, {s.w[1]}{s.cfg}{s.eps})")
 
 
-register(NORM_MODES, call=_norm_call, kernel=_norm, tuning=_norm_tuning, prologue=True, epilogue=_always)
+register(
+    NORM_MODES, call=_norm_call, kernel=_norm, tuning=_norm_tuning, prologue=True, epilogue=_always, any_dtype=True
+)
 
 
 # a layer or RMS norm read only by a reduction over outer dims (lower/passes.py): norm_reduce_kernel
@@ -285,8 +299,8 @@ def _norm_reduce(s: Site) -> AnchorKernel:
     p = s.params
     mode, _, weight, bias = _norm_weights(s, p["norm"])
     fixed = {"MODE": mode, "OP": REDUCE_OPS[p["op"]], "HAS_B": bias is not None}
-    setup = f"norm_reduce_setup({s.shape}, {s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}{s.cfg}{s.eps})"
-    finish = f"out = norm_reduce_finish(out, {s.shape}, {s.x[0]}, {p['dim']}, {p['keepdim']}, {fixed['OP']})"
+    setup = f"norm_reduce_setup({s.shape}, {s.like}, {weight}, {bias}, {mode}, {p['dim']}{s.cfg}{s.eps})"
+    finish = f"out = norm_reduce_finish(out, {s.shape}, {s.like}, {p['dim']}, {p['keepdim']}, {fixed['OP']})"
     return AnchorKernel("norm_reduce_kernel", fixed, setup, finish=finish)
 
 
@@ -295,6 +309,7 @@ register(
     call=_norm_reduce_call,
     kernel=_norm_reduce,
     prologue=True,
+    any_dtype=True,
     describe=lambda n: f"{n.params['norm']} -> " + describe(Node(n.params["op"], [], [], n.params)),
 )
 

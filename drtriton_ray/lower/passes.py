@@ -185,14 +185,13 @@ def _narrowed_to(p: Program, t: int, readers: dict) -> str | None:
 
 def _epilogue_in(p: Program, t: int, dtype: str, readers: dict) -> bool:
     """Whether t is read by a Cast alone, to `dtype`, whose fused elementwise group (lower/grouping.py: down the sole
-    elementwise readers) ends in `dtype` and t's shape: the epilogue a norm of an input of `dtype` takes."""
+    elementwise readers) keeps t's shape: the epilogue of the norm that makes t."""
     if _narrowed_to(p, t, readers) != dtype:
         return False
     sink = _only_reader(t, p, readers)
     while (nxt := _only_reader(sink.outputs[0], p, readers)) is not None and is_elementwise(nxt.op):
         sink = nxt
-    out = p.tensors[sink.outputs[0]]
-    return out.dtype == dtype and out.shape == p.tensors[t].shape
+    return p.tensors[sink.outputs[0]].shape == p.tensors[t].shape
 
 
 def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
@@ -218,7 +217,7 @@ def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
         and x.id not in p.outputs
         and _epilogue_in(p, chain[-1].outputs[0], p.tensors[up.inputs[0]].dtype, readers)
     ):  # x.to(float32) read by the norm alone, the norm cast back to x's dtype in its kernel's epilogue: the kernel
-        # reads x and computes in float32; its float32 result is never stored (its kernel allocates x's dtype)
+        # reads x and computes in float32 (alone, it would store x's dtype, which the cast back rounds to anyway)
         chain.insert(0, up)
         source = up.inputs[0]
     return Node("RMSNorm", [source], list(chain[-1].outputs), {"k": 1, "eps": eps}, weights), chain

@@ -86,10 +86,9 @@ def test_a_cast_goes_through_json_the_renderer_and_the_parser():
     assert lower_source(source) == lower_program(p, source)
 
 
-def test_a_cast_across_a_reduction_keeps_each_side_in_its_dtype():
-    """A half-precision program's sum in float32 (x.float().sum(-1).to(bfloat16)): the widening cannot be the sum's
-    prologue nor the narrowing its epilogue (the sum's kernel allocates its output in its input's dtype), so each is
-    a kernel of its own, and the values match PyTorch's."""
+def test_a_reduction_between_casts_is_one_kernel():
+    """A half-precision program's sum in float32 (x.float().sum(-1).to(bfloat16)): the widening is the sum's prologue,
+    the narrowing its epilogue; the values match PyTorch's."""
     tensors = {0: Tensor(0, SHAPE, "bfloat16", "input"), 1: Tensor(1, SHAPE, "float32", "intermediate")}
     tensors |= {2: Tensor(2, SHAPE[:2], "float32", "intermediate"), 3: Tensor(3, SHAPE[:2], "bfloat16", "output")}
     nodes = [
@@ -98,12 +97,27 @@ def test_a_cast_across_a_reduction_keeps_each_side_in_its_dtype():
         Node("Cast", [2], [3], {"dtype": "bfloat16"}),
     ]
     p = Program(nodes, tensors, "bfloat16", 0)
-    assert [(g.prologue, g.anchor, g.epilogue) for g in kernel_groups(p)] == [
-        ([], None, [0]),
-        ([], 1, []),
-        ([], None, [2]),
-    ]
+    assert [(g.prologue, g.anchor, g.epilogue) for g in kernel_groups(p)] == [([0], 1, [2])]
     source = problem_source(p)
-    _, want, got = run_both(source, lower_program(p, source, gpu=None))
+    code = lower_program(p, source, gpu=None)
+    assert not check_candidate(code, "strict")
+    _, want, got = run_both(source, code)
     assert got[0].dtype == torch.bfloat16
     torch.testing.assert_close(got[0], want[0], rtol=2**-7, atol=0)  # the interpreter's store truncates
+
+
+def test_a_kernel_stores_the_dtype_its_group_ends_in():
+    """x.float().softmax(-1) of a bfloat16 x: the widening is the softmax's prologue, and the softmax's setup, which
+    would allocate its output like x, is given an empty float32 tensor: it stores float32, PyTorch's values."""
+    tensors = {0: Tensor(0, SHAPE, "bfloat16", "input"), 1: Tensor(1, SHAPE, "float32", "intermediate")}
+    tensors[2] = Tensor(2, SHAPE, "float32", "output")
+    nodes = [Node("Cast", [0], [1], {"dtype": "float32"}), Node("Softmax", [1], [2], {"dim": -1})]
+    p = Program(nodes, tensors, "bfloat16", 0)
+    assert [(g.prologue, g.anchor, g.epilogue) for g in kernel_groups(p)] == [([0], 1, [])]
+    source = problem_source(p)
+    code = lower_program(p, source, gpu=None)
+    assert "like = torch.empty(0, device=x0.device, dtype=torch.float32)" in code
+    assert not check_candidate(code, "strict")
+    _, want, got = run_both(source, code)
+    assert got[0].dtype == torch.float32
+    torch.testing.assert_close(got[0], want[0], rtol=1e-5, atol=1e-7)
