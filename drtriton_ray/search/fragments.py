@@ -7,8 +7,8 @@ runs that hold a whole fusion region, so that a block longer than K can still be
 - each row kernel (a reduction, norm or softmax) grown, ring by ring, through the kernels it hands tensors to or
   takes them from, while they are elementwise or row kernels: a run a ring, e.g. an RMSNorm written out (square,
   mean, + eps, rsqrt, scale, weight) or a softmax (max, subtract, exp, sum, divide), then that with its
-  neighbours; grown once more through dtype casts (`Torch` `_to_copy`), which the lowering cannot do but a policy
-  can.
+  neighbours; grown once more through the dtype casts kept as PyTorch (`Torch` `_to_copy` to or from float64; casts
+  between float32 and the half types are registry Casts the lowering fuses), which a policy can write.
 
 A region's run is [its first node, its last node + 1), nodes between included, kept when at most `longest` nodes
 (16) long and not already a window.
@@ -35,7 +35,8 @@ from drtriton_ray.ops import REGISTRY
 VIEW_OPS = frozenset({"View", "Permute", "Expand", "Narrow", "Select", "Transpose"})
 LONGEST = 16  # the longest fusion-region fragment, in nodes
 ROW_FAMILIES = frozenset({"reduce", "norm", "softmax"})  # registry families whose kernels reduce along rows
-CASTS = frozenset({"aten._to_copy.default", "aten.type_as.default"})  # Torch nodes that only change the dtype
+# Torch nodes that only change the dtype (those capture keeps: float64 and device casts)
+CASTS = frozenset({"aten._to_copy.default", "aten.type_as.default"})
 
 
 @dataclass
