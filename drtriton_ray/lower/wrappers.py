@@ -2,7 +2,6 @@
 (the verifier's strict policy). Like the kernels, they are copied verbatim into candidates, so
 each may use only torch, triton, the kernels and the helpers above it in this file."""
 import torch
-import triton
 
 from drtriton_ray.lower.kernels import (along_dim_kernel, along_loop_kernel, batch_norm_kernel, conv_kernel,
                                         cross_entropy_kernel, cross_entropy_total_kernel,
@@ -18,8 +17,20 @@ def pad5(shape):
     return (1,) * (5 - len(shape)) + tuple(shape)
 
 
+def cdiv(n, d):
+    """n / d rounded up, as triton.cdiv, whose constexpr wrapper costs microseconds a call."""
+    return (n + d - 1) // d
+
+
+def next_power_of_2(n):
+    """The least power of 2 not below n (0 for 0), as triton.next_power_of_2 without its constexpr wrapper."""
+    return 1 << (n - 1).bit_length() if n > 0 else 0
+
+
 def extent(t):
     """One past the largest element offset t's view reaches in its storage."""
+    if t.is_contiguous() and t.numel():  # what the sum below comes to, without a Python loop a call
+        return t.storage_offset() + t.numel()
     return t.storage_offset() + sum((d - 1) * s for d, s in zip(t.shape, t.stride())) + 1
 
 
@@ -82,7 +93,7 @@ def row_tiles(n, d4, block_c, block=1024):
     """(BLOCK_R, grid) of row_block's tiles of `block` elements, BLOCK_C columns wide, over n values in rows of d4."""
     d4 = max(d4, 1)
     block_r = block // block_c
-    return block_r, (triton.cdiv(n // d4, block_r) * triton.cdiv(d4, block_c),)
+    return block_r, (cdiv(n // d4, block_r) * cdiv(d4, block_c),)
 
 
 def flat_args(shape, dtype, *inputs, config=None):
@@ -92,7 +103,7 @@ def flat_args(shape, dtype, *inputs, config=None):
     n = out.numel()
     tensors = [t.contiguous() for t in inputs]
     meta = {"BLOCK": 1024, **(config or {}), "WIDE": max(n, *(extent(t) for t in tensors)) >= 2**31}
-    return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n), meta
+    return out, (cdiv(n, meta["BLOCK"]),), (out, *tensors, n), meta
 
 
 def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
@@ -108,12 +119,12 @@ def elementwise_args(shape, dtype, dense, *inputs, config=None, columns=1):
     block = 2048 if index and compiled(out) else 1024
     meta = {"BLOCK": block, **(config or {}), "WIDE": max(n, *(extent(t) for t in inputs)) >= 2**31}
     if not index:
-        return out, (triton.cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
+        return out, (cdiv(n, meta["BLOCK"]),), (out, *tensors, n, *index), meta
     # a broadcast input: tiles of rows x columns, BLOCK in all, the columns along d4 (or d3 x d4); over two dims,
     # 4 rows a tile at least, over which the columns' divisions spread
     block = meta.pop("BLOCK")
     run = index[3] * (index[2] if columns == 2 else 1)
-    meta["BLOCK_C"] = min(triton.next_power_of_2(run), block if columns == 1 else max(1, block // 4))
+    meta["BLOCK_C"] = min(next_power_of_2(run), block if columns == 1 else max(1, block // 4))
     meta["BLOCK_R"], grid = row_tiles(n, run, meta["BLOCK_C"], block)
     # int64 also where the last tiles' padding takes an index past int32 (tile_block's rows and columns)
     meta["WIDE"] = meta["WIDE"] or grid[0] * meta["BLOCK_R"] * meta["BLOCK_C"] >= 2**31
@@ -153,12 +164,12 @@ def reduce_setup(shape, like, dim, keepdim, op, config=None):
     else:
         del out_shape[dim % len(shape)]
     out = torch.empty(out_shape, device=like.device, dtype=torch.int64 if op in (4, 5) else like.dtype)
-    block_r = min(triton.next_power_of_2(extent), tile_elements(like) // 64)
-    block_c = min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r)
+    block_r = min(next_power_of_2(extent), tile_elements(like) // 64)
+    block_c = min(next_power_of_2(outer * inner), tile_elements(like) // block_r)
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
     sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
-    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
+    return out, (cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
 
 
 def reduce_dim(x, dim, keepdim, op, config=None):
@@ -171,8 +182,8 @@ def long_column(extent, inner=1):
     """Columns too long for one tile: along_loop_kernel. Along a dim other than the last (inner > 1), also columns
     too long for a tile of 32 of them side by side: their rows are 128-byte lines, fully used by one load (a whole
     column's tile of a few columns reads a few bytes per line and costs one memory transaction per row)."""
-    side_by_side = min(triton.next_power_of_2(inner), 32) if inner > 1 else 1
-    return extent > 4096 or triton.next_power_of_2(extent) * side_by_side > 4096
+    side_by_side = min(next_power_of_2(inner), 32) if inner > 1 else 1
+    return extent > 4096 or next_power_of_2(extent) * side_by_side > 4096
 
 
 def short_rows(extent, inner):
@@ -187,7 +198,7 @@ def along_setup(shape, like, dim, config=None, loop=False):
     ones (ROW, short_rows by default); its "WIDE", int64 index math (by default where the input passes 2^31)."""
     outer, extent, inner = split_at(shape, dim)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
-    block_r = triton.next_power_of_2(extent)
+    block_r = next_power_of_2(extent)
     rows = not loop and inner == 1 and (config or {}).get("ROWS", short_rows(extent, inner))
     config = {k: v for k, v in (config or {}).items() if k != "ROWS"} or None
     if loop:
@@ -195,7 +206,7 @@ def along_setup(shape, like, dim, config=None, loop=False):
         block_r = min(block_r, tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
     # constant rows, compiled: 16 values a thread (4 warps), fewer registers than the 32 of a 4096 tile
     tile = 2048 if rows and compiled(like) else tile_elements(like)
-    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile // block_r))
+    block_c = max(1, min(next_power_of_2(outer * inner), tile // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     if not loop:
         meta["AXIS"] = 1 if inner == 1 else 0  # the last dim: a tile of contiguous rows (along_dim_kernel)
@@ -203,7 +214,7 @@ def along_setup(shape, like, dim, config=None, loop=False):
         meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
     # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
     sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
-    return out, (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
+    return out, (cdiv(outer * inner, meta["BLOCK_C"]),), (out,), {**meta, **sizes}
 
 
 def along_dim(x, dim, op, config=None):
@@ -243,12 +254,12 @@ def softmax_stats_launch(shape, like, stats, dim, config=None):
     outer, extent, inner = split_at(shape, dim)
     # compiled, 32 columns side by side where they lie side by side in memory (a 128-byte line a row, as
     # along_loop_kernel's); interpreted, as many rows as the tile holds
-    block_r = min(triton.next_power_of_2(extent), tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
-    block_c = max(1, min(triton.next_power_of_2(outer * inner), tile_elements(like) // block_r))
+    block_r = min(next_power_of_2(extent), tile_elements(like) // (32 if inner > 1 and compiled(like) else 1))
+    block_c = max(1, min(next_power_of_2(outer * inner), tile_elements(like) // block_r))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
     sizes = {"R": extent, "I": inner, "n_cols": outer * inner}
-    return (triton.cdiv(outer * inner, meta["BLOCK_C"]),), (stats,), {**meta, **sizes}
+    return (cdiv(outer * inner, meta["BLOCK_C"]),), (stats,), {**meta, **sizes}
 
 
 def reduced_shape(shape, dim, keepdim):
@@ -275,7 +286,7 @@ def cross_entropy_setup(x, ignore_index, reduction, config=None):
     rows, classes = x.shape
     size = 2 * rows if reduction else rows
     loss = torch.empty(size, device=x.device, dtype=torch.float32 if reduction else x.dtype)
-    block = min(triton.next_power_of_2(classes), tile_elements(x))
+    block = min(next_power_of_2(classes), tile_elements(x))
     meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, x)
     meta.update(V=classes, IGNORE=ignore_index, COUNT=bool(reduction), WIDE=rows * classes >= 2**31)
     return loss, (rows,), meta
@@ -307,14 +318,14 @@ def softmax_reduce_setup(shape, like, stats, sdim, dim, keepdim, op, config=None
     out = torch.empty(out_shape, device=like.device, dtype=torch.int64 if op in (4, 5) else like.dtype)
     mode = softmax_stats_mode(shape, sdim, dim)
     seg = s_extent if mode == 1 else outer * inner  # columns a program's block stays within
-    block_r = min(triton.next_power_of_2(extent), tile_elements(like) // 64)
-    block_c = min(triton.next_power_of_2(seg), tile_elements(like) // block_r)
+    block_r = min(next_power_of_2(extent), tile_elements(like) // 64)
+    block_c = min(next_power_of_2(seg), tile_elements(like) // block_r)
     meta = tuned({"BLOCK_R": block_r, "BLOCK_C": block_c}, config, like)
     meta["WIDE"] = meta.get("WIDE", False) or outer * extent * inner >= 2**31  # a config may only widen
     # the statistics' stride along the reduced dim: x's, less the softmax's dim where that is inside it
     stride = 0 if mode == 2 else inner if dim > sdim else inner // s_extent
     sizes = {"R": extent, "I": inner, "SEG": seg, "SR": s_extent, "SI": s_inner, "NS": s_outer * s_inner, "RS": stride}
-    grid = (outer * inner // seg * triton.cdiv(seg, meta["BLOCK_C"]),)
+    grid = (outer * inner // seg * cdiv(seg, meta["BLOCK_C"]),)
     return out, grid, (stats, out), {**meta, **sizes}
 
 
@@ -340,11 +351,11 @@ def row_norm_tile(rows, length, like):
     a row of up to 32768 values is one tile, a warp per 1024 values (16 at most: 64 a thread): each of the kernel's
     three passes is one load of the whole row, all in flight at once, not a loop of steps each waiting on its load.
     Longer rows go in tile_elements steps."""
-    block = triton.next_power_of_2(length)
+    block = next_power_of_2(length)
     if compiled(like) and tile_elements(like) < block <= 32768:
         return {"BLOCK_ROWS": 1, "BLOCK": block, "num_warps": min(16, block // 1024)}
     block = min(block, tile_elements(like))
-    return {"BLOCK_ROWS": max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
+    return {"BLOCK_ROWS": max(1, min(next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
 
 
 def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None):
@@ -368,7 +379,7 @@ def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=N
     args = (like if weight is None else weight, like if bias is None else bias, out, eps)
     # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
     sizes = {"n_rows": rows, "L": length, "S": positions, "CPG": per_group, "G": groups}
-    return out, (triton.cdiv(rows, meta["BLOCK_ROWS"]),), args, {**meta, **sizes}
+    return out, (cdiv(rows, meta["BLOCK_ROWS"]),), args, {**meta, **sizes}
 
 
 def row_norm(x, weight, bias, mode, groups=1, config=None, eps=None):
@@ -400,11 +411,11 @@ def batch_norm_setup(shape, like, weight, bias, config=None, eps=None):
     for d in shape[2:]:
         positions *= d
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
-    block = min(triton.next_power_of_2(shape[0] * positions), tile_elements(like) // 4)
-    block_c = max(1, min(triton.next_power_of_2(channels), tile_elements(like) // 4 // block))
+    block = min(next_power_of_2(shape[0] * positions), tile_elements(like) // 4)
+    block_c = max(1, min(next_power_of_2(channels), tile_elements(like) // 4 // block))
     meta = tuned({"BLOCK_C": block_c, "BLOCK": block}, config, like)
     args = (weight, bias, out, shape[0], channels, positions, norm_eps(like, 4, eps))
-    return out, (triton.cdiv(channels, meta["BLOCK_C"]),), args, meta
+    return out, (cdiv(channels, meta["BLOCK_C"]),), args, meta
 
 
 def batch_norm(x, weight, bias, config=None, eps=None):
@@ -435,13 +446,13 @@ def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None, eps=
         numel *= d
     length = weight.numel()
     rows = numel // length
-    block = triton.next_power_of_2(length)
+    block = next_power_of_2(length)
     if compiled(like):
         meta = {"BLOCK_ROWS": 1, "BLOCK": block, "num_warps": 16}
     else:
-        meta = {"BLOCK_ROWS": max(1, min(triton.next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
+        meta = {"BLOCK_ROWS": max(1, min(next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
     meta = tuned(meta, config, like)
-    blocks = triton.cdiv(rows, meta["BLOCK_ROWS"])
+    blocks = cdiv(rows, meta["BLOCK_ROWS"])
     grid = (min(blocks, 2 * sm_count(like)) if compiled(like) else blocks,)
     # the last prefetch reaches a grid's rows past n_rows (masked, but its offsets are computed)
     meta["WIDE"] = meta.get("WIDE", False) or (rows + grid[0] * meta["BLOCK_ROWS"]) * length >= 2**31
@@ -490,9 +501,9 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps
     eps = norm_eps(like, mode, eps)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     tile = 2048 if compiled(like) else 4096
-    block = min(triton.next_power_of_2(seg), tile)
-    meta = tuned({"BLOCK_N": max(1, min(triton.next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
-    tiles = triton.cdiv(segs, meta["BLOCK_N"]) * triton.cdiv(seg, meta["BLOCK"])
+    block = min(next_power_of_2(seg), tile)
+    meta = tuned({"BLOCK_N": max(1, min(next_power_of_2(segs), tile // block)), "BLOCK": block}, config, like)
+    tiles = cdiv(segs, meta["BLOCK_N"]) * cdiv(seg, meta["BLOCK"])
     # compiled, up to 8 programs per SM, 4 tiles each at least. A program streams its share no faster than its own
     # loads in flight allow, so a grid just past a wave (544 programs where 528 fit at once) ends in a second wave of
     # a few programs that take as long as the first, most SMs idle. 8 an SM is one wave of both kernels at 4 warps and
@@ -500,9 +511,9 @@ def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps
     # and 64 KB of loads in flight an SM, and whole waves where 4 or 2 fit; the splits a row are rounded down so as not
     # to pass it. Interpreted (its cost is per program and step), 8, which still splits a row
     programs = 8 * sm_count(like) if compiled(like) else 8
-    split_tiles = max(triton.cdiv(tiles, max(1, programs // rows)), 4 if compiled(like) else 1)
-    splits = triton.cdiv(tiles, split_tiles)
-    meta = {**meta, "BLOCK_SPLITS": triton.next_power_of_2(splits)}
+    split_tiles = max(cdiv(tiles, max(1, programs // rows)), 4 if compiled(like) else 1)
+    splits = cdiv(tiles, split_tiles)
+    meta = {**meta, "BLOCK_SPLITS": next_power_of_2(splits)}
     part = torch.empty(rows * meta["BLOCK_SPLITS"] * 3, device=like.device, dtype=torch.float32)
     # the geometry is both kernels' constants, passed by keyword (a fused kernel lists constexprs after its other
     # arguments): a tile's divisions become multiplies and shifts
@@ -525,9 +536,9 @@ def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None, eps=Non
     length = weight.numel()
     outer, extent, inner = split_at(shape, dim)
     groups = outer * (inner // length)
-    split = max(1, min(triton.cdiv(extent, 4), triton.cdiv(2 * sm_count(like), groups)))
+    split = max(1, min(cdiv(extent, 4), cdiv(2 * sm_count(like), groups)))
     part = torch.empty((split, groups * length), device=like.device, dtype=torch.float32)
-    block = triton.next_power_of_2(length)
+    block = next_power_of_2(length)
     meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, like)
     eps = norm_eps(like, mode, eps)
     sizes = {"O": outer, "R": extent, "M": inner // length, "L": length, "SPLIT": split}
@@ -580,9 +591,9 @@ def matmul_args(a, b, bias, out, batch, m, n, k, a_strides, b_strides, config=No
     if compiled(a):
         bm, bn, bk = 64 if m >= 64 else 32, 64 if n >= 64 else 32, 32
     else:
-        bm, bn, bk = (min(triton.next_power_of_2(d), 128) for d in (m, n, k))
+        bm, bn, bk = (min(next_power_of_2(d), 128) for d in (m, n, k))
     meta = tuned({"BM": bm, "BN": bn, "BK": bk}, config, a)
-    grid = (triton.cdiv(m, meta["BM"]) * triton.cdiv(n, meta["BN"]) * batch[0] * batch[1] * batch[2],)
+    grid = (cdiv(m, meta["BM"]) * cdiv(n, meta["BN"]) * batch[0] * batch[1] * batch[2],)
     args = (b, out, a if bias is None else bias, m, n, k, batch[1], batch[2], *a_strides, *b_strides)
     return grid, args, meta
 
@@ -632,7 +643,7 @@ def copy_setup(src, dst):
     n = src.numel()
     sizes, (ss, ds) = as_columns(n, *coalesced_dims(src.shape, [src.stride(), dst.stride()]))
     # a transpose reads or writes across its rows: square-ish 32-wide tiles keep both sides' cache lines in use
-    block_c = min(triton.next_power_of_2(sizes[3]), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
+    block_c = min(next_power_of_2(sizes[3]), 1024 if ss[4] == 1 and ds[4] == 1 else 32)
     block_r, grid = row_tiles(n, sizes[3], block_c)
     meta = {"BLOCK_R": block_r, "BLOCK_C": block_c, "WIDE": max(n, extent(src), extent(dst)) >= 2**31}
     return grid, (dst, n, *sizes, *ss, *ds), meta
@@ -660,12 +671,12 @@ def permute_setup(x, dims, config=None):
     a = next((k for k in range(4) if ss[k] == 1 and full[k] > 1), 3)
     b = [k for k in range(4) if k != a]
     tile = tile_elements(x)
-    block_c = min(triton.next_power_of_2(full[4]), tile if ss[4] == 1 else (64 if compiled(x) else 256))
-    block_a = max(1, min(triton.next_power_of_2(full[a]), tile // block_c))
-    block_c = max(1, min(triton.next_power_of_2(full[4]), tile // block_a))  # a short a leaves room for a wider c
+    block_c = min(next_power_of_2(full[4]), tile if ss[4] == 1 else (64 if compiled(x) else 256))
+    block_a = max(1, min(next_power_of_2(full[a]), tile // block_c))
+    block_c = max(1, min(next_power_of_2(full[4]), tile // block_a))  # a short a leaves room for a wider c
     meta = tuned({"BLOCK_A": block_a, "BLOCK_C": block_c, "WIDE": n >= 2**31}, config, x)
-    grid = (full[b[0]] * full[b[1]] * full[b[2]] * triton.cdiv(full[a], meta["BLOCK_A"])
-            * triton.cdiv(full[4], meta["BLOCK_C"]),)
+    grid = (full[b[0]] * full[b[1]] * full[b[2]] * cdiv(full[a], meta["BLOCK_A"])
+            * cdiv(full[4], meta["BLOCK_C"]),)
     # sizes and strides by keyword: the kernel's constants, listed after a fused kernel's positional arguments
     sizes = {"A": full[a], "C": full[4], "B1": full[b[1]], "B2": full[b[2]], "sa": ss[a], "sc": ss[4], "da": ds[a],
              "dc": ds[4]}
@@ -714,7 +725,7 @@ def triangle_setup(x, diagonal, upper):
     out = torch.empty_like(x)
     n = x.numel()
     meta = {"UPPER": upper, "BLOCK": 1024, "WIDE": n >= 2**31}
-    return out, (triton.cdiv(n, 1024),), (out, n, x.shape[-2], x.shape[-1], diagonal), meta
+    return out, (cdiv(n, 1024),), (out, n, x.shape[-2], x.shape[-1], diagonal), meta
 
 
 def triangle(x, diagonal, upper):
@@ -736,16 +747,16 @@ def conv_blocks(cout_g, cin_g, taps, positions, compiled):
     sums for 1-4 terms, TF32-sized errors for 8 (a 1 -> 32 channel ConvTranspose1d was off on 98% of its outputs;
     docs/lowering.md). Interpreted, gathers of up to 2^17 elements (tl.dot takes any shape there)."""
     if compiled:
-        block_co = max(16, min(triton.next_power_of_2(cout_g), 64))
-        block_ci = min(triton.next_power_of_2(cin_g), 32)
+        block_co = max(16, min(next_power_of_2(cout_g), 64))
+        block_ci = min(next_power_of_2(cin_g), 32)
         block_j = max(1, 16 // block_ci)
         block_p = 64
     else:
-        block_co = min(triton.next_power_of_2(cout_g), 128)
-        block_j = min(triton.next_power_of_2(taps), 512)
-        block_ci = max(1, min(triton.next_power_of_2(cin_g), 512 // block_j))
+        block_co = min(next_power_of_2(cout_g), 128)
+        block_j = min(next_power_of_2(taps), 512)
+        block_ci = max(1, min(next_power_of_2(cin_g), 512 // block_j))
         block_p = 2 ** 17 // (block_ci * block_j)
-    return block_co, block_ci, block_j, max(16, min(block_p, triton.next_power_of_2(positions)))
+    return block_co, block_ci, block_j, max(16, min(block_p, next_power_of_2(positions)))
 
 
 def conv_args(x, weight, bias, out, stride, padding, dilation, groups, transposed):
@@ -766,11 +777,11 @@ def conv_args(x, weight, bias, out, stride, padding, dilation, groups, transpose
         # the inverse of dilation / gcd mod step
         steps = tuple(next(t for t in range(1, si + 1) if t * di % si == 0) for si, di in zip(s, dil))
         inverses = tuple(pow(di * st // si, -1, st) for si, di, st in zip(s, dil, steps))
-        q = tuple(triton.cdiv(o, si) for o, si in zip(outs, s))
+        q = tuple(cdiv(o, si) for o, si in zip(outs, s))
         residues = tuple(min(si, o) for si, o in zip(s, outs))
     else:
         steps, inverses, q, residues = (1, 1, 1), (0, 0, 0), outs, (1, 1, 1)
-    taps = tuple(triton.cdiv(ki, st) for ki, st in zip(k, steps))
+    taps = tuple(cdiv(ki, st) for ki, st in zip(k, steps))
     sizes = {"N": x.shape[0], "C": x.shape[1], "CO": out.shape[1], "CIN_G": x.shape[1] // groups,
              "COUT_G": out.shape[1] // groups}
     per_dim = {"": (d, h, w), "O": outs, "K": k, "S": s, "P": spatial3((padding,) * n, n, 0), "D": dil, "Q": q,
@@ -798,7 +809,7 @@ def conv_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, tr
     # interpreted, int64 (its int32 overflow checks cost more); a config may only widen
     wide = not compiled(x) or max(x.numel(), out.numel(), weight.numel()) >= 2**29
     meta["WIDE"] = meta.get("WIDE", False) or wide
-    grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
+    grid = (phases * cdiv(positions, meta["BLOCK_P"]), groups * cdiv(cout_g, meta["BLOCK_CO"]))
     return out, grid, tensors, {**meta, **sizes}
 
 
@@ -821,9 +832,9 @@ def conv_small_blocks(cout_g, positions, compiled):
     of BLOCK_P / 64 positions (2 warps, conv_small_setup), BLOCK_CO + BLOCK_P / 64 loads for their product's FMAs:
     16 x 256 (64 accumulators a thread), fewer channels for longer blocks; on an H200 the fastest of five tiles on
     the probe's one- to eight-channel convs (bench/conv_probe.py). Interpreted, 2^16."""
-    block_co = min(triton.next_power_of_2(cout_g), 16 if compiled else 128)
+    block_co = min(next_power_of_2(cout_g), 16 if compiled else 128)
     block_p = min((4096 if compiled else 1 << 16) // block_co, 1024 if compiled else 1 << 16)
-    return block_co, max(32, min(block_p, triton.next_power_of_2(positions)))
+    return block_co, max(32, min(block_p, next_power_of_2(positions)))
 
 
 def conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, groups, transposed, config=None):
@@ -835,7 +846,7 @@ def conv_small_setup(x, weight, bias, out_shape, stride, padding, dilation, grou
     block_co, block_p = conv_small_blocks(cout_g, positions, compiled(x))
     warps = {"num_warps": 2} if compiled(x) else {}
     meta = tuned({"BLOCK_CO": block_co, "BLOCK_P": block_p, **warps}, config, x)
-    grid = (phases * triton.cdiv(positions, meta["BLOCK_P"]), groups * triton.cdiv(cout_g, meta["BLOCK_CO"]))
+    grid = (phases * cdiv(positions, meta["BLOCK_P"]), groups * cdiv(cout_g, meta["BLOCK_CO"]))
     return out, grid, tensors, {**meta, **sizes}
 
 
@@ -858,8 +869,8 @@ def pool_setup(x, out_shape, kernel, stride, padding, config=None):
     rows = out.numel() // ow
     # compiled, 1024 outputs a program (each of them KD x KH x KW loads); interpreted, tiles as large as numpy likes
     tile = 1024 if compiled(x) else 1 << 14
-    block_w = min(triton.next_power_of_2(ow), 128 if compiled(x) else tile)
-    block_r = max(1, min(tile // block_w, triton.next_power_of_2(rows)))
+    block_w = min(next_power_of_2(ow), 128 if compiled(x) else tile)
+    block_r = max(1, min(tile // block_w, next_power_of_2(rows)))
     meta = tuned({"BLOCK_R": block_r, "BLOCK_W": block_w}, config, x)
     kd, kh, kw = spatial3((kernel,) * n, n, 1)
     sd, sh, sw = spatial3((stride,) * n, n, 1)
@@ -868,7 +879,7 @@ def pool_setup(x, out_shape, kernel, stride, padding, config=None):
     sizes |= {"SD": sd, "SH": sh, "SW": sw, "PD": pd, "PH": ph, "PW": pw}
     # int32 index math below 2^31 values (a masked lane's offsets may wrap, never used)
     sizes["WIDE"] = max(x.numel(), out.numel()) >= 2**31
-    grid = (triton.cdiv(rows, meta["BLOCK_R"]), triton.cdiv(ow, meta["BLOCK_W"]))
+    grid = (cdiv(rows, meta["BLOCK_R"]), cdiv(ow, meta["BLOCK_W"]))
     return out, grid, (out, rows), {**meta, **sizes}
 
 
