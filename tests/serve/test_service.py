@@ -76,13 +76,16 @@ def slow_init(source: str, marker: str = "") -> str:
     return slow
 
 
-def wait_for_marker(marker: str, timeout: float = 300) -> None:
+def wait_for_marker(marker: str, client, job_id: str, timeout: float = 300) -> None:
     """Until a verifier worker of the service (its scratch under the temporary directory) has created `marker`. The
-    bound is generous: on a loaded 2-core machine the service's queue and a worker's start can pass 120 s."""
+    bound is generous: on a loaded 2-core machine the service's queue and a worker's start can pass 120 s. A job
+    that ends first fails the wait at once, with its state."""
     deadline = time.monotonic() + timeout
     while not list(Path(tempfile.gettempdir()).glob(f"drtriton-verify-*/*/{marker}")):
-        assert time.monotonic() < deadline, f"no verifier worker ran the program in {timeout} s"
-        time.sleep(0.05)
+        status = client.get(f"/v1/conversions/{job_id}").json()
+        assert status["state"] in ("queued", "running"), f"the job ended before a worker ran it: {status}"
+        assert time.monotonic() < deadline, f"no verifier worker ran the program in {timeout} s: {status}"
+        time.sleep(0.2)
 
 
 @pytest.fixture(scope="module")
@@ -264,7 +267,7 @@ def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service)
     # the replica (a kill between two calls loses nothing either, but then no call needs sending again).
     marker = f"capture-started-{uuid.uuid4().hex}"
     job_id = submit(client, slow_init(read("swiglu"), marker), "kill", k=3)
-    wait_for_marker(marker)
+    wait_for_marker(marker, client, job_id)
     status = client.get(f"/v1/conversions/{job_id}").json()
     assert status["state"] == "running", "the job ended before the replica could be killed"
     ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
