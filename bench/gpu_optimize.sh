@@ -6,6 +6,8 @@
 #   bash bench/gpu_optimize.sh start "fp32 bf16" 240   # dtypes, optimize's budget in seconds; EXAMPLE: the BxS
 #                                                      # optimize records (4x512); OPT_OPTS: more options
 #   bash bench/gpu_optimize.sh wait 560                # up to 560 s; the rows so far come back in $OUT
+# GPUS="2 3": the GPUs to optimize on (default 0 1 ...), the table on the first; AFTER=bench/realworld.py: the table
+# waits until no such process runs (its verifier workers would slow the launch-bound rows).
 set -u
 WORK=/tmp/optimize
 case "$1" in
@@ -16,16 +18,20 @@ start)
   # GPU, the dtypes one after another: a step of this model is bound by the CPU launching kernels, so rows timed
   # while another process runs its verifier's workers come out slower than they are.
   opts="--random smollm2 --device cuda --example ${EXAMPLE:-4x512} --budget-s ${3:-240} ${OPT_OPTS:-}"
+  read -r -a gpus <<< "${GPUS:-$(seq -s ' ' 0 $(( ${#dtypes[@]} - 1 )))}"
   warm=""
   g=0
   for dt in "${dtypes[@]}"; do
-    warm+="CUDA_VISIBLE_DEVICES=$g python3 bench/optimize.py $opts --dtypes $dt --variants optimize --shapes 1x16 \
+    warm+="CUDA_VISIBLE_DEVICES=${gpus[$g]} python3 bench/optimize.py $opts --dtypes $dt --variants optimize --shapes 1x16 \
       > $WORK/warm_$dt.log 2>&1 & "
     g=$((g + 1))
   done
   all=$(IFS=,; echo "${dtypes[*]}")
   # setsid: the runs outlive the call that started them
-  setsid nohup bash -c "$warm wait; CUDA_VISIBLE_DEVICES=0 python3 bench/optimize.py $opts --dtypes $all \
+  after=":"
+  # [b]ench/...: the pattern matches that run's command line, never this shell's own
+  [ -n "${AFTER:-}" ] && after="while pgrep -f '[${AFTER:0:1}]${AFTER:1}' > /dev/null; do sleep 5; done"
+  setsid nohup bash -c "$warm wait; $after; CUDA_VISIBLE_DEVICES=${gpus[0]} python3 bench/optimize.py $opts --dtypes $all \
     --shapes 8x512,1x2048,decode:512 --out $WORK/optimize.json > $WORK/optimize.log 2>&1" > /dev/null 2>&1 &
   echo "started: optimize ${dtypes[*]} on $g GPUs, then the table";;
 wait)

@@ -6,14 +6,15 @@
 #   bash bench/gpu_realworld.sh wait 560                      # up to 560 s; the rows so far come back in $OUT
 # A file's variants (suite.toml's variant_of) are left out: --dtype sets every program's dtype. A second `start` on the
 # same machine runs only the programs no earlier shard finished; SKIP_float32=a,b leaves out those done elsewhere.
+# GPUS="0 1" uses only those GPUs (default: all); SOURCES=lowering,inductor names the search's candidate sources.
 set -u
 WORK=/tmp/realworld
 case "$1" in
 start)
   read -r -a dtypes <<< "$2"
   budget=${3:-20}
-  gpus=$(nvidia-smi -L | wc -l)
-  per=$(( gpus / ${#dtypes[@]} ))
+  read -r -a gpus <<< "${GPUS:-$(seq -s ' ' 0 $(( $(nvidia-smi -L | wc -l) - 1 )))}"
+  per=$(( ${#gpus[@]} / ${#dtypes[@]} ))
   mkdir -p $WORK
   run=$(date +%s)
   g=0
@@ -28,8 +29,8 @@ print(' '.join(n for n, p in suite(Path('tests/realworld/suite.toml')).items() i
     for ((s = 0; s < per; s++)); do
       only=$(tr ' ' '\n' <<< "$names" | awk -v s=$s -v n=$per '(NR - 1) % n == s' | paste -sd,)
       # setsid: the shard outlives the call that started it
-      CUDA_VISIBLE_DEVICES=$g setsid nohup python3 bench/realworld.py --device cuda --sizes llm --dtype "$dt" \
-        --budget-s "$budget" --only "$only" --out "$WORK/rw_${dt}_${run}_$s.json" > "$WORK/rw_${dt}_${run}_$s.log" 2>&1 &
+      CUDA_VISIBLE_DEVICES=${gpus[$g]} setsid nohup python3 bench/realworld.py --device cuda --sizes llm --dtype "$dt" \
+        --budget-s "$budget" --sources "${SOURCES:-lowering}" --only "$only" --out "$WORK/rw_${dt}_${run}_$s.json" > "$WORK/rw_${dt}_${run}_$s.log" 2>&1 &
       g=$((g + 1))
     done
   done
