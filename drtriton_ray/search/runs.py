@@ -61,6 +61,7 @@ def report_fields(r) -> dict:
         nodes=r.program.get("nodes"),
         torch_nodes=r.program.get("torch_nodes"),
         triton_fragments=sum(1 for p in r.tiling if p.get("kind") == "triton"),
+        origins=[p.get("origin", "") for p in r.tiling if p.get("kind") == "triton"],  # each one's candidate source
         kept_original=r.kept_original,
     )
 

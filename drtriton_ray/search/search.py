@@ -105,8 +105,13 @@ class ConversionResult:
         return cls(d["module_source"], ConversionReport(**d["report"]))
 
 
-def tiling_rows(graph, pieces: list[Piece]) -> list[dict]:
-    return [{**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces]
+def tiling_rows(graph, pieces: list[Piece], origins: dict[str, str]) -> list[dict]:
+    """The report's tiling: per piece its nodes' operators and, for a Triton piece, the source of its kernels."""
+    rows = [{**asdict(p), "ops": [graph.program.nodes[k].op for k in range(p.start, p.end)]} for p in pieces]
+    for row in rows:
+        if row["kind"] == "triton":
+            row["origin"] = origins.get(row["fragment"], "")
+    return rows
 
 
 def task_seed(seed: int, *parts) -> int:
@@ -263,6 +268,10 @@ class Search:
                 self.cache.put(Entry(h, self.device, self.cache.version, best, tried))
 
     # -- assembly --------------------------------------------------------------------------------------------
+    def origins(self) -> dict[str, str]:
+        """Fragment hash -> the source that proposed its best candidate."""
+        return {h: b.candidate.source for h in self.fragments if (b := self.best(h)) is not None}
+
     def tiling(self, graph, placed: list[Fragment]) -> tuple[list[Piece], dict]:
         """The chosen tiling and, per Triton piece's (start, end), its fragment and verified code. Where sizes vary,
         from the fragments whose kernels are general where there are any: an answer that runs its kernels at every
@@ -309,11 +318,11 @@ class Search:
         """The answer's source: the assembled module if it is verified (and on a GPU faster), else the original.
         `placed`: the fragments per mode, "train" and, where the program has an eval-mode graph, "eval"."""
         pieces, chosen = self.tiling(graph, placed["train"])
-        report.tiling = tiling_rows(graph, pieces)
+        report.tiling = tiling_rows(graph, pieces, self.origins())
         eval_pieces = eval_chosen = None
         if graph.eval_graph is not None:
             eval_pieces, eval_chosen = self.tiling(graph.eval_graph, placed["eval"])
-            report.eval_tiling = tiling_rows(graph.eval_graph, eval_pieces)
+            report.eval_tiling = tiling_rows(graph.eval_graph, eval_pieces, self.origins())
         if not chosen:
             report.reason = "no fragment has a verified Triton candidate: the original program is kept"
             return kept_original(source)

@@ -72,6 +72,7 @@ def test_hand_written_problems_convert_with_the_lowering(pool, tmp_path):
         check_other_shapes(source, result.module_source)
     strict = convert(read("rmsnorm"), sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
     assert strict.report.end_to_end["policy"] == "strict"  # every node in Triton
+    assert {t["origin"] for t in strict.report.tiling} == {"lowering"}  # the source of each piece's kernels
     hybrid = convert(read("unmapped_op"), sources=["lowering"], k=2, verifier=pool, cache=tmp_path)
     assert [t["kind"] for t in hybrid.report.tiling].count("torch") == 2  # cumprod and topk stay ATen
 
