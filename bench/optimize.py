@@ -8,9 +8,10 @@ prefill of BxS tokens without a KV cache, one decode step after a prefill), in o
 `--model` is a Hugging Face causal LM folder (`drtriton prepare-model smollm2 --out models/smollm2`); `--random
 smollm2` builds a Llama of SmolLM2-135M's shape with random weights instead (speed does not depend on the weights;
 the folder need not travel to a GPU machine). Each dtype's model is optimized once (`--example BxS`, dynamic batch
-and sequence), then every variant runs every workload: `--warmup` untimed calls (torch.compile compiles there), then
-`--reps` timed ones, the median reported with the largest logit difference from eager's. Liger patches
-transformers' Llama classes for the rest of the process, so its rows run last. On CPU the Triton kernels run in the
+and sequence), then at each workload every variant makes `--warmup` untimed calls (torch.compile compiles there),
+then `--reps` rounds in which the variants take turns, one timed call each; the median is reported with the largest
+logit difference from eager's. Liger patches transformers' Llama classes for the rest of the process, so its rows run
+last. On CPU the Triton kernels run in the
 interpreter: the optimized rows are correctness smoke, not speed."""
 
 from __future__ import annotations
@@ -92,22 +93,32 @@ def workload(model, kind: str, batch: int, seq: int, vocab: int, device: str):
     return step
 
 
-def measure(run, kind: str, warmup: int, reps: int, device: str) -> tuple[float, object]:
-    """Median seconds of `run` over `reps` after `warmup` calls, and its last logits."""
+def timed_call(run, kind: str, device: str) -> tuple[float, object]:
+    """Seconds of one call of `run` (a decode step's own, its prefill left out) and its logits."""
+    sync(device)
+    start = time.perf_counter()
+    out = run()
+    if kind == "decode":
+        out, start = out
+    sync(device)
+    return time.perf_counter() - start, out
+
+
+def measure(runs: dict, kind: str, warmup: int, reps: int, device: str) -> dict:
+    """Per variant the median seconds over `reps` rounds and its last logits. The variants take turns within a
+    round (each round starting one later), so a slow spell of the machine falls on all of them alike."""
     import torch
 
-    times, out = [], None
+    names, times, outs = list(runs), {n: [] for n in runs}, {}
     with torch.no_grad():
-        for i in range(warmup + reps):
-            sync(device)
-            start = time.perf_counter()
-            out = run()
-            if kind == "decode":
-                out, start = out
-            sync(device)
-            if i >= warmup:
-                times.append(time.perf_counter() - start)
-    return statistics.median(times), out
+        for name in names:
+            for _ in range(warmup):
+                timed_call(runs[name], kind, device)
+        for r in range(reps):
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                seconds, outs[name] = timed_call(runs[name], kind, device)
+                times[name].append(seconds)
+    return {n: (statistics.median(times[n]), outs[n]) for n in names}
 
 
 def variants(folder: Path, dtype: str, args) -> dict:
@@ -147,19 +158,16 @@ def liger_builder(folder: Path, dtype: str, device: str):
 
 
 def run_dtype(folder: Path, dtype: str, shapes: list, args, rows: list, reference: dict) -> dict:
-    """Every variant but Liger at every workload in one dtype; eager's logits kept in `reference`."""
-    import torch
-
+    """Every variant but Liger at every workload in one dtype, timed in turns (`measure`); eager's logits kept in
+    `reference`."""
     builders, optimized = variants(folder, dtype, args)
-    for name, build in builders.items():
-        model = build()
-        vocab = load_vocab(folder)
-        for kind, batch, seq in shapes:
-            rows.append(row(name, dtype, kind, batch, seq, model, vocab, args, reference))
-            save(args.out, {"rows": rows})
-        del model
-        if args.device.startswith("cuda"):
-            torch.cuda.empty_cache()
+    models, vocab = {name: build() for name, build in builders.items()}, load_vocab(folder)
+    for kind, batch, seq in shapes:
+        runs = {name: workload(m, kind, batch, seq, vocab, args.device) for name, m in models.items()}
+        measured = measure(runs, kind, args.warmup, args.reps, args.device)
+        for name, (seconds, logits) in measured.items():
+            rows.append(row(name, dtype, (kind, batch, seq), seconds, logits, reference))
+        save(args.out, {"rows": rows})
     return optimized.get("report")
 
 
@@ -167,12 +175,10 @@ def load_vocab(folder: Path) -> int:
     return json.loads((folder / "config.json").read_text())["vocab_size"]
 
 
-def row(name: str, dtype: str, kind: str, batch: int, seq: int, model, vocab: int, args, reference: dict) -> dict:
+def row(name: str, dtype: str, shape: tuple, seconds: float, logits, reference: dict) -> dict:
     """One measurement; eager's logits are the reference the others' differences are taken against."""
+    kind, batch, seq = shape
     key = (dtype, kind, batch, seq)
-    seconds, logits = measure(
-        workload(model, kind, batch, seq, vocab, args.device), kind, args.warmup, args.reps, args.device
-    )
     logits = logits.float().cpu()
     if name == "eager":
         reference[key] = (seconds, logits)
@@ -211,7 +217,7 @@ def main() -> int:
     p.add_argument("--budget-s", type=float, default=600.0, help="optimize's budget per dtype")
     p.add_argument("--cache", default=None, help="conversion cache folder (default: the converter's)")
     p.add_argument("--warmup", type=int, default=2)
-    p.add_argument("--reps", type=int, default=5)
+    p.add_argument("--reps", type=int, default=10, help="timed rounds (the variants take turns in each)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", help="also write the rows (and each dtype's optimize report) as JSON here")
     args = p.parse_args()
@@ -246,7 +252,9 @@ def run(args, folder: Path) -> int:
             for dtype in dtypes:
                 model, vocab = liger_builder(folder, dtype, args.device), load_vocab(folder)
                 for kind, batch, seq in shapes:
-                    rows.append(row("liger", dtype, kind, batch, seq, model, vocab, args, reference))
+                    run = workload(model, kind, batch, seq, vocab, args.device)
+                    ((seconds, logits),) = measure({"liger": run}, kind, args.warmup, args.reps, args.device).values()
+                    rows.append(row("liger", dtype, (kind, batch, seq), seconds, logits, reference))
     data = {"rows": rows, "optimize": {d: asdict(r) if r else None for d, r in reports.items()}}
     save(args.out, data)
     return finish([table(rows, args.device)], data)
