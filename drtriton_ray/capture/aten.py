@@ -223,6 +223,32 @@ def cast(s: Site) -> Result:
     return s.node("Cast", [x], {"dtype": target})
 
 
+# binary operators whose tensor operands PyTorch converts to the result's dtype first (type promotion): a bfloat16 or
+# float16 operand of a float32 result is exactly a Cast to float32 (the widening loses nothing), so the call is the
+# registry operator on Casts. A result narrower than an operand (a float32 0-dim tensor times a bfloat16 one) is not.
+PROMOTING = {
+    *(f"aten.{n}.Tensor" for n in ("add", "sub", "mul", "div", "rsub")),
+    "aten.maximum.default",
+    "aten.minimum.default",
+    "aten.pow.Tensor_Tensor",
+    "aten.where.self",
+}
+WIDENINGS = {("bfloat16", "float32"), ("float16", "float32")}
+
+
+def widened(target: str, args: dict, out: torch.Tensor) -> list[torch.fx.Node]:
+    """The tensor operands of a call that type promotion widens exactly to its result's dtype (PROMOTING)."""
+    if target not in PROMOTING or not isinstance(out, torch.Tensor):
+        return []
+    to = dtype_name(out)
+    vals = [(v, v.meta.get("val")) for v in args.values() if isinstance(v, torch.fx.Node)]
+    return [v for v, val in vals if isinstance(val, torch.Tensor) and (dtype_name(val), to) in WIDENINGS]
+
+
+def dtype_name(t: torch.Tensor) -> str:
+    return str(t.dtype).removeprefix("torch.")
+
+
 # -- contractions, convolutions, pooling ---------------------------------------------------------
 def matmul(op: str, min_rank: int) -> Callable[[Site], Result]:
     def mapper(s: Site) -> Result:

@@ -37,7 +37,7 @@ from typing import Optional, Sequence
 import torch
 import torch.export  # loaded with this module: a worker imports it once, before its sandbox
 
-from drtriton_ray.capture.aten import Site, bind, is_alias, registry_nodes
+from drtriton_ray.capture.aten import Site, bind, dtype_name, is_alias, registry_nodes, widened
 from drtriton_ray.capture.dims import mark_symbolic, size_constants
 from drtriton_ray.capture.errors import CaptureError
 from drtriton_ray.ir import TORCH_OP, Graph, Node, Program, Tensor
@@ -274,6 +274,7 @@ class Builder:
         self.made_by: dict[int, tuple[str, int | None]] = {}  # tensor id -> (FX node name, result index)
         self.nodes: list[tuple[Node, str, str]] = []  # with the user's line and, for Torch nodes, why
         self.stats: dict[str, dict[int, int]] = {}  # batch norm FX node -> {3: batch mean id, 4: batch var id}
+        self.casts: dict[tuple[int, str], int] = {}  # (tensor id, float dtype) -> its Cast's output
         self.graph = Graph(Program([], {}, "float32", 0), [])
 
     def build(self) -> Graph:
@@ -361,10 +362,34 @@ class Builder:
             self.ids[n.name] = site.t("self") if "self" in site.args else site.t("input")
             return
         self.ids[n.name] = outs[0] if isinstance(n.meta["val"], torch.Tensor) else outs
-        nodes, why = registry_nodes(site), ""
+        made, ids = self.promote(site)
+        nodes, why = registry_nodes(Site(site.target, site.args, n, ids, self.tensors, outs)), ""
         if isinstance(nodes, str):
-            nodes, why = [self.torch_node(n, outs)], nodes
-        self.nodes += [(node, self.line(n), why) for node in nodes]
+            for node in reversed(made):  # the last tensors made: ids stay dense
+                del self.tensors[node.outputs[0]], self.made_by[node.outputs[0]]
+            made, nodes, why = [], [self.torch_node(n, outs)], nodes
+        for node in made + nodes:
+            if node.op == "Cast":
+                self.casts.setdefault((node.inputs[0], node.params["dtype"]), node.outputs[0])
+        self.nodes += [(node, self.line(n), why) for node in made + nodes]
+
+    def promote(self, site: Site) -> tuple[list[Node], object]:
+        """The Casts PyTorch's type promotion implies for a call's operands (aten.widened), each tensor's Cast to that
+        dtype made once (an explicit `x.float()` before is reused), and the call's tensor ids with them."""
+        widen = widened(site.target, site.args, site.fx.meta.get("val"))
+        if not widen:
+            return [], self.id_of
+        made, to, cast_of = [], dtype_name(site.fx.meta["val"]), {}
+        for v in widen:
+            src = self.id_of(v)
+            tid = self.casts.get((src, to), next((m.outputs[0] for m in made if m.inputs[0] == src), None))
+            if tid is None:
+                tid = len(self.made_by)
+                self.tensors[tid] = Tensor(tid, list(self.tensors[src].shape), to, "intermediate")
+                self.made_by[tid] = self.made_by[src]  # its values are the operand's (hints)
+                made.append(Node("Cast", [src], [tid], {"dtype": to}))
+            cast_of[v.name] = tid
+        return made, lambda fx: cast_of.get(fx.name, self.id_of(fx))
 
     def torch_node(self, n, outs: list[int]) -> Node:
         target, args, kwargs = str(n.target), list(n.args), dict(n.kwargs)
