@@ -1,11 +1,14 @@
 """Swapping converted blocks into a model, and back.
 
-A group's answer (the converted wrapper, `ModelNew`) becomes one torch custom op, `drtriton::<op>` (`register`):
-its inputs are the call's tensors and the block's parameters and buffers, its implementation runs `ModelNew` on them
-(`torch.func.functional_call` over one template built on the meta device), and its fake implementation runs the
-block's own forward on fake tensors, so torch.compile traces the model through the op with no graph break and treats
-the Triton code as one opaque call. Outside torch.compile a swapped block calls the implementation itself: the op's
-dispatch costs several times a small kernel's launch, which a decode step pays once per block.
+A group's answer (the converted wrapper, `ModelNew`) becomes one torch op, `drtriton::<op>` (`register`): its inputs
+are the call's tensors and the block's parameters and buffers, its implementation runs `ModelNew` on them (one
+template module built on the meta device, its state entries set for the call). Where Triton compiles for a GPU the op
+is a `torch.library.triton_op` over the answer's traceable copy (traceable.py: every launch through wrap_triton), so
+torch.compile traces the wrapper's Python and the kernel launches into its graph and Inductor launches the kernels
+from its own code, fusing its kernels around them. Under Triton's interpreter, whose kernels cannot be traced, it is
+an opaque custom op whose fake implementation runs the block's own forward. Outside torch.compile a swapped block
+calls the implementation itself, on the answer module as written: the op's dispatch costs several times a small
+kernel's launch, which a decode step pays once per block.
 
 A block is swapped by giving it a subclass of its own class (`TritonLlamaMLP(LlamaMLP)`, `swap_in`) whose forward
 calls the op where the call is one the answer was verified for: the same structure and constants, each tensor of the
@@ -28,6 +31,7 @@ from torch import nn
 
 from drtriton_ray.optimize.problem import ATTRIBUTE
 from drtriton_ray.optimize.record import matches, unflatten
+from drtriton_ray.optimize.traceable import compiles, import_traceable
 
 SCHEMA = "(Tensor[] args, Tensor[] state) -> Tensor[]"
 OPS: dict[str, object] = {}  # op name -> the custom op registered in this process (an op name is registered once)
@@ -71,14 +75,12 @@ def import_answer(path: Path, op: str):
 
 
 def fresh(outputs: list, inputs: list) -> list:
-    """Outputs that alias no input and no other output (a custom op's contract): copies where they would."""
-    seen = {t.untyped_storage().data_ptr() for t in inputs if t.numel()}
-    result = []
+    """Outputs that alias no input and no other output (a custom op's contract): copies where they would. Storages
+    are compared by identity, not address: the fake tensors torch.compile traces with have none."""
+    result: list = []
     for t in outputs:
-        if t.numel() and t.untyped_storage().data_ptr() in seen:
+        if any(torch._C._is_alias_of(t, u) for u in inputs) or any(torch._C._is_alias_of(t, u) for u in result):
             t = t.clone()
-        if t.numel():
-            seen.add(t.untyped_storage().data_ptr())
         result.append(t)
     return result
 
@@ -124,17 +126,36 @@ class Templates(threading.local):
 
 
 def register(swap: Swap, path: Path):
-    """The custom op of one answer file (module docstring), registered once per process; its implementation also
-    serves calls outside torch.compile directly (`op.drt_run`)."""
+    """The op of one answer file (module docstring), registered once per process; its implementation also serves
+    calls outside torch.compile directly (`op.drt_run`)."""
     if swap.op in OPS:
         return OPS[swap.op]
     module = import_answer(path, swap.op)
     templates = Templates(module.ModelNew, swap.state)
+    run = implementation(templates)
+    if compiles(module):
+        op = traced_op(swap, path)
+    else:  # Triton's interpreter: torch.compile cannot trace its kernels, the op stays opaque
+        op = torch.library.custom_op(f"drtriton::{swap.op}", run, mutates_args=(), schema=SCHEMA)
+        op.register_fake(fake_implementation(swap, templates))
+    op.drt_run = run
+    OPS[swap.op] = op
+    return op
+
+
+def implementation(templates: Templates):
+    """The op's implementation: the answer module run on the call's tensors and the block's state."""
 
     def run(args, state):
         with torch.no_grad():
             out = templates.call(list(args), list(state))
         return fresh(tensor_outputs(out), list(args) + list(state))
+
+    return run
+
+
+def fake_implementation(swap: Swap, templates: Templates):
+    """The custom op's outputs on fake tensors: the block's own forward on them."""
 
     def fake(args, state):
         call_args, call_kwargs = unflatten(swap.spec, list(args))
@@ -144,11 +165,23 @@ def register(swap: Swap, path: Path):
         matches(swap.out_spec, out, leaves)
         return [torch.empty_like(t) for t in leaves]
 
-    op = torch.library.custom_op(f"drtriton::{swap.op}", run, mutates_args=(), schema=SCHEMA)
-    op.register_fake(fake)
-    op.drt_run = run
-    OPS[swap.op] = op
-    return op
+    return fake
+
+
+def traced_op(swap: Swap, path: Path):
+    """The triton_op running the answer's traceable copy (traceable.py), which torch.compile traces into its graph."""
+    try:
+        module = import_traceable(path, f"drtriton_traceable_{swap.op}")
+    except Exception as e:
+        raise SwapError(f"{path} has no traceable copy: {type(e).__name__}: {e}") from None
+    templates = Templates(module.ModelNew, swap.state)
+    templates.get()  # built now, not first inside a trace on fake tensors (another thread builds its own)
+    run = implementation(templates)
+
+    def body(args: list[torch.Tensor], state: list[torch.Tensor]) -> list[torch.Tensor]:
+        return run(args, state)
+
+    return torch.library.triton_op(f"drtriton::{swap.op}", body, mutates_args=())
 
 
 def call_direct(op, swap: Swap, tensors: list, state: list):
