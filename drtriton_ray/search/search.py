@@ -1,9 +1,9 @@
 """The test-time search: capture (in a verifier worker) -> fragments -> candidates from the configured sources ->
 verification in batches -> cache -> assembly -> the whole module verified and timed against the original.
 
-Round one asks the first-turn sources (lowering, model) about every fragment the cache cannot answer; round two
-the sources that build on verdicts (refine, configs). Every verification goes through the verifier in batches of
-`batch` tasks (a pool spreads them over its workers, the Ray service over its actors), within the budget's
+Round one asks the first-turn sources (lowering, inductor, model) about every fragment the cache cannot answer;
+round two the sources that build on verdicts (refine, configs). Every verification goes through the verifier in
+batches of `batch` tasks (a pool spreads them over its workers, the Ray service over its actors), within the budget's
 candidates and wall seconds. The answer is never slower than the original: an assembled module that fails, or on
 a GPU is not faster than eager PyTorch, gives way to the user's own program, and the report says why.
 """
@@ -20,6 +20,7 @@ from drtriton_ray.models.load import ModelError
 from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
 from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
 from drtriton_ray.search.fragments import Fragment, enumerate_fragments
+from drtriton_ray.search.inductor import InductorSource
 from drtriton_ray.search.settings import ConversionSettings
 from drtriton_ray.search.sources import (
     Attempt,
@@ -34,7 +35,7 @@ from drtriton_ray.search.sources import (
     one_line,
 )
 
-FIRST_ROUND = ("lowering", "model")
+FIRST_ROUND = ("lowering", "inductor", "model")
 SECOND_ROUND = ("refine", "configs")
 
 # Timing windows per fragment candidate (and its reference): enough to rank candidates for the tiling, a fifth of
@@ -129,6 +130,7 @@ def build_sources(config: ConversionSettings, policy=None) -> tuple[dict, Option
         policy = PolicyModel(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
     makers = {
         "lowering": lambda: LoweringSource(),
+        "inductor": lambda: InductorSource(config.device),
         "model": lambda: ModelSource(policy, config.samples, config.seed),
         "refine": lambda: RefineSource(policy, config.seed),
         "configs": lambda: ConfigSource(config.variants),

@@ -14,7 +14,7 @@ from typing import Callable, Optional
 from drtriton_ray.search.cache import DEFAULT_CACHE
 
 DEVICES = ("cpu", "cuda")
-SOURCES = ("lowering", "model", "refine", "configs")
+SOURCES = ("lowering", "inductor", "model", "refine", "configs")
 MODEL_SOURCES = ("model", "refine")  # need a model folder
 
 
@@ -33,7 +33,7 @@ class ConversionSettings:
     k: int = setting(5, "longest fragment, in nodes", ge=1)
     samples: int = setting(4, "model answers per fragment: 1 greedy + N-1 sampled", ge=1)
     sources: Optional[tuple[str, ...]] = setting(
-        None, "comma-separated: lowering, model, refine, configs (default: what the options allow)"
+        None, "comma-separated: lowering, inductor, model, refine, configs (default: what the options allow)"
     )
     seed: int = setting(0, "same seed, same search")
     cache: Optional[str] = setting(str(DEFAULT_CACHE), "cache folder or fsspec URI")
@@ -122,8 +122,10 @@ def parse_dynamic(text: Optional[str]) -> Optional[tuple[str, ...]]:
 
 
 def default_sources(model: Optional[str], device: str) -> tuple[str, ...]:
-    """The lowering always; the model and its refinement with a model; launch configs where kernels are timed."""
-    return ("lowering",) + (MODEL_SOURCES if model else ()) + (("configs",) if device.startswith("cuda") else ())
+    """The lowering always; the model and its refinement with a model; on a GPU torch.compile's own kernels and
+    launch configs (where kernels are timed)."""
+    gpu = ("inductor", "configs") if device.startswith("cuda") else ()
+    return ("lowering",) + (MODEL_SOURCES if model else ()) + gpu
 
 
 def default_engine(device: str) -> str:

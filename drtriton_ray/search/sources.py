@@ -2,6 +2,7 @@
 the sources the search config names:
 
 - `lowering`: the reference lowering of the fragment's Program (lower/emit.py), one per fragment;
+- `inductor`: torch.compile's own Triton for the fragment, made self-contained (search/inductor.py; CUDA only);
 - `model`: the policy model through a rollout engine, N answers per fragment: 1 greedy + N-1 sampled (DRTriton);
 - `refine`: the model again, a second turn holding its previous answer and that answer's verdict (error,
   mismatch, or its speed against eager and torch.compile);

@@ -26,7 +26,7 @@ def convert(*args):
     [
         (["--budget-s", "0"], "--budget-s must be > 0, got 0"),
         (["--max-candidates", "0"], "--max-candidates must be >= 1, got 0"),
-        (["--sources", "lowering,magic"], "unknown --sources magic; known: lowering, model, refine, configs"),
+        (["--sources", "lowering,magic"], "unknown --sources magic; known: lowering, inductor, model, refine, configs"),
         (["--device", "tpu"], "unknown --device 'tpu'"),
         (["--k", "0"], "--k must be >= 1, got 0"),
         (["--model", "no/such/folder"], "model folder no/such/folder does not exist"),
