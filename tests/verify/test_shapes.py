@@ -2,27 +2,13 @@
 at each other size; the verdict says whether it is general, and where a kernel specialized to the problem's own
 sizes stops being right. Real CPU worker pool, Triton interpreter."""
 
-from shape_candidates import RELU2_KERNEL, problem
+from shape_candidates import problem, relu2_candidate
 
 from drtriton_ray.verify import Status, Task
 
 PROBLEM = problem(24)
-CANDIDATE = (
-    "import torch\nimport torch.nn as nn\n"
-    + RELU2_KERNEL
-    + """
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        n = NUMEL
-        relu2_kernel[(triton.cdiv(n, 256),)](x, y, n, BLOCK=256)
-        return y
-"""
-)
-GENERAL = CANDIDATE.replace("NUMEL", "x.numel()")
-SPECIALIZED = CANDIDATE.replace("NUMEL", "96")  # the problem's own 4 x 24, written in
+GENERAL = relu2_candidate()
+SPECIALIZED = relu2_candidate("96")  # the problem's own 4 x 24, written in
 
 
 def test_a_general_kernel_passes_at_every_shape_and_a_specialized_one_is_not_general(pool):

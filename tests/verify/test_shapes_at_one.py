@@ -2,7 +2,7 @@
 shape where the problem itself has no answer (its reference raises, or its output is empty) is skipped with its
 reason instead of failing every candidate. Real CPU worker pool, Triton interpreter."""
 
-from shape_candidates import RELU2_KERNEL, problem
+from shape_candidates import RELU2_KERNEL, problem, relu2_candidate
 
 from drtriton_ray.search.search import other_shapes
 from drtriton_ray.verify import Task
@@ -10,23 +10,12 @@ from drtriton_ray.verify import Task
 PROBLEM = problem(24)  # relu(x) * 2 over (batch_size, hidden) = (4, 24)
 SHAPES = other_shapes({"batch_size": 4}, ["batch_size"])  # 5, 8, then 1
 HEAD = "import torch\nimport torch.nn as nn\n" + RELU2_KERNEL
-GENERAL = (
-    HEAD
-    + """
-
-class ModelNew(nn.Module):
-    def forward(self, x):
-        x = x.contiguous()
-        y = torch.empty_like(x)
-        relu2_kernel[(triton.cdiv(x.numel(), 256),)](x, y, x.numel(), BLOCK=256)
-        return y
-"""
-)
+GENERAL = relu2_candidate()
 # a one-row fast path (one program for the row, as a decode step's GEMV path has) whose block was sized for a
 # narrower row: right at every batch but 1, where the row's last 8 of 24 values are never written
 ONE_ROW_BUG = GENERAL.replace(
     "        relu2_kernel[(triton.cdiv(",
-    "        if x.shape[0] == 1:\n            relu2_kernel[(1,)](x, y, x.numel(), BLOCK=16)\n            return y\n"
+    "        if x.shape[0] == 1:\n            relu2_kernel[(1,)](x, y, n, BLOCK=16)\n            return y\n"
     "        relu2_kernel[(triton.cdiv(",
 )
 # x * x[1]: the second row scales every row; a batch of one has no second row, and the reference raises there

@@ -1,25 +1,26 @@
 import torch
 import torch.nn as nn
 
+seq = 8
+
 
 class Model(nn.Module):
-    """Attention scores masked with a boolean mask, then softmax over keys."""
+    """Attention probabilities under one boolean mask (queries x keys, True: not attended) that every batch and head
+    shares, as nn.MultiheadAttention's attn_mask: masked_fill broadcasts it over the scores."""
 
-    def __init__(self, scale=0.25):
+    def __init__(self, head_dim=16):
         super().__init__()
-        self.scale = scale
+        self.scale = head_dim**-0.5
 
-    def forward(self, scores, mask):
+    def forward(self, scores, attn_mask):
         scores = scores * self.scale
-        scores = scores.masked_fill(mask, float("-inf"))
-        return torch.softmax(scores, dim=-1)
+        return torch.softmax(scores.masked_fill(attn_mask, float("-inf")), dim=-1)
 
 
 def get_inputs():
-    scores = torch.randn(4, 2, 8, 8)
-    mask = torch.triu(torch.ones(8, 8, dtype=torch.bool), diagonal=1).expand(4, 2, 8, 8).contiguous()
-    return [scores, mask]
+    attn_mask = torch.ones(seq, seq, dtype=torch.bool).triu(1)
+    return [torch.randn(4, 2, seq, seq), attn_mask]
 
 
 def get_init_inputs():
-    return [0.25]
+    return [16]
