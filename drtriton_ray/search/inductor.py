@@ -434,6 +434,22 @@ def varying_dims(program) -> list[list[int]]:
     return [[d for d, s in enumerate(program.tensors[t].dim_names()) if s] for t in program.inputs]
 
 
+def dynamic_source(fragment) -> str:
+    """The fragment's source with its forward reading each size constant it uses from an input dim (`batch_size =
+    tensor_0.shape[0]` first): Dynamo takes a module-level int as a constant, so a view to (batch_size * seq_len, 64)
+    would pin the sizes that vary."""
+    from drtriton_ray.lower.symbolic import bindings
+
+    tree = ast.parse(fragment.source)
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "Model")
+    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    used = {n.id for s in forward.body for n in ast.walk(s) if isinstance(n, ast.Name)}
+    bound = [f"{name} = {where}" for name, where in bindings(fragment.program).items() if name in used]
+    lines = fragment.source.splitlines()
+    at, indent = forward.body[0].lineno - 1, " " * forward.body[0].col_offset
+    return "\n".join(lines[:at] + [indent + b for b in bound] + lines[at:]) + "\n"
+
+
 def chosen_config(kernel) -> Optional[dict]:
     """The config Inductor's autotuner launched a kernel with (its only one where it had no choice)."""
     launchers = getattr(kernel, "launchers", None) or []
@@ -477,7 +493,7 @@ def capture(fragment, device: str = "cuda") -> dict:
 
     from drtriton_ray.ir.problem import load_problem
 
-    mod = load_problem(fragment.source, "inductor_fragment")
+    mod = load_problem(dynamic_source(fragment), "inductor_fragment")
     torch.manual_seed(0)
     model = mod.Model(*mod.get_init_inputs()).to(device).eval()
     inputs = [x.to(device) if torch.is_tensor(x) else x for x in mod.get_inputs()]
@@ -503,9 +519,19 @@ def capture(fragment, device: str = "cuda") -> dict:
         out, codes = run_and_get_code(torch.compile(model, backend=backend), *inputs)
     if len(graphs) != 1 or len(codes) != 1:
         raise NotSelfContained(f"torch.compile made {len(graphs)} graphs ({len(codes)} output codes), not one")
+    wanted = 1 if torch.is_tensor(out) else len(out)
+    if returned(codes[0]) != wanted:  # AOTAutograd makes an output that aliases an input outside Inductor's code
+        raise NotSelfContained(f"Inductor's call returns {returned(codes[0])} tensors, the forward {wanted}")
     names = problem_parts(fragment.source)[2]
     args = [arg_of(s, names) for s in graphs[0]]
     return {"code": codes[0], "kernels": kernels_of(codes[0]), "args": args, "single": torch.is_tensor(out)}
+
+
+def returned(code: str) -> Optional[int]:
+    """How many tensors Inductor's call returns (None: not a tuple)."""
+    returns = [n for n in ast.walk(call_function(ast.parse(code))) if isinstance(n, ast.Return)]
+    last = returns[-1].value if returns else None
+    return len(last.elts) if isinstance(last, ast.Tuple) else None
 
 
 def inductor_candidate(fragment, device: str = "cuda") -> str:

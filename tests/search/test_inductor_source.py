@@ -8,8 +8,20 @@ from pathlib import Path
 
 import pytest
 
+from drtriton_ray.capture.sandbox import capture_program
 from drtriton_ray.eval.realworld import with_constants
-from drtriton_ray.search.inductor import InductorSource, NotSelfContained, arg_of, self_contained
+from drtriton_ray.ir.render import size_names
+from drtriton_ray.search.fragments import enumerate_fragments
+from drtriton_ray.search.inductor import (
+    InductorSource,
+    NotSelfContained,
+    arg_of,
+    dynamic_source,
+    returned,
+    self_contained,
+    varying_dims,
+)
+from drtriton_ray.search.search import other_shapes
 from drtriton_ray.search.settings import SOURCES, default_sources
 from drtriton_ray.search.sources import Budget
 from drtriton_ray.verify import Task, WorkerPool
@@ -40,6 +52,29 @@ CASES = {
 }
 # Kernels the interpreter can run: the others call libdevice (rmsnorm's rsqrt; cross-entropy's exp, through
 # triton_helpers.exp), which Triton's interpreter has no implementation of.
+VIEWED = """
+import torch
+import torch.nn as nn
+
+batch_size, seq_len, hidden = 2, 8, 64
+
+
+class Model(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.norm = nn.LayerNorm(hidden)
+
+    def forward(self, x):
+        return torch.relu(self.norm(x).reshape(batch_size * seq_len, hidden)) * 2.0
+
+
+def get_inputs():
+    return [torch.randn(batch_size, seq_len, hidden)]
+
+
+def get_init_inputs():
+    return []
+"""
 INTERPRETABLE = ("squared_relu_gate_float32", "l2norm_bfloat16")
 AT_ONE = {"squared_relu_gate_float32": [{"batch_size": 1, "seq_len": 1}], "l2norm_bfloat16": [{"batch_size": 1}]}
 
@@ -80,6 +115,7 @@ def test_the_wrapper_becomes_launches_with_the_chosen_configs_and_inductors_grid
         assert f"def triton_helpers_{helper}(" in module
     assert "tl_math.exp(x)" in module and "triton_helpers." not in module
     assert "buf2 = torch.empty_strided((), (), dtype=torch.float32, device=buffer_device)" in module
+    assert returned((OUTPUTS / "cross_entropy_float32.py.txt").read_text()) == 1
     _, module = case("rmsnorm_bfloat16")
     assert "return inductor_call([x.shape[0], x.shape[1], x, self.weight])[0]" in module
     assert "def __init__(self, dim: int, eps: float = 1e-6):" in module  # the Model's own, verbatim
@@ -91,15 +127,14 @@ def test_the_wrapper_becomes_launches_with_the_chosen_configs_and_inductors_grid
     ]
 
 
-def test_candidates_match_the_program_in_the_interpreter_at_other_sizes_too():
+def test_candidates_match_the_program_in_the_interpreter_at_other_sizes_too(pool):
     """Through the verifier, as the search sends them: the program at small sizes with the captured static dims,
     and each at 1 (a batch of one, a decode step), where the kernels read their sizes from the inputs."""
     tasks = []
     for tag in INTERPRETABLE:
         problem, module = case(tag)
         tasks.append(Task(problem, module, name=tag, seed=1, timing=False, shapes=tuple(AT_ONE[tag])))
-    with WorkerPool("cpu", size=1) as pool:
-        verdicts = pool.verify(tasks)
+    verdicts = pool.verify(tasks)
     assert [(v.correct, v.general) for v in verdicts] == [(True, True)] * len(tasks), [v.reason for v in verdicts]
 
 
@@ -122,6 +157,21 @@ def test_what_it_cannot_carry_is_refused_in_one_line():
         self_contained((OUTPUTS / "l2norm_bfloat16.py.txt").read_text(), {}, [("input", 0)], problem)
 
 
+def test_the_compiled_forward_reads_its_size_constants_from_its_inputs(pool):
+    """Dynamo takes a module-level int as a constant: the forward torch.compile sees reads each size it uses from
+    an input dim, so that a view to (batch_size * seq_len, 64) stays dynamic."""
+    graph = capture_program(VIEWED, pool, ("batch_size", "seq_len"))
+    (fragment,) = [f for f in enumerate_fragments(graph) if f.ops == ["LayerNorm", "View", "ReLU", "MulScalar"]]
+    text = dynamic_source(fragment)
+    forward = text[text.index("def forward(self, tensor_0):") :]
+    assert forward.splitlines()[1:3] == [
+        "        batch_size = tensor_0.shape[0]",
+        "        seq_len = tensor_0.shape[1]",
+    ]
+    assert "reshape([(batch_size*seq_len), 64])" in forward
+    assert varying_dims(fragment.program) == [[0, 1]]
+
+
 def test_graph_inputs_are_read_from_dynamos_sources():
     inputs = ["x", "targets"]
     assert arg_of("L['targets']", inputs) == ("input", 1)
@@ -142,17 +192,12 @@ def test_the_source_on_cpu_proposes_nothing_and_says_why():
 
 @pytest.mark.gpu
 def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
-    """torch.compile on the GPU, per fragment of a captured RMSNorm (batch and sequence dynamic), made
-    self-contained and verified at the program's sizes and each at 1 as the search does; and the captured outputs
-    whose kernels call libdevice, which only a GPU runs."""
-    from drtriton_ray.capture.sandbox import capture_program
-    from drtriton_ray.ir.render import size_names
-    from drtriton_ray.search.fragments import enumerate_fragments
-    from drtriton_ray.search.search import other_shapes
+    """torch.compile on the GPU, per fragment of a captured program (batch and sequence dynamic, a view of both,
+    parameters), made self-contained and verified at the program's sizes and others as the search does; and the
+    captured outputs whose kernels call libdevice, which only a GPU runs."""
 
-    source = with_constants((PROGRAMS / "rmsnorm.py").read_text(), {"batch_size": 2, "seq_len": 8, "dim": 256})
     with WorkerPool("cuda", size=1) as pool:
-        graph = capture_program(source, pool, ("batch_size", "seq_len"))
+        graph = capture_program(VIEWED, pool, ("batch_size", "seq_len"))
         fragments = [f for f in enumerate_fragments(graph) if not f.skip]
         inductor = InductorSource("cuda")
         candidates = inductor.propose(fragments, Budget(4, 600))
