@@ -195,7 +195,6 @@ def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
     """torch.compile on the GPU, per fragment of a captured program (batch and sequence dynamic, a view of both,
     parameters), made self-contained and verified at the program's sizes and others as the search does; and the
     captured outputs whose kernels call libdevice, which only a GPU runs."""
-
     with WorkerPool("cuda", size=1) as pool:
         graph = capture_program(VIEWED, pool, ("batch_size", "seq_len"))
         fragments = [f for f in enumerate_fragments(graph) if not f.skip]
