@@ -105,8 +105,8 @@ def launched_kernels(path: Path) -> set[str]:
 @pytest.mark.gpu
 def test_under_torch_compile_inductor_launches_the_answers_kernels(pool, tmp_path):
     """The answers are verified in the interpreter (the pool's CPU workers: no timing, so every general answer is
-    swapped in); on the GPU they are triton_ops, which torch.compile traces: at two shapes (the second compiles with
-    dynamic sizes) the logits match the original's and Inductor's code launches each answer's kernels itself."""
+    swapped in); on the GPU they are triton_ops, which torch.compile traces, with static and with dynamic sizes: the
+    logits match the original's and Inductor's code launches each answer's kernels itself."""
     from torch._inductor.utils import run_and_get_code
     from transformers import AutoModelForCausalLM, LlamaConfig
 
@@ -121,13 +121,17 @@ def test_under_torch_compile_inductor_launches_the_answers_kernels(pool, tmp_pat
     folder = result.save(tmp_path / "optimized", base=tmp_path / "llama")
     files = [folder / f"{r['op']}.py" for r in result.report.replaced]
     assert all(f"drtriton_traceable_{f.stem}" in sys.modules for f in files)  # triton_ops, not custom ops
-    compiled = torch.compile(load(folder, device="cuda"), fullgraph=True)
-    for batch, seq in [(2, 13), (3, 5)]:
-        ids = torch.randint(0, CONFIG["vocab_size"], (batch, seq), device="cuda")
+    loaded = load(folder, device="cuda")
+    for dynamic, shapes in [(False, [(2, 13)]), (True, [(3, 5), (1, 9)])]:
+        compiled = torch.compile(loaded, fullgraph=True, dynamic=dynamic)
+        ids = torch.randint(0, CONFIG["vocab_size"], shapes[0], device="cuda")
         with torch.no_grad():
-            got, codes = run_and_get_code(lambda: compiled(ids).logits)
+            got, codes = run_and_get_code(lambda: compiled(ids).logits)  # noqa: B023 (called at once)
             torch.testing.assert_close(got, base(ids).logits, rtol=1e-3, atol=1e-3)
+            for shape in shapes[1:]:  # the same compiled model at other sizes (a recompile where a size is baked in)
+                more = torch.randint(0, CONFIG["vocab_size"], shape, device="cuda")
+                torch.testing.assert_close(compiled(more).logits, base(more).logits, rtol=1e-3, atol=1e-3)
         code = "\n".join(codes)
-        assert code and "torch.ops.drtriton." not in code
+        assert code and "torch.ops.drtriton." not in code, [x for x in code.splitlines() if "drtriton." in x][:5]
         for f in files:
             assert any(name in code for name in launched_kernels(f)), f"{f.name}: none of its kernels in the code"
