@@ -21,7 +21,14 @@ from drtriton_ray.ir.render import FLOAT_PREFIXES, forward_signature
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source
 from drtriton_ray.lower.fuse import Side, fused_anchor_source
-from drtriton_ray.lower.grouping import KernelGroup, input_views, kernel_groups, prologue_like, view_layouts
+from drtriton_ray.lower.grouping import (
+    KernelGroup,
+    input_views,
+    kernel_groups,
+    prologue_like,
+    slice_views,
+    view_layouts,
+)
 from drtriton_ray.lower.library import library_source
 from drtriton_ray.lower.lowerings import LOWERINGS, AnchorKernel, Lowering, Site, StatsKernel, describe
 from drtriton_ray.lower.passes import fold_all
@@ -98,24 +105,56 @@ def _group_body(p: Program, group: list[int], names: dict[int, str], first: int)
     return leaves, body, p.nodes[group[-1]].outputs[0]
 
 
-def short_runs(shape: tuple, leaf_shapes: list, dense: list[bool]) -> int:
+def short_runs(shape: tuple, leaf_shapes: list, dense: list[bool], metas: list | None = None) -> int:
     """The innermost coalesced dims a broadcast elementwise kernel's columns span (fused_kernel_source): two where
-    the innermost is short (under 64) and another one is left, else one; from the shapes, leaves contiguous."""
+    the innermost is short (under 64) and another one is left, else one; from the shapes, leaves contiguous, or
+    from `metas`, meta tensors of the leaves as the kernel gets them (slice views, leaf_meta)."""
     if all(dense):
         return 1
-    strides = [torch.empty(s, device="meta").expand(shape).stride() for s, d in zip(leaf_shapes, dense) if not d]
+    metas = metas or [torch.empty(s, device="meta") for s in leaf_shapes]
+    strides = [m.expand(shape).stride() for m, d in zip(metas, dense) if not d]
     sizes, _ = wrappers.coalesced_dims(shape, strides)
     return 2 if 1 < sizes[3] < 64 and sizes[2] > 1 else 1
 
 
-def fused_elementwise(p: Program, group: list[int], name: str, gpu: str | None = None) -> tuple[str, str]:
-    """(kernel and wrapper source, forward line) for one elementwise group."""
+def slice_view(node: Node) -> str:
+    """A Narrow or Select of tensor_k as the view the forward takes (no kernel, grouping.slice_views)."""
+    x, p = f"tensor_{node.inputs[0]}", node.params
+    if node.op == "Narrow":
+        return f"{x}.narrow({p['dim']}, {p['start']}, {p['length']})"
+    return f"{x}.select({p['dim']}, {p['index']})"
+
+
+def leaf_meta(p: Program, t: int, views: dict[int, Node]) -> torch.Tensor:
+    """A meta tensor of leaf t as a kernel gets it: contiguous, or a slice view (`views`, by result) of one."""
+    node = views.get(t)
+    if node is None:
+        return torch.empty(p.tensors[t].shape, device="meta")
+    x, params = leaf_meta(p, node.inputs[0], views), node.params
+    if node.op == "Narrow":
+        return x.narrow(params["dim"], params["start"], params["length"])
+    return x.select(params["dim"], params["index"])
+
+
+def dense_leaves(p: Program, leaves: list[int], shape: tuple, views: dict[int, Node]) -> list[bool]:
+    """Which leaves a fused kernel reads at its flat index: those of its shape, contiguous. A slice view is read
+    through its strides whatever its layout: one that is contiguous at these sizes need not be at others."""
+    return [tuple(p.tensors[t].shape) == shape and t not in views for t in leaves]
+
+
+def fused_elementwise(
+    p: Program, group: list[int], name: str, gpu: str | None = None, views: dict[int, Node] | None = None
+) -> tuple[str, str]:
+    """(kernel and wrapper source, forward line) for one elementwise group; `views`: the slice views among the
+    tensors it may read, by result (grouping.slice_views)."""
+    views = views or {}
     leaves, body, sink = _group_body(p, group, {}, 0)
     shape = tuple(p.tensors[sink].shape)
-    dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
+    dense = dense_leaves(p, leaves, shape, views)
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
     config = config_for("elementwise", (p.tensors[sink].numel,), gpu)
-    columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense)
+    metas = [leaf_meta(p, t, views) for t in leaves]
+    columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense, metas)
     extra = (f", config={config!r}" if config else "") + (f", columns={columns}" if columns > 1 else "")
     # the output in its own dtype: the program's, or another after a Cast
     dtype = "DTYPE" if p.tensors[sink].dtype == p.dtype else f"torch.{p.tensors[sink].dtype}"
@@ -183,12 +222,12 @@ class _Wrapper:
         return f"x{len(self.args) - 1}"
 
 
-def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wrapper):
+def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wrapper, views: dict[int, Node]):
     """(the prologue's Side or None, the anchor's tensor inputs as the wrapper names them)."""
     if not f.prologue:
         return None, [wrapper.param(weight_name(p, t)) for t in node.inputs]
     leaves, body, sink = _group_body(p, f.prologue, {}, 0)
-    dense = [tuple(p.tensors[t].shape) == shape for t in leaves]
+    dense = dense_leaves(p, leaves, shape, views)
     names = [wrapper.param(weight_name(p, t)) for t in leaves]
     index = "pro_index" if not all(dense) else "_"
     wrapper.lines.append(f"    pro, {index} = leaf_args({shape}, {dense}, {', '.join(names)})")
@@ -199,13 +238,13 @@ def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wr
     return Side(list(range(len(leaves))), dense, body, f"t{sink}"), x
 
 
-def _epilogue(p: Program, f: KernelGroup, anchor_out: int, first: int, wrapper: _Wrapper):
+def _epilogue(p: Program, f: KernelGroup, anchor_out: int, first: int, wrapper: _Wrapper, views: dict[int, Node]):
     """(the epilogue's Side or None, the tensor the kernel stores)."""
     if not f.epilogue:
         return None, anchor_out
     leaves, body, final = _group_body(p, f.epilogue, {anchor_out: "val"}, first)
     out_shape = tuple(p.tensors[anchor_out].shape)
-    dense = [tuple(p.tensors[t].shape) == out_shape for t in leaves]
+    dense = dense_leaves(p, leaves, out_shape, views)
     if leaves:
         names = [wrapper.param(weight_name(p, t)) for t in leaves]
         index = "epi_index" if not all(dense) else "_"
@@ -249,12 +288,13 @@ def _own_eps(p: Program, node: Node) -> Node:
     return Node(node.op, node.inputs, node.outputs, {**node.params, "eps": eps}, node.weights)
 
 
-def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None) -> tuple[str, str]:
-    """(kernel and wrapper source, forward line) of an anchor with a prologue and/or an epilogue."""
+def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None, views: dict[int, Node]) -> tuple[str, str]:
+    """(kernel and wrapper source, forward line) of an anchor with a prologue and/or an epilogue; `views`: the slice
+    views its sides may read, by result."""
     node = p.nodes[f.anchor]
     anchor_out, wrapper = node.outputs[0], _Wrapper()
     shape = tuple(p.tensors[node.inputs[0]].shape)
-    prologue, x = _prologue(p, f, node, shape, wrapper)
+    prologue, x = _prologue(p, f, node, shape, wrapper, views)
     w = [wrapper.param(weight_name(p, t)) for t in node.weights]
     small, config = split_small(launch_config(p, node, gpu))
     dtype_of = _dtype_of(p, f, x[0], wrapper)
@@ -270,7 +310,7 @@ def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None) -> tu
         stats_src, more = _own_stats(name, ak.stats, prologue, x[0], comment)
         wrapper.lines += more
     wrapper.lines.append(f"    out, grid, {'stats_args, ' if shared else ''}args, meta = {ak.setup}")
-    epilogue, final = _epilogue(p, f, anchor_out, len(prologue.leaves) if prologue else 0, wrapper)
+    epilogue, final = _epilogue(p, f, anchor_out, len(prologue.leaves) if prologue else 0, wrapper, views)
     broadcast = [f"*{s}" for s, side in (("pro", prologue), ("epi", epilogue)) if side and not all(side.dense)]
     if broadcast and "WIDE" in getattr(kernels, ak.kernel).arg_names:  # an index of this kernel may be int32
         wrapper.lines.append(f"    meta = leaf_wide(meta, {', '.join(broadcast)})")
@@ -306,16 +346,21 @@ def _problem_parts(source: str) -> tuple[list[str], list[str]]:
     return constants, [line[indent:] for n in body for line in text(n)]
 
 
-def _kernel(p: Program, f: KernelGroup, g: int, views: set[int], gpu: str | None) -> tuple[str | None, str]:
-    """(generated kernel and wrapper source or None, forward line) of kernel group f, the g-th."""
+def _kernel(
+    p: Program, f: KernelGroup, g: int, views: set[int], slices: dict[int, Node], gpu: str | None
+) -> tuple[str | None, str]:
+    """(generated kernel and wrapper source or None, forward line) of kernel group f, the g-th; `views`: the layout
+    nodes emitted as views, `slices` the slice views by result."""
     if f.anchor in views and not f.epilogue:  # only size-1 dims move: no copy
         node = p.nodes[f.anchor]
         out_shape = tuple(p.tensors[node.outputs[0]].shape)
         return None, f"tensor_{node.outputs[0]} = reshape_view(tensor_{node.inputs[0]}, {out_shape})"
+    if f.anchor is not None and slices.get(p.nodes[f.anchor].outputs[0]) is p.nodes[f.anchor]:
+        return None, f"tensor_{p.nodes[f.anchor].outputs[0]} = {slice_view(p.nodes[f.anchor])}"
     if f.anchor is None:
-        return fused_elementwise(p, f.epilogue, f"fused_{g}", gpu)
+        return fused_elementwise(p, f.epilogue, f"fused_{g}", gpu, slices)
     if f.prologue or f.epilogue:
-        return _anchor_kernel(p, f, f"fused_{g}", gpu)
+        return _anchor_kernel(p, f, f"fused_{g}", gpu, slices)
     node = p.nodes[f.anchor]
     lowering_of(node.op)  # a PyTorch node (one with no tensor input too) gets the clear error first
     out_shape = p.tensors[node.outputs[0]].shape
@@ -338,9 +383,9 @@ def lower_program(p: Program, problem_source: str, fuse: bool = True, gpu: str |
     p = fold_all(p) if fuse else p
     kernels_src: list[str] = []
     forward: list[str] = []
-    views = view_layouts(p)
+    views, slices = view_layouts(p), slice_views(p)
     for g, f in enumerate(kernel_groups(p, fuse)):
-        src, line = _kernel(p, f, g, views, gpu)
+        src, line = _kernel(p, f, g, views, slices, gpu)
         if src:
             src, line = pass_sizes(src, line, f"fused_{g}", used_sizes(p, src))
         kernels_src += [src] if src else []

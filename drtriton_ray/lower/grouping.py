@@ -60,6 +60,24 @@ def view_layouts(p: Program) -> set[int]:
     return views
 
 
+SLICES = ("Narrow", "Select")
+
+
+def slice_views(p: Program) -> dict[int, Node]:
+    """The Narrow and Select nodes emitted as views, no kernel, by their result: those whose result only elementwise
+    operators read (leaves of fused kernels, each read in place through its strides: SwiGLU's two halves of one
+    gate_up tensor are one kernel reading it once, not two copies first) and that is not a program output (the
+    verifier's launch and faithfulness checks)."""
+    consumers, outputs = _consumers(p), set(p.outputs)
+    views = {}
+    for n in p.nodes:
+        users = consumers.get(n.outputs[0], [])
+        if n.op in SLICES and n.outputs[0] not in outputs and users:
+            if all(is_elementwise(p.nodes[k].op) for k in users):
+                views[n.outputs[0]] = n
+    return views
+
+
 def input_views(p: Program) -> set[int]:
     """The program inputs and the Views of them (View nodes emit views, no kernel): a result among them is no kernel's,
     so a program output there is emitted as a copy (the verifier's launch and faithfulness checks)."""

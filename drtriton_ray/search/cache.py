@@ -19,8 +19,9 @@ from typing import Optional
 # Bump when fragments render differently or candidates are judged differently: older entries stop matching.
 # Bumped when what the search or the lowering finds changes (mode-dependent graphs, fused lowering, fusion-region
 # fragments, kernels that read their sizes from their inputs, reshape_view of strided inputs, other shapes at size 1,
-# dtype casts as registry operators): older entries would answer with another code's results.
-CODE_VERSION = "search-7"
+# dtype casts as registry operators, type promotion as casts, slices read in place): older entries would answer with
+# another code's results.
+CODE_VERSION = "search-8"
 # Verdicts that say nothing about a candidate (the problem could not be judged on this machine, or the device
 # failed): a later run tries the candidate again instead of remembering it as judged.
 RETRYABLE = frozenset({"verifier_limit", "bad_problem", "device_error"})

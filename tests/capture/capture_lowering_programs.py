@@ -131,6 +131,29 @@ def mixed_precision() -> Program:
     return p
 
 
+def slices() -> Program:
+    """Narrow and Select read in place (views, no copy) by the kernels of the elementwise operators that read them:
+    SwiGLU's halves of one tensor as a softmax's prologue, one half again in its epilogue, a column (strided last dim)
+    squared, rows (a contiguous slice) negated as a sum's prologue; a slice that is an output stays a copy."""
+    nodes = [
+        Node("Narrow", [0], [1], {"dim": 2, "start": 0, "length": 16}),
+        Node("Narrow", [0], [2], {"dim": 2, "start": 16, "length": 16}),
+        Node("Swish", [1], [3]),
+        Node("Mul", [3, 2], [4]),
+        Node("Softmax", [4], [5], {"dim": -1}),
+        Node("Mul", [5, 1], [6]),
+        Node("Select", [0], [7], {"dim": 2, "index": 3}),
+        Node("Square", [7], [8]),
+        Node("Narrow", [0], [9], {"dim": 0, "start": 1, "length": 2}),
+        Node("Neg", [9], [10]),
+        Node("Sum", [10], [11], {"dim": 0, "keepdim": False}),
+        Node("Narrow", [0], [12], {"dim": 1, "start": 2, "length": 4}),
+    ]
+    shapes = {0: (4, 8, 32), 7: (4, 8), 8: (4, 8), 9: (2, 8, 32), 10: (2, 8, 32), 11: (8, 32), 12: (4, 4, 32)}
+    shapes |= {t: (4, 8, 16) for t in range(1, 7)}
+    return program(shapes, {0: "input", 6: "output", 8: "output", 11: "output", 12: "output"}, nodes)
+
+
 def problem_source(p: Program) -> str:
     """The KernelBench problem; a boolean input is drawn as the causal mask (the renderer draws floats)."""
     source = render_problem(p)
@@ -148,4 +171,5 @@ PROGRAMS = {
     "layout": layout,
     "rows": rows,
     "mixed_precision": mixed_precision,
+    "slices": slices,
 }

@@ -44,6 +44,27 @@ def test_elementwise_capture_ops_fuse():
     assert "reshape_view(" in source and "def permute_copy" in source and "strided_copy_kernel" in source
 
 
+def test_slices_read_by_elementwise_operators_are_views():
+    """The slices that only elementwise operators read are views their kernels read in place (the verifier above
+    checks the values under the strict policy); the one that is an output is copied."""
+    p = PROGRAMS["slices"]()
+    source = lower_program(p, problem_source(p), gpu=None)
+    forward = source[source.index("def forward") :].splitlines()[1:-1]
+    views = [
+        "tensor_0.narrow(2, 0, 16)",
+        "tensor_0.narrow(2, 16, 16)",
+        "tensor_0.select(2, 3)",
+        "tensor_0.narrow(0, 1, 2)",
+    ]
+    assert [line.split(" = ")[1] for line in forward if " = tensor_0." in line] == views
+    assert [line.split(" = ")[1].split("(")[0] for line in forward if " = tensor_0." not in line] == [
+        "fused_2",  # SwiGLU -> softmax -> times a half: one kernel
+        "fused_4",
+        "fused_6",
+        "narrow_copy",
+    ]
+
+
 @pytest.mark.gpu
 def test_lowering_verifies_compiled_on_gpu(tmp_path):
     """The same programs compiled by Triton for the GPU (sqrt_rn, erf, the pow formula, boolean loads)."""
