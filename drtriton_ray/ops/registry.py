@@ -28,13 +28,15 @@ def _clamp_range(rng: random.Random) -> dict:
     return {"lo": round(rng.uniform(-1.5, -0.1), 3), "hi": round(rng.uniform(0.1, 1.5), 3)}
 
 
-# Templates of the operators that exist in 1, 2 and 3 spatial dims (N, and KIND for pooling, filled in below).
+# Templates of the operators that exist in 1, 2 and 3 spatial dims (N, and KIND for pooling, filled in below), and
+# of the reductions over one dim.
 CONV = "F.convNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, dilation={dilation}, groups={groups})"
 CONV_TRANSPOSE = (
     "F.conv_transposeNd({0}, {w0}, {w1}, stride={stride}, padding={padding}, "
     "output_padding={output_padding}, groups={groups}, dilation={dilation})"
 )
 POOL = "F.KIND_poolNd({0}, {kernel}, stride={stride}, padding={padding})"
+REDUCE = "torch.FN({0}, dim={dim}, keepdim={keepdim})"  # FN: the reduction's torch function
 
 DRTRITON_OPS = [
     # binary / ternary elementwise with broadcasting
@@ -54,16 +56,12 @@ DRTRITON_OPS = [
     f.cat("Cat", "torch.cat([{0}, {1}], dim={dim})"),
     f.stack("Stack", "torch.stack([{0}, {1}], dim={dim})"),
     f.transpose("Transpose", "torch.transpose({0}, {dim0}, {dim1})"),
-    f.triangle("Triu", "torch.triu({0}, diagonal={diagonal})"),
-    f.triangle("Tril", "torch.tril({0}, diagonal={diagonal})"),
+    *(f.triangle(name, f"torch.{name.lower()}({{0}}, diagonal={{diagonal}})") for name in ("Triu", "Tril")),
     # reductions
-    f.reduce("Sum", "torch.sum({0}, dim={dim}, keepdim={keepdim})"),
-    f.reduce("Mean", "torch.mean({0}, dim={dim}, keepdim={keepdim})"),
-    f.reduce("Max", "torch.amax({0}, dim={dim}, keepdim={keepdim})"),
-    f.reduce("Min", "torch.amin({0}, dim={dim}, keepdim={keepdim})"),
-    f.reduce("ArgMax", "torch.argmax({0}, dim={dim}, keepdim={keepdim})", out_kind="index"),
-    f.reduce("ArgMin", "torch.argmin({0}, dim={dim}, keepdim={keepdim})", out_kind="index"),
-    f.reduce("Var", "torch.var({0}, dim={dim}, keepdim={keepdim})", flops=3),
+    *(f.reduce(name, REDUCE.replace("FN", fn)) for name, fn in (("Sum", "sum"), ("Mean", "mean"))),
+    *(f.reduce(name, REDUCE.replace("FN", fn)) for name, fn in (("Max", "amax"), ("Min", "amin"))),
+    *(f.reduce(name, REDUCE.replace("FN", name.lower()), out_kind="index") for name in ("ArgMax", "ArgMin")),
+    f.reduce("Var", REDUCE.replace("FN", "var"), flops=3),
     f.reduce("Norm", "torch.norm({0}, p=2, dim={dim}, keepdim={keepdim})", flops=2),
     # scans and softmax family
     f.along_dim("CumSum", "torch.cumsum({0}, dim={dim})"),
@@ -142,7 +140,7 @@ CAPTURE_OPS = [
         lambda rng: {"exponent": rng.choice([-1.5, 0.25, 0.75, 1.5, 2.5, 3])},
         domain="positive",
     ),
-    f.reduce("LogSumExp", "torch.logsumexp({0}, dim={dim}, keepdim={keepdim})", flops=4),
+    f.reduce("LogSumExp", REDUCE.replace("FN", "logsumexp"), flops=4),
     f.unary("Neg", "torch.neg({0})"),
     f.unary("Square", "torch.square({0})"),
     f.unary("Sqrt", "torch.sqrt({0})", 4, domain="positive"),
