@@ -61,19 +61,20 @@ def view_layouts(p: Program) -> set[int]:
 
 
 SLICES = ("Narrow", "Select")
+STRIDED_READERS = ("Cat", "Stack", "Expand")  # their wrappers copy from any strides (copy_into)
 
 
 def slice_views(p: Program) -> dict[int, Node]:
     """The Narrow and Select nodes emitted as views, no kernel, by their result: those whose result only elementwise
     operators read (leaves of fused kernels, each read in place through its strides: SwiGLU's two halves of one
-    gate_up tensor are one kernel reading it once, not two copies first) and that is not a program output (the
-    verifier's launch and faithfulness checks)."""
+    gate_up tensor are one kernel reading it once, not two copies first), or copies that read any strides, and that
+    is not a program output (the verifier's launch and faithfulness checks)."""
     consumers, outputs = _consumers(p), set(p.outputs)
     views = {}
     for n in p.nodes:
-        users = consumers.get(n.outputs[0], [])
+        users = [p.nodes[k].op for k in consumers.get(n.outputs[0], [])]
         if n.op in SLICES and n.outputs[0] not in outputs and users:
-            if all(is_elementwise(p.nodes[k].op) for k in users):
+            if all(is_elementwise(op) or op in STRIDED_READERS for op in users):
                 views[n.outputs[0]] = n
     return views
 

@@ -134,7 +134,8 @@ def mixed_precision() -> Program:
 def slices() -> Program:
     """Narrow and Select read in place (views, no copy) by the kernels of the elementwise operators that read them:
     SwiGLU's halves of one tensor as a softmax's prologue, one half again in its epilogue, a column (strided last dim)
-    squared, rows (a contiguous slice) negated as a sum's prologue; a slice that is an output stays a copy."""
+    squared, rows (a contiguous slice) negated as a sum's prologue, two concatenated (copied from their strides); a
+    slice that is an output stays a copy."""
     nodes = [
         Node("Narrow", [0], [1], {"dim": 2, "start": 0, "length": 16}),
         Node("Narrow", [0], [2], {"dim": 2, "start": 16, "length": 16}),
@@ -148,10 +149,12 @@ def slices() -> Program:
         Node("Neg", [9], [10]),
         Node("Sum", [10], [11], {"dim": 0, "keepdim": False}),
         Node("Narrow", [0], [12], {"dim": 1, "start": 2, "length": 4}),
+        Node("Narrow", [0], [13], {"dim": 2, "start": 8, "length": 8}),
+        Node("Cat", [13, 2], [14], {"dim": 2}),
     ]
     shapes = {0: (4, 8, 32), 7: (4, 8), 8: (4, 8), 9: (2, 8, 32), 10: (2, 8, 32), 11: (8, 32), 12: (4, 4, 32)}
-    shapes |= {t: (4, 8, 16) for t in range(1, 7)}
-    return program(shapes, {0: "input", 6: "output", 8: "output", 11: "output", 12: "output"}, nodes)
+    shapes |= {t: (4, 8, 16) for t in range(1, 7)} | {13: (4, 8, 8), 14: (4, 8, 24)}
+    return program(shapes, {0: "input", 6: "output", 8: "output", 11: "output", 12: "output", 14: "output"}, nodes)
 
 
 def problem_source(p: Program) -> str:

@@ -45,8 +45,8 @@ def test_elementwise_capture_ops_fuse():
 
 
 def test_slices_read_by_elementwise_operators_are_views():
-    """The slices that only elementwise operators read are views their kernels read in place (the verifier above
-    checks the values under the strict policy); the one that is an output is copied."""
+    """The slices that only elementwise operators and copies read are views those kernels read in place (the
+    verifier above checks the values under the strict policy); the one that is an output is copied."""
     p = PROGRAMS["slices"]()
     source = lower_program(p, problem_source(p), gpu=None)
     forward = source[source.index("def forward") :].splitlines()[1:-1]
@@ -55,6 +55,7 @@ def test_slices_read_by_elementwise_operators_are_views():
         "tensor_0.narrow(2, 16, 16)",
         "tensor_0.select(2, 3)",
         "tensor_0.narrow(0, 1, 2)",
+        "tensor_0.narrow(2, 8, 8)",
     ]
     assert [line.split(" = ")[1] for line in forward if " = tensor_0." in line] == views
     assert [line.split(" = ")[1].split("(")[0] for line in forward if " = tensor_0." not in line] == [
@@ -62,6 +63,7 @@ def test_slices_read_by_elementwise_operators_are_views():
         "fused_4",
         "fused_6",
         "narrow_copy",
+        "cat",
     ]
 
 
