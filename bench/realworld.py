@@ -127,6 +127,7 @@ def convert_program(program: Program, source: str, args, pool) -> tuple[dict, st
         general=r.general,  # every kernel verified at the other sizes too (None: no dim varies)
         memory_bound=memory_bound(r.program.get("ops", [])),
         verified_shapes=len(r.shapes or []),  # the sizes the answer was verified at, its own first
+        candidates=r.candidates,  # per source: what it proposed, what verified, why fragments got nothing
         wall_s=r.wall_s,
     )
     return row, result.module_source

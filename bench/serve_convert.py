@@ -187,7 +187,7 @@ def parse(argv=None) -> argparse.Namespace:
     ap.add_argument("--k", type=int)
     ap.add_argument("--samples", type=int)
     ap.add_argument("--max-candidates", type=int)
-    ap.add_argument("--sources", help="comma-separated: lowering, model, refine, configs (default: the service's)")
+    ap.add_argument("--sources", help="comma-separated: lowering, inductor, model, refine, configs (default: service)")
     ap.add_argument("--concurrency", type=int, default=2)
     ap.add_argument("--deadline-s", type=float, help="no submission this many seconds after the start")
     ap.add_argument("--grace-s", type=float, default=120.0, help="after the deadline, then cancel what still runs")

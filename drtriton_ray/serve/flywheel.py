@@ -3,7 +3,7 @@ dataset (one part file per job under the configured folder), for SFT and RL late
 
 Columns: `kind` (fragment | module), `job_id`, `fragment` (hash; empty for a module), `source` (the KernelBench-
 format problem: the fragment's rendered problem, or the user's program), `solution` (the verified kernel module),
-`origin` (lowering, model, refine, configs, or the module's verification policy), `status`, `candidate_ms`,
+`origin` (lowering, inductor, model, refine, configs, or the module's verification policy), `status`, `candidate_ms`,
 `eager_ms`, `compile_ms`, `speedup_vs_eager`, `speedup_vs_compile`, `gpu` (GPU model, or cpu-interpreter),
 `created_at`. `source`/`solution` are what `drtriton sft-data --external FILE` takes: `drtriton serve-dataset DIR
 --out FILE` merges the parts into one file, which sft-data verifies again and turns into chat pairs."""
