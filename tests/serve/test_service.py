@@ -256,6 +256,9 @@ def verifier_replicas() -> list:
     ]
 
 
+# slow (make test-slow): in CI runs on a loaded 2-core machine the job sometimes ends before its worker's marker is
+# seen, so the kill never lands mid-search; until the marker's wait is made exact it runs outside `make test`
+@pytest.mark.slow
 def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service):
     import json
 
