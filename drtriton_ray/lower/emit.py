@@ -117,12 +117,18 @@ def short_runs(shape: tuple, leaf_shapes: list, dense: list[bool], metas: list |
     return 2 if 1 < sizes[3] < 64 and sizes[2] > 1 else 1
 
 
+# a slice's tensor method and its arguments, in order: a Narrow or Select is x.narrow(...) / x.select(...)
+SLICE_ARGS = {"Narrow": ("dim", "start", "length"), "Select": ("dim", "index")}
+
+
+def slice_args(node: Node) -> tuple[str, list]:
+    return node.op.lower(), [node.params[k] for k in SLICE_ARGS[node.op]]
+
+
 def slice_view(node: Node) -> str:
     """A Narrow or Select of tensor_k as the view the forward takes (no kernel, grouping.slice_views)."""
-    x, p = f"tensor_{node.inputs[0]}", node.params
-    if node.op == "Narrow":
-        return f"{x}.narrow({p['dim']}, {p['start']}, {p['length']})"
-    return f"{x}.select({p['dim']}, {p['index']})"
+    method, args = slice_args(node)
+    return f"tensor_{node.inputs[0]}.{method}({', '.join(map(str, args))})"
 
 
 def leaf_meta(p: Program, t: int, views: dict[int, Node]) -> torch.Tensor:
@@ -130,10 +136,8 @@ def leaf_meta(p: Program, t: int, views: dict[int, Node]) -> torch.Tensor:
     node = views.get(t)
     if node is None:
         return torch.empty(p.tensors[t].shape, device="meta")
-    x, params = leaf_meta(p, node.inputs[0], views), node.params
-    if node.op == "Narrow":
-        return x.narrow(params["dim"], params["start"], params["length"])
-    return x.select(params["dim"], params["index"])
+    method, args = slice_args(node)
+    return getattr(leaf_meta(p, node.inputs[0], views), method)(*args)
 
 
 def dense_leaves(p: Program, leaves: list[int], shape: tuple, views: dict[int, Node]) -> list[bool]:

@@ -113,9 +113,10 @@ def compiles(module: types.ModuleType) -> bool:
     from triton.runtime.autotuner import Autotuner, Heuristics
     from triton.runtime.jit import JITFunction, KernelInterface
 
-    kernels = [v for v in vars(module).values() if isinstance(v, KernelInterface)]
-    for i, kernel in enumerate(kernels):
+    def inner(kernel):  # the function an @autotune or @heuristics wraps
         while isinstance(kernel, (Autotuner, Heuristics)):
             kernel = kernel.fn
-        kernels[i] = kernel
+        return kernel
+
+    kernels = [inner(v) for v in vars(module).values() if isinstance(v, KernelInterface)]
     return bool(kernels) and all(isinstance(k, JITFunction) for k in kernels)
