@@ -50,6 +50,7 @@ import signal
 import tempfile
 import time
 from collections import deque
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from multiprocessing.connection import wait
 from typing import Optional, Sequence
@@ -115,6 +116,35 @@ def static_verdict(task: Task) -> Optional[Verdict]:
     if violations:
         return verdict(Status.STATIC_REJECTED, summarize(violations), "static")
     return None
+
+
+BLAS_THREADS = 4  # per CPU worker: a worker per core already fills the machine
+
+
+def child_env(device: str) -> dict[str, str]:
+    """Variables a worker must have from its first instruction: spawn imports the parent's __main__ in the child
+    before worker_main runs, and what that imports reads them at import. Triton settles on compiled or interpreted
+    mode when imported; OpenBLAS sizes its buffers by its thread count when loaded, a thread per core, which under a
+    CPU worker's RLIMIT_AS fails on a many-core host ("Memory allocation still failed")."""
+    if device.startswith("cuda"):
+        return {}
+    threads = str(min(BLAS_THREADS, os.cpu_count() or 1))
+    return {"TRITON_INTERPRET": "1", "OPENBLAS_NUM_THREADS": os.environ.get("OPENBLAS_NUM_THREADS", threads)}
+
+
+@contextmanager
+def inherited_env(values: dict[str, str]):
+    """os.environ with `values` set while a child process starts, then as it was."""
+    before = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in before.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
 
 
 @dataclass
@@ -370,20 +400,9 @@ class WorkerPool:
                 self.launchers.root if self.launchers else None,
             ),
         )
-        # spawn imports the parent's __main__ in the child before worker_main runs; if that module imports
-        # triton, triton would settle on compiled mode before the worker sets TRITON_INTERPRET, so a CPU
-        # worker must inherit the variable from its first instruction
-        before = os.environ.get("TRITON_INTERPRET")
-        if not self.device.startswith("cuda"):
-            os.environ["TRITON_INTERPRET"] = "1"
         started = time.perf_counter()
-        try:
+        with inherited_env(child_env(self.device)):
             process.start()
-        finally:
-            if before is None:
-                os.environ.pop("TRITON_INTERPRET", None)
-            else:
-                os.environ["TRITON_INTERPRET"] = before
         child_conn.close()
         return _Worker(slot, generation, process, parent_conn, scratch, started=started)
 

@@ -61,3 +61,26 @@ def test_worker_temp_files_stay_in_scratch_whatever_the_main_module_cached(tmp_p
     )
     assert out.stdout.strip().splitlines()[-1].startswith("correct"), (out.stdout[-2000:], out.stderr[-2000:])
     assert not os.listdir(outside)
+
+
+def test_cpu_workers_start_with_bounded_blas_threads_and_the_parent_env_is_restored(monkeypatch):
+    """OpenBLAS sizes its buffers by its thread count when loaded (a thread per core), which under a CPU worker's
+    address-space limit fails on a many-core host: a worker starts with the bound in its environment (its first
+    instruction's), a user's own setting wins, and the parent's environment is left as it was."""
+    from drtriton_ray.verify import WorkerPool
+    from drtriton_ray.verify.pool import BLAS_THREADS
+
+    monkeypatch.delenv("OPENBLAS_NUM_THREADS", raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 64)
+    with WorkerPool("cpu", size=1) as pool:
+        pool.wait_ready()
+        pid = pool._workers[0].process.pid
+        with open(f"/proc/{pid}/environ", "rb") as f:
+            env = dict(v.split(b"=", 1) for v in f.read().split(b"\0") if b"=" in v)
+    assert env[b"OPENBLAS_NUM_THREADS"] == str(BLAS_THREADS).encode() and env[b"TRITON_INTERPRET"] == b"1"
+    assert "OPENBLAS_NUM_THREADS" not in os.environ
+    monkeypatch.setenv("OPENBLAS_NUM_THREADS", "1")
+    with WorkerPool("cpu", size=1) as pool:
+        pool.wait_ready()
+        with open(f"/proc/{pool._workers[0].process.pid}/environ", "rb") as f:
+            assert b"OPENBLAS_NUM_THREADS=1\0" in f.read()
