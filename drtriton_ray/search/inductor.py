@@ -539,9 +539,14 @@ def inductor_candidate(fragment, device: str = "cuda") -> str:
     return self_contained(problem=fragment.source, **capture(fragment, device))
 
 
+SHARE = 0.5  # of the search's seconds left, the most the compiles may take
+
+
 class InductorSource:
-    """torch.compile's own Triton per fragment (CUDA only), largest fragments first while the seconds last: each
-    compile takes seconds, and the larger a fragment the more Inductor fuses."""
+    """torch.compile's own Triton per fragment (CUDA only), largest fragments first, within SHARE of the seconds
+    left: each compile takes seconds, the larger a fragment the more Inductor fuses, and a fragment inside one it
+    already compiled gains nothing Inductor's kernels for the larger one lack. It runs before the lowering (the
+    search's first round), which proposes for every fragment and could spend the budget verifying them all."""
 
     name = "inductor"
 
@@ -558,11 +563,13 @@ class InductorSource:
         if not torch.cuda.is_available():
             self.stats.fail("inductor: this process sees no CUDA device")
             return []
-        deadline = time.monotonic() + budget.seconds
-        out = []
+        deadline = time.monotonic() + budget.seconds * SHARE
+        out, made = [], []
         for f in sorted(fragments, key=lambda f: -f.size)[: max(budget.candidates, 0)]:
+            if any(g.start <= f.start and f.end <= g.end for g in made):
+                continue
             if time.monotonic() > deadline:
-                self.stats.fail("inductor: the budget's seconds ran out")
+                self.stats.fail("inductor: its share of the budget's seconds ran out")
                 break
             self.stats.asked += 1
             try:
@@ -574,5 +581,6 @@ class InductorSource:
                 self.stats.fail(f"torch.compile failed on {f.name}: {one_line(e)}")
                 continue
             out.append(Candidate(f.hash, self.name, code, "torch.compile (Inductor)"))
+            made.append(f)
         self.stats.proposed += len(out)
         return out

@@ -35,7 +35,7 @@ from drtriton_ray.search.sources import (
     one_line,
 )
 
-FIRST_ROUND = ("lowering", "inductor", "model")
+FIRST_ROUND = ("inductor", "lowering", "model")
 SECOND_ROUND = ("refine", "configs")
 
 # Timing windows per fragment candidate (and its reference): enough to rank candidates for the tiling, a fifth of

@@ -202,6 +202,10 @@ def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
         candidates = inductor.propose(fragments, Budget(4, 600))
         assert candidates, inductor.stats.failed
         by_hash = {f.hash: f for f in fragments}
+        # largest first, and nothing compiled inside a fragment it already has a candidate for
+        spans = [(by_hash[c.fragment].start, by_hash[c.fragment].end) for c in candidates]
+        assert spans[0][1] - spans[0][0] == max(f.size for f in fragments)
+        assert not any(a != b and b[0] <= a[0] and a[1] <= b[1] for a in spans for b in spans), spans
         tasks = [
             Task(
                 by_hash[c.fragment].source,
