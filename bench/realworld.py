@@ -399,6 +399,7 @@ def main() -> int:
     rows: list[dict] = []
     record = {k: str(v) for k, v in vars(args).items() if k != "shape_check"}
     with WorkerPool(args.device, size=size, limits=Limits(task_timeout_s=args.timeout_s), name="realworld") as pool:
+        pool.wait_ready()  # the workers' start-up is not the first program's search budget
         for name, program in programs.items():
             source = sized_source(program, args.sizes, args.dtype)
             row, answer = convert_program(program, source, args, pool)

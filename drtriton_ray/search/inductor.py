@@ -501,7 +501,9 @@ def capture(fragment, device: str = "cuda") -> dict:
         for d in dims:
             if x.shape[d] < 2:  # Dynamo specializes sizes 0 and 1: its code would hold at that size only
                 raise NotSelfContained(f"a varying dim is {x.shape[d]} at the fragment's sizes")
-            torch._dynamo.mark_dynamic(x, d)
+            # maybe: where the fragment pins a dim (a view to fixed sizes), compile it specialized rather than
+            # fail; the candidate's layout checks then refuse other sizes, and the verifier sees it is not general
+            torch._dynamo.maybe_mark_dynamic(x, d)
     graphs: list[list[str]] = []
 
     def backend(gm, example_inputs):
@@ -545,8 +547,7 @@ SHARE = 0.5  # of the search's seconds left, the most the compiles may take
 class InductorSource:
     """torch.compile's own Triton per fragment (CUDA only), largest fragments first, within SHARE of the seconds
     left: each compile takes seconds, the larger a fragment the more Inductor fuses, and a fragment inside one it
-    already compiled gains nothing Inductor's kernels for the larger one lack. It runs before the lowering (the
-    search's first round), which proposes for every fragment and could spend the budget verifying them all."""
+    already compiled gains nothing Inductor's kernels for the larger one lack."""
 
     name = "inductor"
 

@@ -35,7 +35,7 @@ from drtriton_ray.search.sources import (
     one_line,
 )
 
-FIRST_ROUND = ("inductor", "lowering", "model")
+FIRST_ROUND = ("lowering", "inductor", "model")
 SECOND_ROUND = ("refine", "configs")
 
 # Timing windows per fragment candidate (and its reference): enough to rank candidates for the tiling, a fifth of
@@ -438,20 +438,27 @@ class Search:
         report.cache_hits = self.cache.hits if self.cache else 0
 
     def propose_all(self, sources: dict, todo: list[Fragment]) -> None:
-        """Round one on the fragments the cache could not answer, round two on every fragment."""
-        for round_names, fragments in ((FIRST_ROUND, todo), (SECOND_ROUND, list(self.fragments.values()))):
-            for name in round_names:
-                if name not in sources or not fragments or self.budget().spent:
-                    continue
-                self.progress(Progress("propose", 0, len(fragments), name))
-                try:
-                    proposed = sources[name].propose(fragments, self.budget(), self.attempts)
-                except ModelError:  # the request's model folder is unusable: a bad request, said as such
-                    raise
-                except Exception as e:  # one source's failure costs its candidates, not the search
-                    sources[name].stats.fail(f"the source failed: {one_line(e)}")
-                    continue
-                self.run(proposed)
+        """Round one on the fragments the cache could not answer: each source proposes (the lowering even on a spent
+        budget: its candidates cost nothing to make) and their candidates are verified together, the largest
+        fragments' first, as the tiling's best pieces (the first batch is verified whatever the budget). Round two
+        on every fragment while the budget lasts."""
+        first = [c for name in FIRST_ROUND for c in self.proposals(sources, name, todo, always=name == "lowering")]
+        self.run(sorted(first, key=lambda c: -self.fragments[c.fragment].size))
+        for name in SECOND_ROUND:
+            self.run(self.proposals(sources, name, list(self.fragments.values())))
+
+    def proposals(self, sources: dict, name: str, fragments: list[Fragment], always: bool = False) -> list:
+        """Source `name`'s candidates for `fragments` (none where it is not asked for, or the budget is spent)."""
+        if name not in sources or not fragments or (self.budget().spent and not always):
+            return []
+        self.progress(Progress("propose", 0, len(fragments), name))
+        try:
+            return sources[name].propose(fragments, self.budget(), self.attempts)
+        except ModelError:  # the request's model folder is unusable: a bad request, said as such
+            raise
+        except Exception as e:  # one source's failure costs its candidates, not the search
+            sources[name].stats.fail(f"the source failed: {one_line(e)}")
+            return []
 
 
 KEPT_ORIGINAL = '''
