@@ -28,8 +28,8 @@ from drtriton_ray.search.sources import Budget, LoweringSource  # noqa: E402
 from drtriton_ray.verify import Task, WorkerPool  # noqa: E402
 
 
-def make_sources(names: list[str], device: str) -> dict:
-    made = {"lowering": LoweringSource, "inductor": lambda: InductorSource(device)}
+def make_sources(names: list[str], device: str, pool) -> dict:
+    made = {"lowering": LoweringSource, "inductor": lambda: InductorSource(device, pool)}
     return {n: made[n]() for n in names}
 
 
@@ -47,13 +47,31 @@ def probe(pool, name: str, source: str, dynamic, sources: dict, device: str) -> 
             continue
         rows.append(row)
         tasks.append(
-            (row, Task(fragment.source, proposed[0].code, policy="strict", name=f"{name}/{label}", seed=0,
-                       timing=device.startswith("cuda"), timing_trials=FRAGMENT_TIMING_TRIALS,
-                       compile_reference=True, shapes=shapes))
+            (
+                row,
+                Task(
+                    fragment.source,
+                    proposed[0].code,
+                    policy="strict",
+                    name=f"{name}/{label}",
+                    seed=0,
+                    timing=device.startswith("cuda"),
+                    timing_trials=FRAGMENT_TIMING_TRIALS,
+                    compile_reference=True,
+                    shapes=shapes,
+                ),
+            )
         )
     for (row, _), v in zip(tasks, pool.verify([t for _, t in tasks])):
-        row.update(status=v.status, reason=v.reason[:200], general=v.general, candidate_ms=v.candidate_ms,
-                   eager_ms=v.eager_ms, compile_ms=v.compile_ms, speedup_vs_compile=v.speedup_vs_compile)
+        row.update(
+            status=v.status,
+            reason=v.reason[:200],
+            general=v.general,
+            candidate_ms=v.candidate_ms,
+            eager_ms=v.eager_ms,
+            compile_ms=v.compile_ms,
+            speedup_vs_compile=v.speedup_vs_compile,
+        )
     return rows
 
 
@@ -61,8 +79,16 @@ def table(rows: list[dict]) -> Table:
     t = Table("program", "dtype", "source", "status", "general", "ms", "vs compile", "reason")
     for r in rows:
         ms, vs = r.get("candidate_ms"), r.get("speedup_vs_compile")
-        t.add_row(r["program"], r["dtype"], r["source"], r["status"], str(r.get("general")),
-                  f"{ms:.4f}" if ms else "", f"{vs:.2f}x" if vs else "", (r.get("reason") or "")[:90])
+        t.add_row(
+            r["program"],
+            r["dtype"],
+            r["source"],
+            r["status"],
+            str(r.get("general")),
+            f"{ms:.4f}" if ms else "",
+            f"{vs:.2f}x" if vs else "",
+            (r.get("reason") or "")[:90],
+        )
     return t
 
 
@@ -78,7 +104,7 @@ def main() -> int:
     programs = suite_programs(args.only)
     rows = []
     with WorkerPool(args.device, size=1) as pool:
-        sources = make_sources(args.sources.split(","), args.device)
+        sources = make_sources(args.sources.split(","), args.device, pool)
         for dtype in args.dtypes.split(","):
             for name, program in programs.items():
                 source = sized_source(program, args.sizes, dtype)
@@ -87,7 +113,7 @@ def main() -> int:
                 except Exception as e:  # one program's failure is its row; the others go on
                     found = [{"program": name, "source": "-", "status": "error", "reason": f"{type(e).__name__}: {e}"}]
                 rows += [{**r, "dtype": dtype} for r in found]
-                print(json.dumps(rows[-len(found):]), flush=True)
+                print(json.dumps(rows[-len(found) :]), flush=True)
     Console(width=200).print(table(rows))
     if args.out:
         args.out.write_text(json.dumps(rows, indent=1))

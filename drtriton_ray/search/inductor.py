@@ -11,8 +11,9 @@ Two layers:
   `kernel[grid](...)` per kernel, the grid as Inductor's launcher computes it for the chosen config. What it cannot
   carry is refused with a one-line reason (`NotSelfContained`): library calls (mm, addmm: the lowering covers
   contractions), ATen fallbacks, grid types it does not know, a kernel without a chosen config.
-- `capture(fragment, device)`, GPU only: torch.compile of the fragment's Model with its varying dims dynamic,
-  through a backend that records where each graph input comes from; what the first layer needs.
+- `capture(fragment, device, verifier)`, GPU only: torch.compile of the fragment's Model with its varying dims
+  dynamic (capture/inductor.py), in a worker of the verifier where one is given (the service's Search has no GPU
+  of its own), and the meaning of each graph input; what the first layer needs.
 """
 
 from __future__ import annotations
@@ -24,8 +25,8 @@ import inspect
 import re
 import textwrap
 import time
-from typing import Optional
 
+from drtriton_ray.capture.inductor import NotSelfContained, call_function, compiled_code, kernel_sources
 from drtriton_ray.search.sources import Candidate, SourceStats, one_line
 
 # A `call` argument: ("input", i) the forward's i-th input, ("param", "name") a parameter or buffer of the Model,
@@ -67,10 +68,6 @@ def fits_int32(*sizes):
 '''
 
 
-class NotSelfContained(ValueError):
-    """Inductor's code holds something a self-contained Triton module cannot; the message says what, in one line."""
-
-
 def free_names(fn: ast.FunctionDef) -> set[str]:
     """The global names a function reads (not its arguments, locals or Python's builtins)."""
     a = fn.args
@@ -82,22 +79,6 @@ def free_names(fn: ast.FunctionDef) -> set[str]:
 
 
 # -- kernels and helpers ---------------------------------------------------------------------------------------
-def kernel_sources(tree: ast.Module) -> dict[str, str]:
-    """Name -> source of each kernel the output code compiles (`name = async_compile.triton('name', '''...''')`)."""
-    out = {}
-    for node in tree.body:
-        if not (isinstance(node, ast.Assign) and isinstance(node.value, ast.Call)):
-            continue
-        func = ast.unparse(node.value.func)
-        if func.startswith("async_compile.") and func != "async_compile.triton":
-            raise NotSelfContained(f"a kernel compiled by {func}, not Triton")
-        if func == "async_compile.triton":
-            out[node.targets[0].id] = node.value.args[1].value
-    if not out:
-        raise NotSelfContained("Inductor generated no Triton kernel")
-    return out
-
-
 def jit_kernel(name: str, source: str) -> tuple[str, ast.FunctionDef, set[str]]:
     """(the kernel with `@triton.jit` its only decorator, its definition, the triton_helpers functions it calls)."""
     tree = ast.parse(source)
@@ -302,18 +283,6 @@ class Wrapper:
         return out
 
 
-def call_function(tree: ast.Module) -> ast.FunctionDef:
-    """Inductor's `call(args)`: a method of its Runner class (torch >= 2.8) or a module-level function."""
-    for node in tree.body:
-        if isinstance(node, ast.FunctionDef) and node.name == "call":
-            return node
-        if isinstance(node, ast.ClassDef) and node.name == "Runner":
-            for fn in node.body:
-                if isinstance(fn, ast.FunctionDef) and fn.name == "call":
-                    return fn
-    raise NotSelfContained("Inductor's code has no call(args) function")
-
-
 def unpacked(fn: ast.FunctionDef) -> list[str]:
     """The names `call` unpacks its arguments into (`arg0_1, arg1_1 = args`)."""
     first = fn.body[0] if fn.body else None
@@ -450,95 +419,25 @@ def dynamic_source(fragment) -> str:
     return "\n".join(lines[:at] + [indent + b for b in bound] + lines[at:]) + "\n"
 
 
-def chosen_config(kernel) -> Optional[dict]:
-    """The config Inductor's autotuner launched a kernel with (its only one where it had no choice)."""
-    launchers = getattr(kernel, "launchers", None) or []
-    configs = [launchers[0].config] if launchers else list(getattr(kernel, "configs", None) or [])
-    if len(configs) != 1:
-        return None
-    c = configs[0]
-    return {"kwargs": dict(c.kwargs), "num_warps": c.num_warps, "num_stages": c.num_stages}
-
-
-def kernels_of(code: str) -> dict:
-    """Per kernel of Inductor's output `code`: the chosen config, grid type and signature, from the module Inductor
-    loaded for it (the one written from exactly this code)."""
-    from torch._inductor.codecache import PyCodeCache
-
-    _, path = PyCodeCache.write(code)
-    module = next((m for m in reversed(PyCodeCache.modules) if getattr(m, "__file__", None) == path), None)
-    module = module or PyCodeCache.modules_no_attr.get(path)
-    if module is None:
-        raise NotSelfContained("the module Inductor loaded for its code is not in its cache")
-    out = {}
-    for name in kernel_sources(ast.parse(code)):
-        k = getattr(module, name)
-        out[name] = {
-            "chosen": chosen_config(k),
-            "inductor_meta": {"grid_type": k.inductor_meta.get("grid_type")},
-            "signature": {a: str(b) for a, b in k.triton_meta.get("signature", {}).items()},
-        }
-    return out
-
-
-def capture(fragment, device: str = "cuda") -> dict:
-    """torch.compile of the fragment's Model on `device` (default Inductor settings, as the verifier's reference),
-    its varying dims dynamic: {"code", "kernels", "args", "single"}, `self_contained`'s arguments."""
-    import torch
-    import torch._functorch.config as functorch_config
-    import torch._inductor.config as inductor_config
-    import torch.fx.experimental._config as fx_config
-    from torch._inductor.compile_fx import compile_fx
-    from torch._inductor.utils import run_and_get_code
-
-    from drtriton_ray.ir.problem import load_problem
-
-    mod = load_problem(dynamic_source(fragment), "inductor_fragment")
-    torch.manual_seed(0)
-    model = mod.Model(*mod.get_init_inputs()).to(device).eval()
-    inputs = [x.to(device) if torch.is_tensor(x) else x for x in mod.get_inputs()]
-    for x, dims in zip(inputs, varying_dims(fragment.program)):
-        for d in dims:
-            if x.shape[d] < 2:  # Dynamo specializes sizes 0 and 1: its code would hold at that size only
-                raise NotSelfContained(f"a varying dim is {x.shape[d]} at the fragment's sizes")
-            # maybe: where the fragment pins a dim (a view to fixed sizes), compile it specialized rather than
-            # fail; the candidate's layout checks then refuse other sizes, and the verifier sees it is not general
-            torch._dynamo.maybe_mark_dynamic(x, d)
-    graphs: list[list[str]] = []
-
-    def backend(gm, example_inputs):
-        sources = [n.meta["grapharg"].source for n in gm.graph.nodes if n.op == "placeholder"]
-        graphs.append([s.name() if callable(s.name) else s.name for s in sources])
-        return compile_fx(gm, example_inputs)
-
-    # each (varying) size its own symbol, and code written now rather than read from a cache
-    with (
-        torch.no_grad(),
-        fx_config.patch(use_duck_shape=False),
-        inductor_config.patch(fx_graph_cache=False, fx_graph_remote_cache=False),
-        functorch_config.patch(enable_autograd_cache=False),
-    ):
-        out, codes = run_and_get_code(torch.compile(model, backend=backend), *inputs)
-    if len(graphs) != 1 or len(codes) != 1:
-        raise NotSelfContained(f"torch.compile made {len(graphs)} graphs ({len(codes)} output codes), not one")
-    wanted = 1 if torch.is_tensor(out) else len(out)
-    if returned(codes[0]) != wanted:  # AOTAutograd makes an output that aliases an input outside Inductor's code
-        raise NotSelfContained(f"Inductor's call returns {returned(codes[0])} tensors, the forward {wanted}")
+def capture(fragment, device: str = "cuda", verifier=None) -> dict:
+    """Inductor's code for the fragment (capture/inductor.compiled_code) compiled in a worker of `verifier` where
+    one is given (its GPU, its sandbox), else here: `self_contained`'s arguments {"code", "kernels", "args",
+    "single"}."""
+    request = (dynamic_source(fragment), varying_dims(fragment.program))
+    if verifier is None:
+        result = compiled_code(*request, device)
+    else:
+        (result,) = verifier.inductor_code([request])
+        if "error" in result:
+            raise NotSelfContained(result["error"])
     names = problem_parts(fragment.source)[2]
-    args = [arg_of(s, names) for s in graphs[0]]
-    return {"code": codes[0], "kernels": kernels_of(codes[0]), "args": args, "single": torch.is_tensor(out)}
+    args = [arg_of(s, names) for s in result["sources"]]
+    return {"code": result["code"], "kernels": result["kernels"], "args": args, "single": result["single"]}
 
 
-def returned(code: str) -> Optional[int]:
-    """How many tensors Inductor's call returns (None: not a tuple)."""
-    returns = [n for n in ast.walk(call_function(ast.parse(code))) if isinstance(n, ast.Return)]
-    last = returns[-1].value if returns else None
-    return len(last.elts) if isinstance(last, ast.Tuple) else None
-
-
-def inductor_candidate(fragment, device: str = "cuda") -> str:
+def inductor_candidate(fragment, device: str = "cuda", verifier=None) -> str:
     """The fragment's candidate module from torch.compile's code (raises NotSelfContained with the reason)."""
-    return self_contained(problem=fragment.source, **capture(fragment, device))
+    return self_contained(problem=fragment.source, **capture(fragment, device, verifier))
 
 
 SHARE = 0.5  # of the search's seconds left, the most the compiles may take
@@ -551,8 +450,8 @@ class InductorSource:
 
     name = "inductor"
 
-    def __init__(self, device: str = "cpu"):
-        self.device = device
+    def __init__(self, device: str = "cpu", verifier=None):
+        self.device, self.verifier = device, verifier  # compiles in the verifier's workers where one is given
         self.stats = SourceStats()
 
     def propose(self, fragments, budget, history=()) -> list[Candidate]:
@@ -561,8 +460,8 @@ class InductorSource:
         if not str(self.device).startswith("cuda"):
             self.stats.fail("inductor: Triton code generation needs a CUDA device")
             return []
-        if not torch.cuda.is_available():
-            self.stats.fail("inductor: this process sees no CUDA device")
+        if self.verifier is None and not torch.cuda.is_available():
+            self.stats.fail("inductor: this process sees no CUDA device, and no verifier was given")
             return []
         deadline = time.monotonic() + budget.seconds * SHARE
         out, made = [], []
@@ -574,7 +473,7 @@ class InductorSource:
                 break
             self.stats.asked += 1
             try:
-                code = inductor_candidate(f, self.device)
+                code = inductor_candidate(f, self.device, self.verifier)
             except NotSelfContained as e:
                 self.stats.fail(f"inductor: {e}"[:160])
                 continue

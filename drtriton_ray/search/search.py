@@ -121,16 +121,17 @@ def task_seed(seed: int, *parts) -> int:
     return int.from_bytes(digest[:4], "big") & 0x7FFFFFFF
 
 
-def build_sources(config: ConversionSettings, policy=None) -> tuple[dict, Optional[PolicyModel]]:
+def build_sources(config: ConversionSettings, policy=None, verifier=None) -> tuple[dict, Optional[PolicyModel]]:
     """The configured sources by name; the model and refine sources share one PolicyModel (one engine): `policy`
-    where the caller has one (the service's Policy deployment, same ids/generate interface), else loaded here."""
+    where the caller has one (the service's Policy deployment, same ids/generate interface), else loaded here.
+    `verifier`: where the inductor source compiles (its workers hold the GPU)."""
     if policy is None and any(s in ("model", "refine") for s in config.sources):
         from pathlib import Path
 
         policy = PolicyModel(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
     makers = {
         "lowering": lambda: LoweringSource(),
-        "inductor": lambda: InductorSource(config.device),
+        "inductor": lambda: InductorSource(config.device, verifier),
         "model": lambda: ModelSource(policy, config.samples, config.seed),
         "refine": lambda: RefineSource(policy, config.seed),
         "configs": lambda: ConfigSource(config.variants),
@@ -546,7 +547,7 @@ def search(
         s.fragments.setdefault(f.hash, f)
     s.progress(Progress("fragments", len(s.fragments), len(s.fragments), f"{len(every)} fragments"))
     todo = s.load_cached()
-    sources, engine = build_sources(config, policy)
+    sources, engine = build_sources(config, policy, verifier)
     report = ConversionReport(device=s.device, settings=asdict(config))
     try:
         s.propose_all(sources, todo)

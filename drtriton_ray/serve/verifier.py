@@ -46,6 +46,10 @@ class VerifierDeployment:
         with self.lock:
             return self.pool.capture(sources, dynamic)
 
+    def inductor_code(self, requests: list) -> list[dict]:
+        with self.lock:
+            return self.pool.inductor_code(requests)
+
     def time_reference(self, source: str) -> Optional[dict]:
         with self.lock:
             return self.pool.time_reference(source)
@@ -78,8 +82,8 @@ def retryable() -> tuple:
 
 
 class RemoteVerifier:
-    """The search's verifier (verify, capture, time_reference) over the Verifier deployment's handle. Calls block
-    on `.result()`, so the search runs in a thread of its own, never on a replica's event loop."""
+    """The search's verifier (verify, capture, inductor_code, time_reference) over the Verifier deployment's handle.
+    Calls block on `.result()`, so the search runs in a thread of its own, never on a replica's event loop."""
 
     def __init__(self, handle, retries: int = 5, backoff_s: float = 1.0):
         self.handle, self.retries, self.backoff_s = handle, retries, backoff_s
@@ -102,6 +106,9 @@ class RemoteVerifier:
 
     def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
         return self.call("capture", sources, dynamic)
+
+    def inductor_code(self, requests: list) -> list[dict]:
+        return self.call("inductor_code", requests)
 
     def time_reference(self, source: str) -> Optional[dict]:
         return self.call("time_reference", source)

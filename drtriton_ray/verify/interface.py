@@ -3,6 +3,8 @@
 - `verify(tasks)`: a `Task` each (problem, candidate, policy, other shapes, timing settings) -> a `Verdict` each;
 - `capture(sources, dynamic)`: a user's program each -> {"graph": ir.Graph JSON} or {"error": one line}, captured
   where user code may run (a sandboxed worker);
+- `inductor_code(requests)`: a fragment's problem and its varying dims each -> torch.compile's code for it on the
+  verifier's device (capture/inductor.compiled_code) or {"error": one line}: the search's `inductor` source;
 - `time_reference(source)`: a program's eager and torch.compile times on the verifier's GPU, or None.
 
 Implemented by the local worker pool (`WorkerPool`), the Ray service over pools on every GPU (`VerifyService`) and
@@ -21,5 +23,7 @@ class Verifier(Protocol):
     def verify(self, tasks: list[Task]) -> list[Verdict]: ...
 
     def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]: ...
+
+    def inductor_code(self, requests: list[tuple[str, list]]) -> list[dict]: ...
 
     def time_reference(self, source: str) -> Optional[dict]: ...

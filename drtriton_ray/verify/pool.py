@@ -64,6 +64,7 @@ from drtriton_ray.verify.protocol import (
     ReferenceReady,
     Release,
     RunCapture,
+    RunInductor,
     RunReference,
     RunTask,
     Stop,
@@ -501,33 +502,43 @@ class WorkerPool:
     def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
         """Each user program captured to a Graph in a worker, since capturing runs the user's code: per source
         {"graph": Graph JSON} or {"error": one line}. Runs between verify() calls, so it has the GPU to itself."""
-        results: list = [None] * len(sources)
-        pending, busy = deque(range(len(sources))), {}
+        frozen = None if dynamic is None else tuple(dynamic)
+        return self._jobs([RunCapture(s, frozen) for s in sources], ("capture", "graph"))
+
+    def inductor_code(self, requests: list[tuple[str, list]]) -> list[dict]:
+        """Each fragment (its problem, per input the dims that vary) compiled by torch.compile in a worker, on the
+        pool's device: Inductor's code (capture/inductor.compiled_code) or {"error": one line}. Between verify()
+        calls, as capture."""
+        return self._jobs([RunInductor(source, list(dims)) for source, dims in requests], ("inductor", "code"))
+
+    def _jobs(self, messages: list, what: tuple[str, str]) -> list[dict]:
+        """Capture-like jobs (one CaptureReady each) spread over the workers; results in input order. `what`: the
+        job and its answer, for the error of a worker that dies on one."""
+        results: list = [None] * len(messages)
+        pending, busy = deque(range(len(messages))), {}
         while pending or busy:
             for slot in range(len(self._workers)):
                 if pending and slot not in busy:
                     i = pending.popleft()
-                    self._ready(self._workers[slot]).conn.send(
-                        RunCapture(sources[i], None if dynamic is None else tuple(dynamic))
-                    )
+                    self._ready(self._workers[slot]).conn.send(messages[i])
                     busy[slot] = (i, time.perf_counter() + self.limits.task_timeout_s)
             conns = {self._workers[slot].conn: slot for slot in busy}
             timeout = max(0.0, min(d for _, d in busy.values()) - time.perf_counter())
             for conn in wait(list(conns), timeout):
-                self._capture_message(conns[conn], busy, results)
+                self._capture_message(conns[conn], busy, results, what)
             for slot, (i, deadline) in list(busy.items()):
                 if time.perf_counter() >= deadline:
                     del busy[slot]
-                    results[i] = {"error": f"capture: {self._death(self._workers[slot], True, 'graph')[1]}"}
+                    results[i] = {"error": f"{what[0]}: {self._death(self._workers[slot], True, what[1])[1]}"}
         return results
 
-    def _capture_message(self, slot: int, busy: dict, results: list) -> None:
+    def _capture_message(self, slot: int, busy: dict, results: list, what: tuple[str, str]) -> None:
         w, (i, _) = self._workers[slot], busy[slot]
         try:
             message = w.conn.recv()
         except (EOFError, OSError):
             del busy[slot]
-            results[i] = {"error": f"capture: {self._death(w, False, 'graph')[1]}"}
+            results[i] = {"error": f"{what[0]}: {self._death(w, False, what[1])[1]}"}
             return
         if isinstance(message, Acquire):  # nothing else runs during a capture
             w.conn.send(Granted())

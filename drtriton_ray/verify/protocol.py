@@ -1,9 +1,10 @@
 """The messages between a verifier pool (pool.py) and its worker processes (worker.py), over one pipe per worker.
 
 Plain dataclasses of the standard library: they pickle across the pipe and import nowhere (the worker loads this
-module before torch). Parent to worker: RunTask, RunReference, RunCapture, Granted, Stop. Worker to parent: Ready once,
+module before torch). Parent to worker: RunTask, RunReference, RunCapture, RunInductor, Granted,
+Stop. Worker to parent: Ready once,
 then per job any number of Acquire / Release of the GPU's section and one VerdictReady, ReferenceReady or
-CaptureReady."""
+CaptureReady (a capture's or an Inductor compile's)."""
 
 from __future__ import annotations
 
@@ -25,6 +26,12 @@ class RunReference:
 class RunCapture:
     source: str  # a user's program: captured to a Graph in the worker, the only place user code runs
     dynamic: Optional[tuple] = ()  # the size constants that may vary (capture/dims.py); None: inferred
+
+
+@dataclass
+class RunInductor:
+    source: str  # a fragment's problem, its forward reading the varying sizes from its inputs
+    dims: list  # per forward input, the dims that vary (marked dynamic)
 
 
 @dataclass
@@ -72,5 +79,5 @@ class ReferenceReady:
 
 @dataclass
 class CaptureReady:
-    result: dict  # {"graph": Graph JSON} or {"error": one-line reason}
+    result: dict  # {"graph": Graph JSON}, Inductor's code (search/inductor.compiled_code), or {"error": one line}
     retire: bool

@@ -45,6 +45,9 @@ class _VerifierActor:
     def capture(self, sources: list[str], dynamic: Optional[Sequence[str]] = ()) -> list[dict]:
         return self.pool.capture(sources, dynamic)
 
+    def inductor_code(self, requests: list[tuple[str, list]]) -> list[dict]:
+        return self.pool.inductor_code(requests)
+
     def time_reference(self, problem_source: str) -> Optional[dict]:
         return self.pool.time_reference(problem_source)
 
@@ -107,6 +110,11 @@ class VerifyService:
         pool = ActorPool(self.actors)
         batches = [[s] for s in sources]
         return [r for part in pool.map(lambda actor, one: actor.capture.remote(one, dynamic), batches) for r in part]
+
+    def inductor_code(self, requests: list[tuple[str, list]]) -> list[dict]:
+        """Each fragment compiled by torch.compile on the first actor (a GPU's where there is one: pool.WorkerPool's
+        inductor_code)."""
+        return ray.get(self.actors[0].inductor_code.remote(requests))
 
     def time_reference(self, problem_source: str) -> Optional[dict]:
         """A program's eager and torch.compile times on the first GPU actor (None without one)."""

@@ -128,6 +128,19 @@ def _capture(source: str, device: str, dynamic: Optional[tuple] = ()) -> dict:
         return {"error": f"capture failed: {type(e).__name__}: {e}"}
 
 
+def _inductor(source: str, dims: list, device: str) -> dict:
+    """A fragment compiled by torch.compile here, on this worker's device: Inductor's code and what its kernels were
+    launched with (search/inductor.compiled_code), or {"error": why}."""
+    from drtriton_ray.capture.inductor import NotSelfContained, compiled_code
+
+    try:
+        return compiled_code(source, dims, device)
+    except NotSelfContained as e:
+        return {"error": str(e)}
+    except Exception as e:  # torch.compile failing on the fragment: one line for the caller
+        return {"error": f"torch.compile failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"}
+
+
 def worker_main(
     conn, name: str, scratch: str, device: str, limits, gated: bool = False, launcher_store: Optional[str] = None
 ) -> None:
@@ -205,6 +218,7 @@ def _serve(conn, ctx, device: str, limits) -> None:
         CaptureReady,
         ReferenceReady,
         RunCapture,
+        RunInductor,
         RunReference,
         RunTask,
         VerdictReady,
@@ -216,11 +230,14 @@ def _serve(conn, ctx, device: str, limits) -> None:
             message = conn.recv()
         except (EOFError, OSError):
             return
-        if not isinstance(message, (RunTask, RunReference, RunCapture)):  # Stop, or nothing this worker understands
+        if not isinstance(message, (RunTask, RunReference, RunCapture, RunInductor)):  # Stop, or nothing known
             return
         _arm_cpu_limit(limits.cpu_s)
-        if isinstance(message, RunCapture):
-            result = _capture(message.source, device, message.dynamic)
+        if isinstance(message, (RunCapture, RunInductor)):
+            if isinstance(message, RunCapture):
+                result = _capture(message.source, device, message.dynamic)
+            else:
+                result = _inductor(message.source, message.dims, device)
             release_memory(device, compiled=True)
             poisoned = _device_poisoned(device, None)
             conn.send(CaptureReady(result, poisoned))

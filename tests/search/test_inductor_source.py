@@ -12,15 +12,8 @@ from drtriton_ray.capture.sandbox import capture_program
 from drtriton_ray.eval.realworld import with_constants
 from drtriton_ray.ir.render import size_names
 from drtriton_ray.search.fragments import enumerate_fragments
-from drtriton_ray.search.inductor import (
-    InductorSource,
-    NotSelfContained,
-    arg_of,
-    dynamic_source,
-    returned,
-    self_contained,
-    varying_dims,
-)
+from drtriton_ray.capture.inductor import NotSelfContained, returned
+from drtriton_ray.search.inductor import InductorSource, arg_of, dynamic_source, self_contained, varying_dims
 from drtriton_ray.search.search import other_shapes
 from drtriton_ray.search.settings import SOURCES, default_sources
 from drtriton_ray.search.sources import Budget
@@ -182,6 +175,29 @@ def test_graph_inputs_are_read_from_dynamos_sources():
         arg_of("L['x'].stride()[0]", inputs)
 
 
+def test_compiles_run_in_the_verifiers_workers_and_a_failure_comes_back_in_one_line(pool):
+    """The source's compile is a job of the verifier's workers (the service's Search has no GPU of its own): a
+    fragment whose varying dim is 1 at its sizes (Dynamo would specialize it) and one that does not build both come
+    back as one-line errors, through the source's stats, and the worker goes on verifying."""
+    graph = capture_program(
+        VIEWED.replace("batch_size, seq_len, hidden = 2, 8, 64", "batch_size, seq_len, hidden = 1, 8, 64"),
+        pool,
+        ("batch_size", "seq_len"),
+    )
+    fragment = max(enumerate_fragments(graph), key=lambda f: f.size)
+    broken = dynamic_source(fragment).replace(
+        "super().__init__()", "super().__init__()\n        raise RuntimeError('no')"
+    )
+    results = pool.inductor_code([(dynamic_source(fragment), varying_dims(fragment.program)), (broken, [[0, 1]])])
+    assert results[0] == {"error": "a varying dim is 1 at the fragment's sizes"}
+    assert results[1]["error"].startswith("torch.compile failed: RuntimeError: no") and "\n" not in results[1]["error"]
+    source = InductorSource("cuda", pool)
+    assert source.propose([fragment], Budget(1, 60)) == []
+    assert source.stats.failed == {"inductor: a varying dim is 1 at the fragment's sizes": 1}
+    problem, module = case("squared_relu_gate_float32")
+    assert pool.verify([Task(problem, module, seed=1, timing=False)])[0].correct
+
+
 def test_the_source_on_cpu_proposes_nothing_and_says_why():
     source = InductorSource("cpu")
     assert source.propose([object()], Budget(10, 60)) == []
@@ -192,13 +208,13 @@ def test_the_source_on_cpu_proposes_nothing_and_says_why():
 
 @pytest.mark.gpu
 def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
-    """torch.compile on the GPU, per fragment of a captured program (batch and sequence dynamic, a view of both,
+    """torch.compile on the GPU (in a verifier worker), per fragment of a captured program (batch and sequence dynamic, a view of both,
     parameters), made self-contained and verified at the program's sizes and others as the search does; and the
     captured outputs whose kernels call libdevice, which only a GPU runs."""
     with WorkerPool("cuda", size=1) as pool:
         graph = capture_program(VIEWED, pool, ("batch_size", "seq_len"))
         fragments = [f for f in enumerate_fragments(graph) if not f.skip]
-        inductor = InductorSource("cuda")
+        inductor = InductorSource("cuda", pool)  # compiled in the pool's worker, as the search does
         candidates = inductor.propose(fragments, Budget(4, 600))
         assert candidates, inductor.stats.failed
         by_hash = {f.hash: f for f in fragments}
