@@ -7,6 +7,7 @@ from pathlib import Path
 from search_graphs import mlp_block
 
 from drtriton_ray.search.fragments import enumerate_fragments
+from drtriton_ray.search.inductor import InductorSource
 from drtriton_ray.search.sources import (
     Attempt,
     Budget,
@@ -148,6 +149,23 @@ def test_proposals_made_after_the_seconds_ran_out_get_one_batch_judged(pool):
     none_left.fragments = {f.hash: f for f in frags}
     none_left.run(candidates)
     assert none_left.verified == 0
+
+
+def test_a_spent_budget_still_gets_the_lowerings_candidates_judged_the_largest_fragments_first(pool):
+    """A cold start (workers, capture) can spend the seconds before any source runs: round one still has the lowering
+    propose, since its candidates cost nothing to make, and its first batch is the largest fragments' (the pieces the
+    tiling wants), not the single nodes'. Sources that cost seconds are not asked."""
+    from drtriton_ray.search.search import Search
+    from drtriton_ray.search.settings import ConversionSettings
+
+    frags = [f for f in fragments() if "mul.Tensor" not in f.ops]
+    late = Search(ConversionSettings(budget_s=0.0, batch=2, cache=None), pool)
+    late.fragments = {f.hash: f for f in frags}
+    sources = {"lowering": LoweringSource(), "inductor": InductorSource("cuda", pool)}
+    late.propose_all(sources, frags)
+    largest = sorted((f.size for f in frags), reverse=True)[:2]
+    assert late.verified == 2 and [late.fragments[a.candidate.fragment].size for a in late.attempts] == largest
+    assert sources["lowering"].stats.asked == len(frags) and sources["inductor"].stats.asked == 0
 
 
 def test_warps_and_stages_variants_of_a_launch_with_a_config_dict_override_it():
