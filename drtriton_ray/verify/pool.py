@@ -509,7 +509,7 @@ class WorkerPool:
         """Each fragment (its problem, per input the dims that vary) compiled by torch.compile in a worker, on the
         pool's device: Inductor's code (capture/inductor.compiled_code) or {"error": one line}. Between verify()
         calls, as capture."""
-        return self._jobs([RunInductor(source, list(dims)) for source, dims in requests], ("inductor", "code"))
+        return self._jobs([RunInductor(source, list(dims)) for source, dims in requests], ("inductor", "Inductor code"))
 
     def _jobs(self, messages: list, what: tuple[str, str]) -> list[dict]:
         """Capture-like jobs (one CaptureReady each) spread over the workers; results in input order. `what`: the
