@@ -124,19 +124,26 @@ def task_seed(seed: int, *parts) -> int:
 def build_sources(config: ConversionSettings, policy=None, verifier=None) -> tuple[dict, Optional[PolicyModel]]:
     """The configured sources by name; the model and refine sources share one PolicyModel (one engine): `policy`
     where the caller has one (the service's Policy deployment, same ids/generate interface), else loaded here.
-    `verifier`: where the inductor source compiles (its workers hold the GPU)."""
+    `verifier`: where the inductor source compiles when this process has no GPU (the service's Search)."""
     if policy is None and any(s in ("model", "refine") for s in config.sources):
         from pathlib import Path
 
         policy = PolicyModel(Path(config.model), config.device, config.engine, config.max_tokens, config.seed)
     makers = {
         "lowering": lambda: LoweringSource(),
-        "inductor": lambda: InductorSource(config.device, verifier),
+        "inductor": lambda: InductorSource(config.device, None if local_gpu() else verifier),
         "model": lambda: ModelSource(policy, config.samples, config.seed),
         "refine": lambda: RefineSource(policy, config.seed),
         "configs": lambda: ConfigSource(config.variants),
     }
     return {name: makers[name]() for name in config.sources}, policy
+
+
+def local_gpu() -> bool:
+    """Whether this process sees a CUDA device."""
+    import torch
+
+    return torch.cuda.is_available()
 
 
 class Search:

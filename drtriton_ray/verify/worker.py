@@ -128,17 +128,22 @@ def _capture(source: str, device: str, dynamic: Optional[tuple] = ()) -> dict:
         return {"error": f"capture failed: {type(e).__name__}: {e}"}
 
 
-def _inductor(source: str, dims: list, device: str) -> dict:
+def _inductor(source: str, dims: list, ctx) -> dict:
     """A fragment compiled by torch.compile here, on this worker's device: Inductor's code and what its kernels were
-    launched with (search/inductor.compiled_code), or {"error": why}."""
+    launched with (capture/inductor.compiled_code), or {"error": why}. The fragment is the search's rendering of
+    captured operators, not a user's code: like the reference's torch.compile, it may start compiler processes
+    (Triton's ptxas)."""
     from drtriton_ray.capture.inductor import NotSelfContained, compiled_code
 
+    ctx.sandbox.trusted_depth += 1
     try:
-        return compiled_code(source, dims, device)
+        return compiled_code(source, dims, ctx.device)
     except NotSelfContained as e:
         return {"error": str(e)}
     except Exception as e:  # torch.compile failing on the fragment: one line for the caller
         return {"error": f"torch.compile failed: {type(e).__name__}: {' '.join(str(e).split())[:200]}"}
+    finally:
+        ctx.sandbox.trusted_depth -= 1
 
 
 def worker_main(
@@ -237,7 +242,7 @@ def _serve(conn, ctx, device: str, limits) -> None:
             if isinstance(message, RunCapture):
                 result = _capture(message.source, device, message.dynamic)
             else:
-                result = _inductor(message.source, message.dims, device)
+                result = _inductor(message.source, message.dims, ctx)
             release_memory(device, compiled=True)
             poisoned = _device_poisoned(device, None)
             conn.send(CaptureReady(result, poisoned))
