@@ -11,29 +11,17 @@ from __future__ import annotations
 
 import argparse
 import sys
-import tempfile
 from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from realworld import sized_source, suite_programs  # noqa: E402  (bench/, the script's own folder)
+from answer_overhead import load_answer  # noqa: E402  (bench/, the script's own folder)
+from realworld import sized_source, suite_programs  # noqa: E402
 from report import save  # noqa: E402
 
 VARIANTS = ("eager", "compile", "answer")
-
-
-def load(source: str, name: str):
-    """The module of `source`, from a file (Triton reads its kernels' source through inspect)."""
-    import importlib.util
-
-    path = Path(tempfile.mkdtemp()) / f"{name}.py"
-    path.write_text(source)
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
 
 
 def kernel_us(fn, calls: int) -> float:
@@ -69,7 +57,7 @@ def measure(name: str, problem: str, answer: str, calls: int) -> list[dict]:
 
     from drtriton_ray.verify.checks import bytes_moved
 
-    p, a = load(problem, f"problem_{name}"), load(answer, f"answer_{name}")
+    p, a = load_answer(problem, f"problem_{name}"), load_answer(answer, f"answer_{name}")
     torch.manual_seed(0)
     model = p.Model(*p.get_init_inputs()).cuda().eval()
     new = a.ModelNew(*p.get_init_inputs()).cuda().eval()
