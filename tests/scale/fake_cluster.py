@@ -11,7 +11,6 @@ free port, and shutdown stops only the processes this cluster started, by pid.""
 from __future__ import annotations
 
 import json
-import os
 import socket
 import threading
 import time
@@ -23,6 +22,8 @@ import ray
 from ray._private.node import Node
 from ray._private.parameter import RayParams
 from ray.autoscaler._private.fake_multi_node.node_provider import FAKE_HEAD_NODE_ID
+
+from drtriton_ray.verify.pool import inherited_env
 
 PROVIDER = "ray.autoscaler._private.fake_multi_node.node_provider.FakeMultiNodeProvider"
 # per node, instead of Ray's default of 30% of the machine's memory for each: the tiny model's weights and the
@@ -120,7 +121,7 @@ class FakeCluster:
         )
         # the monitor (the autoscaler) inherits these: the fake provider refuses to run without the first, and the
         # second makes it look at the cluster every second instead of every five
-        with _environ(RAY_FAKE_CLUSTER="1", AUTOSCALER_UPDATE_INTERVAL_S="1"):
+        with inherited_env({"RAY_FAKE_CLUSTER": "1", "AUTOSCALER_UPDATE_INTERVAL_S": "1"}):
             self.head = Node(params, head=True, shutdown_at_exit=True, spawn_reaper=True)
         return self.address
 
@@ -143,20 +144,6 @@ class FakeCluster:
             except psutil.NoSuchProcess:
                 pass
         psutil.wait_procs(started, timeout=10)
-
-
-@contextmanager
-def _environ(**values):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 class Timeline:
