@@ -3,7 +3,6 @@ worker pools (Triton interpreter). Hand-written programs convert and their answe
 repeat answers from the cache; bad input gets its documented 4xx; programs that hang or crash fail with a reason
 and the next request succeeds; a Verifier replica killed mid-search does not lose the request."""
 
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -76,12 +75,33 @@ def slow_init(source: str, marker: str = "") -> str:
     return slow
 
 
-def wait_for_marker(marker: str, client, job_id: str, timeout: float = 300) -> None:
-    """Until a verifier worker of the service (its scratch under the temporary directory) has created `marker`. The
-    bound is generous: on a loaded 2-core machine the service's queue and a worker's start can pass 120 s. A job
-    that ends first fails the wait at once, with its state."""
+def verifier_pid() -> int:
+    """The process id of the service's one Verifier replica, which its pool's worker processes are children of."""
+    from ray import serve
+
+    return serve.get_deployment_handle("Verifier", app_name="drtriton").pid.remote().result()
+
+
+def worker_dirs(pid: int) -> list[Path]:
+    """The working directories of a Verifier replica's child processes: each pool worker runs in its own scratch
+    folder (verify/worker.py), wherever the replica's temporary directory is."""
+    import psutil
+
+    dirs = []
+    for child in psutil.Process(pid).children():
+        try:
+            dirs.append(Path(child.cwd()))
+        except psutil.Error:  # a worker replaced between the listing and the look
+            pass
+    return dirs
+
+
+def wait_for_marker(marker: str, pid: int, client, job_id: str, timeout: float = 300) -> None:
+    """Until a worker of the Verifier replica `pid` has created `marker` in its working directory. The bound is
+    generous: on a loaded 2-core machine the service's queue and a worker's start can pass 120 s. A job that ends
+    first fails the wait at once, with its state."""
     deadline = time.monotonic() + timeout
-    while not list(Path(tempfile.gettempdir()).glob(f"drtriton-verify-*/*/{marker}")):
+    while not any((d / marker).exists() for d in worker_dirs(pid)):
         status = client.get(f"/v1/conversions/{job_id}").json()
         assert status["state"] in ("queued", "running"), f"the job ended before a worker ran it: {status}"
         assert time.monotonic() < deadline, f"no verifier worker ran the program in {timeout} s: {status}"
@@ -256,9 +276,6 @@ def verifier_replicas() -> list:
     ]
 
 
-# slow (make test-slow): in CI runs on a loaded 2-core machine the job sometimes ends before its worker's marker is
-# seen, so the kill never lands mid-search; until the marker's wait is made exact it runs outside `make test`
-@pytest.mark.slow
 def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service):
     import json
 
@@ -266,11 +283,13 @@ def test_a_verifier_replica_killed_mid_search_does_not_lose_the_request(service)
 
     client, settings = service
     (replica,) = verifier_replicas()
-    # The program takes 4 s to build its model and marks its start, so the kill lands while the capture call is on
-    # the replica (a kill between two calls loses nothing either, but then no call needs sending again).
+    # The program takes 4 s to build its model and marks its start in the working directory of the replica's worker
+    # that runs it, so the kill lands while the capture call is on the replica (a kill between two calls loses
+    # nothing either, but then no call needs sending again).
     marker = f"capture-started-{uuid.uuid4().hex}"
+    pid = verifier_pid()
     job_id = submit(client, slow_init(read("swiglu"), marker), "kill", k=3)
-    wait_for_marker(marker, client, job_id)
+    wait_for_marker(marker, pid, client, job_id)
     status = client.get(f"/v1/conversions/{job_id}").json()
     assert status["state"] == "running", "the job ended before the replica could be killed"
     ray.kill(ray.get_actor(replica["name"], namespace=replica["namespace"]), no_restart=True)
