@@ -445,8 +445,8 @@ SHARE = 0.5  # of the search's seconds left, the most the compiles may take
 
 class InductorSource:
     """torch.compile's own Triton per fragment (CUDA only), largest fragments first, within SHARE of the seconds
-    left: each compile takes seconds, the larger a fragment the more Inductor fuses, and a fragment inside one it
-    already compiled gains nothing Inductor's kernels for the larger one lack."""
+    left: each compile takes seconds and the larger a fragment the more Inductor fuses, so a fragment inside one it
+    has already compiled is left out (the lowering still proposes for it)."""
 
     name = "inductor"
 

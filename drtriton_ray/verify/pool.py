@@ -525,14 +525,14 @@ class WorkerPool:
             conns = {self._workers[slot].conn: slot for slot in busy}
             timeout = max(0.0, min(d for _, d in busy.values()) - time.perf_counter())
             for conn in wait(list(conns), timeout):
-                self._capture_message(conns[conn], busy, results, what)
+                self._job_message(conns[conn], busy, results, what)
             for slot, (i, deadline) in list(busy.items()):
                 if time.perf_counter() >= deadline:
                     del busy[slot]
                     results[i] = {"error": f"{what[0]}: {self._death(self._workers[slot], True, what[1])[1]}"}
         return results
 
-    def _capture_message(self, slot: int, busy: dict, results: list, what: tuple[str, str]) -> None:
+    def _job_message(self, slot: int, busy: dict, results: list, what: tuple[str, str]) -> None:
         w, (i, _) = self._workers[slot], busy[slot]
         try:
             message = w.conn.recv()
@@ -540,7 +540,7 @@ class WorkerPool:
             del busy[slot]
             results[i] = {"error": f"{what[0]}: {self._death(w, False, what[1])[1]}"}
             return
-        if isinstance(message, Acquire):  # nothing else runs during a capture
+        if isinstance(message, Acquire):  # nothing else runs during a capture or a compile
             w.conn.send(Granted())
         elif isinstance(message, CaptureReady):
             del busy[slot]
