@@ -104,6 +104,18 @@ def empty_module_us(repeat: int) -> float:
     return per_call_us(lambda: m(x), repeat)
 
 
+def skipped(fragment):
+    """A fragment that runs once, then returns that call's result (a tensor or a tuple) at no cost."""
+    kept = []
+
+    def call(*args):
+        if not kept:
+            kept.append(fragment(*args))
+        return kept[0]
+
+    return call
+
+
 def measure(name: str, answer: str, problem: str, repeat: int, profile: bool) -> dict:
     """One answer's row: total, guard and wrapper microseconds per call, launches per call."""
     import torch
@@ -127,7 +139,7 @@ def measure(name: str, answer: str, problem: str, repeat: int, profile: bool) ->
             stats = pstats.Stats(prof)
         fragments = [k for k in vars(mod) if k.startswith("drt") and k.endswith("_forward") and k[3:-8].isdigit()]
         for k in fragments:
-            setattr(mod, k, lambda *a: a[0])
+            setattr(mod, k, skipped(getattr(mod, k)))
         guarded = per_call_us(lambda: model(*inputs), repeat)
     return {"program": name, "total_us": total, "guarded_us": guarded, "guard_us": guard_us, "launches": launches,
             "fragments": len(fragments), "stats": stats}  # fmt: skip

@@ -538,7 +538,7 @@ def norm_reduce_case(shape, mode, dim, op):
     weight = torch.empty(shape[-1], device="meta")
     bias = weight if mode == 0 else None
     part, grid, args, meta = with_compiled(wrappers.norm_reduce_setup, shape, x, weight, bias, mode, dim)
-    consts = {"MODE": mode, "OP": op, "HAS_B": bias is not None}
+    consts = {"MODE": mode, "OP": op, "HAS_W": True, "HAS_B": bias is not None}
     return kernels.norm_reduce_kernel, [x, *args], meta, consts, meta["BLOCK"], grid
 
 

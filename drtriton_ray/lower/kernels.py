@@ -604,7 +604,7 @@ def row_norm_persistent_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.con
 @triton.jit
 def norm_reduce_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, O: tl.constexpr, R: tl.constexpr, M: tl.constexpr,
                        L: tl.constexpr, SPLIT: tl.constexpr, MODE: tl.constexpr, OP: tl.constexpr,
-                       HAS_B: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+                       HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
     """A layer or RMS norm over rows of L values (MODE 0, 1, weights over the row) reduced across rows: x viewed as
     (O, R, M, L), out[o, m, :] = OP over r of norm(x[o, r, m, :]), OP as reduce_kernel's (0 sum, 1 mean, 2 amax,
     3 amin, 7 L2 norm). A program keeps one (o, m)'s L accumulators in registers and streams its share of the R
@@ -621,7 +621,8 @@ def norm_reduce_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, O: tl.constexpr, R: tl
     m = group % M
     j = tl.arange(0, BLOCK)
     j_ok = j < L
-    w = tl.load(w_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
+    if HAS_W:
+        w = tl.load(w_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
     if HAS_B:
         b = tl.load(b_ptr + j, mask=j_ok, other=0.0).to(tl.float32)
     acc = tl.zeros([BLOCK], dtype=tl.float32)
@@ -637,7 +638,8 @@ def norm_reduce_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, O: tl.constexpr, R: tl
         else:  # the variance around the mean, from the row in registers: no cancellation, no second read
             d = tl.where(j_ok, x - tl.sum(x, axis=0) / L, 0.0)
             y = d * (1.0 / tl.sqrt(tl.sum(d * d, axis=0) / L + eps))
-        y = y * w
+        if HAS_W:
+            y = y * w
         if HAS_B:
             y = y + b
         if OP == 2:

@@ -220,14 +220,17 @@ register(
 
 
 def _norm_weights(s: Site, op: str) -> tuple[int, int, str | None, str | None]:
-    """(mode, groups, weight, bias) of a norm (split_norm_setup's modes), its weights named as in s.w. An RMS norm
-    without a weight (lower/passes.py: the weight comes after a cast) gets ones: the wrappers take the rows' length
-    from the weight, and a weight of one changes no value."""
+    """(mode, groups, weight, bias) of a norm (split_norm_setup's modes), its weights named as in s.w."""
     weight, bias = (s.w + [None, None])[:2]
-    if op == "RMSNorm" and weight is None:
-        row = " * ".join(str(d) for d in s.shape[len(s.shape) - s.params.get("k", 1) :])
-        weight = f"torch.ones({row}, device={s.x[0]}.device)"
     return NORM_MODES[op], s.params.get("num_groups") if op == "GroupNorm" else 1, weight, bias
+
+
+def _row(s: Site, op: str) -> str:
+    """An RMS norm without a weight (lower/passes.py: the weight comes after a cast) as its wrappers' keyword
+    argument `row`: the rows' length, which they otherwise take from the weight ("" where there is one)."""
+    if op != "RMSNorm" or s.w:
+        return ""
+    return ", row=" + " * ".join(str(d) for d in s.shape[len(s.shape) - s.params.get("k", 1) :])
 
 
 def _norm_tuning(op: str, params: dict, shapes: list, out: list):
@@ -249,7 +252,7 @@ def _norm_kernel(s: Site) -> str:
 ONE_NORM = {  # a norm's own wrapper, where it is not split or persistent
     "BatchNorm": lambda s: f"batch_norm({s.x[0]}, {s.w[0]}, {s.w[1]}{s.eps})",
     "LayerNorm": lambda s: f"layer_norm({s.x[0]}, {s.w[0]}, {s.w[1]}{s.eps})",
-    "RMSNorm": lambda s: f"rms_norm({s.x[0]}, {_norm_weights(s, 'RMSNorm')[2]}{s.eps})",
+    "RMSNorm": lambda s: f"rms_norm({s.x[0]}, {_norm_weights(s, 'RMSNorm')[2]}{s.eps}{_row(s, 'RMSNorm')})",
     "GroupNorm": lambda s: f"group_norm({s.x[0]}, {s.params.get('num_groups')}, {s.w[0]}, {s.w[1]}{s.eps})",
     "InstanceNorm": lambda s: f"instance_norm({s.x[0]}{s.eps})",
 }
@@ -259,9 +262,9 @@ def _norm_call(s: Site) -> str:
     kernel = _norm_kernel(s)
     mode, groups, weight, bias = _norm_weights(s, s.node.op)
     if kernel == "split_norm":
-        return f"split_norm({s.x[0]}, {weight}, {bias}, {mode}, {groups}{s.eps})"
+        return f"split_norm({s.x[0]}, {weight}, {bias}, {mode}, {groups}{s.eps}{_row(s, s.node.op)})"
     if kernel == "row_norm_persistent_kernel":
-        return f"row_norm_persistent({s.x[0]}, {weight}, {bias}, {mode}{s.eps})"
+        return f"row_norm_persistent({s.x[0]}, {weight}, {bias}, {mode}{s.eps}{_row(s, s.node.op)})"
     return ONE_NORM[s.node.op](s)
 
 
@@ -269,14 +272,14 @@ def _norm(s: Site) -> AnchorKernel:
     kernel = _norm_kernel(s)
     mode, groups, weight, bias = _norm_weights(s, s.node.op)
     fixed = {"MODE": mode, "HAS_W": weight is not None, "HAS_B": bias is not None}
-    args = f"{s.shape}, {s.like}, {weight}, {bias}, {mode}"
+    args, kw = f"{s.shape}, {s.like}, {weight}, {bias}, {mode}", f"{s.cfg}{s.eps}{_row(s, s.node.op)}"
     if kernel == "split_norm":  # the statistics' kernel shares the setup's grid and meta
         stats = StatsKernel("norm_stats_kernel", {"MODE": mode})
-        return AnchorKernel("norm_apply_kernel", fixed, f"split_norm_setup({args}, {groups}{s.cfg}{s.eps})", stats)
+        return AnchorKernel("norm_apply_kernel", fixed, f"split_norm_setup({args}, {groups}{kw})", stats)
     if kernel == "row_norm_persistent_kernel":
-        return AnchorKernel(kernel, fixed, f"row_norm_persistent_setup({args}{s.cfg}{s.eps})")
+        return AnchorKernel(kernel, fixed, f"row_norm_persistent_setup({args}{kw})")
     if kernel == "row_norm_kernel":
-        return AnchorKernel(kernel, fixed, f"row_norm_setup({args}, {groups}{s.cfg}{s.eps})")
+        return AnchorKernel(kernel, fixed, f"row_norm_setup({args}, {groups}{kw})")
     return AnchorKernel(kernel, {}, f"batch_norm_setup({s.shape}, {s.like}, {s.w[0]}, {s.w[1]}{s.cfg}{s.eps})")
 
 
@@ -291,15 +294,17 @@ register(
 def _norm_reduce_call(s: Site) -> str:
     p = s.params
     mode, _, weight, bias = _norm_weights(s, p["norm"])
-    return f"norm_reduce({s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {REDUCE_OPS[p['op']]}{s.eps})"
+    op, row = REDUCE_OPS[p["op"]], _row(s, p["norm"])
+    return f"norm_reduce({s.x[0]}, {weight}, {bias}, {mode}, {p['dim']}, {p['keepdim']}, {op}{s.eps}{row})"
 
 
 def _norm_reduce(s: Site) -> AnchorKernel:
     """The kernel stores partial results, norm_reduce_finish makes the output."""
     p = s.params
     mode, _, weight, bias = _norm_weights(s, p["norm"])
-    fixed = {"MODE": mode, "OP": REDUCE_OPS[p["op"]], "HAS_B": bias is not None}
-    setup = f"norm_reduce_setup({s.shape}, {s.like}, {weight}, {bias}, {mode}, {p['dim']}{s.cfg}{s.eps})"
+    fixed = {"MODE": mode, "OP": REDUCE_OPS[p["op"]], "HAS_W": weight is not None, "HAS_B": bias is not None}
+    kw = f"{s.cfg}{s.eps}{_row(s, p['norm'])}"
+    setup = f"norm_reduce_setup({s.shape}, {s.like}, {weight}, {bias}, {mode}, {p['dim']}{kw})"
     finish = f"out = norm_reduce_finish(out, {s.shape}, {s.like}, {p['dim']}, {p['keepdim']}, {fixed['OP']})"
     return AnchorKernel("norm_reduce_kernel", fixed, setup, finish=finish)
 

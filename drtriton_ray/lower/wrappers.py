@@ -358,9 +358,10 @@ def row_norm_tile(rows, length, like):
     return {"BLOCK_ROWS": max(1, min(next_power_of_2(rows), tile_elements(like) // block)), "BLOCK": block}
 
 
-def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None):
+def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None, row=None):
     """(out, grid, arguments after the input, launch constants) of row_norm_kernel. mode: 0 layer norm, 1 RMS norm
-    (rows of weight's size), 2 group norm (a row per image and group), 3 instance norm."""
+    (rows of weight's size, or `row` values for a norm without weight), 2 group norm (a row per image and group),
+    3 instance norm."""
     numel = 1
     for d in shape:
         numel *= d
@@ -371,7 +372,7 @@ def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=N
         groups = groups if mode == 2 else 1
         rows, length = shape[0] * shape[1] // per_group, per_group * positions
     else:
-        length = weight.numel()
+        length = row_length(weight, row)
         rows = numel // length
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     meta = tuned(row_norm_tile(rows, length, like), config, like)
@@ -382,8 +383,14 @@ def row_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=N
     return out, (cdiv(rows, meta["BLOCK_ROWS"]),), args, {**meta, **sizes}
 
 
-def row_norm(x, weight, bias, mode, groups=1, config=None, eps=None):
-    out, grid, args, meta = row_norm_setup(x.shape, x, weight, bias, mode, groups, config, eps)
+def row_length(weight, row):
+    """A layer or RMS norm's row length: its weight's size, or `row` where it has no weight (an RMS norm whose
+    weight multiplies after a cast: no weight of ones to allocate and read a call)."""
+    return weight.numel() if weight is not None else row
+
+
+def row_norm(x, weight, bias, mode, groups=1, config=None, eps=None, row=None):
+    out, grid, args, meta = row_norm_setup(x.shape, x, weight, bias, mode, groups, config, eps, row)
     row_norm_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
 
@@ -392,8 +399,8 @@ def layer_norm(x, weight, bias, config=None, eps=None):
     return row_norm(x, weight, bias, 0, 1, config, eps)
 
 
-def rms_norm(x, weight, config=None, eps=None):
-    return row_norm(x, weight, None, 1, 1, config, eps)
+def rms_norm(x, weight, config=None, eps=None, row=None):
+    return row_norm(x, weight, None, 1, 1, config, eps, row)
 
 
 def group_norm(x, groups, weight, bias, config=None, eps=None):
@@ -435,7 +442,7 @@ def whole_rows(length):
     return 4096 < length <= 8192
 
 
-def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None, eps=None):
+def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None, eps=None, row=None):
     """(out, grid, arguments after the input, launch constants) of row_norm_persistent_kernel: a layer or RMS norm
     (mode 0, 1) over the last dims (weight's). Compiled, a row a block at 16 warps (16 values a thread, and as many
     for the next row's), 2 programs per SM; interpreted, a program per block of as many rows as tile_elements holds.
@@ -444,7 +451,7 @@ def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None, eps=
     numel = 1
     for d in shape:
         numel *= d
-    length = weight.numel()
+    length = row_length(weight, row)
     rows = numel // length
     block = next_power_of_2(length)
     if compiled(like):
@@ -457,15 +464,15 @@ def row_norm_persistent_setup(shape, like, weight, bias, mode, config=None, eps=
     # the last prefetch reaches a grid's rows past n_rows (masked, but its offsets are computed)
     meta["WIDE"] = meta.get("WIDE", False) or (rows + grid[0] * meta["BLOCK_ROWS"]) * length >= 2**31
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
-    args = (weight, like if bias is None else bias, out, norm_eps(like, mode, eps))
+    args = (like if weight is None else weight, like if bias is None else bias, out, norm_eps(like, mode, eps))
     # the kernel's sizes are constants, passed by keyword (a fused kernel lists constexprs after its other arguments)
     return out, grid, args, {**meta, "n_rows": rows, "L": length}
 
 
-def row_norm_persistent(x, weight, bias, mode, config=None, eps=None):
+def row_norm_persistent(x, weight, bias, mode, config=None, eps=None, row=None):
     """A layer or RMS norm over rows of 4097 to 8192 values (whole_rows): persistent programs, x read once."""
-    out, grid, args, meta = row_norm_persistent_setup(x.shape, x, weight, bias, mode, config, eps)
-    row_norm_persistent_kernel[grid](x, *args, MODE=mode, HAS_W=True, HAS_B=bias is not None, **meta)
+    out, grid, args, meta = row_norm_persistent_setup(x.shape, x, weight, bias, mode, config, eps, row)
+    row_norm_persistent_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
 
 
@@ -476,7 +483,7 @@ def few_long_rows(rows, length):
     return rows < 2 * 132 and length >= 16384
 
 
-def norm_layout(shape, weight, mode, groups):
+def norm_layout(shape, weight, mode, groups, row=None):
     """(rows, segments per row, values per segment, segment stride, row stride) of a norm over a contiguous
     `shape`, mode as split_norm_setup's. A row is segments of contiguous values: one for layer, RMS and instance norm,
     one per channel of the group for group norm, one per image for batch norm (a row per channel)."""
@@ -484,7 +491,8 @@ def norm_layout(shape, weight, mode, groups):
     for d in shape:
         numel *= d
     if mode <= 1:
-        return numel // weight.numel(), 1, weight.numel(), weight.numel(), weight.numel()
+        length = row_length(weight, row)
+        return numel // length, 1, length, length, length
     positions = numel // (shape[0] * shape[1])
     if mode == 4:
         return shape[1], shape[0], positions, shape[1] * positions, positions
@@ -492,12 +500,12 @@ def norm_layout(shape, weight, mode, groups):
     return numel // (per_group * positions), per_group, positions, positions, per_group * positions
 
 
-def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None):
+def split_norm_setup(shape, like, weight, bias, mode, groups=1, config=None, eps=None, row=None):
     """(out, grid, norm_stats_kernel's arguments after the input, norm_apply_kernel's, launch constants of both) of a
     norm over few long rows: grid (rows, splits), each program a share of a row's tiles of BLOCK_N segments x BLOCK
     values (short segments share a tile, long ones load contiguously). mode: 0 layer norm, 1 RMS norm, 2 group norm,
     3 instance norm, 4 batch norm (training mode)."""
-    rows, segs, seg, seg_stride, row_stride = norm_layout(shape, weight, mode, groups)
+    rows, segs, seg, seg_stride, row_stride = norm_layout(shape, weight, mode, groups, row)
     eps = norm_eps(like, mode, eps)
     out = torch.empty(shape, device=like.device, dtype=like.dtype)
     tile = 2048 if compiled(like) else 4096
@@ -528,12 +536,12 @@ def norm_reduce_rows(length):
     return length <= 8192
 
 
-def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None, eps=None):
+def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None, eps=None, row=None):
     """(partial results, grid, arguments after the input, launch constants) of norm_reduce_kernel: a layer or RMS
     norm (mode 0, 1) over the last dims (weight's) of a `shape` input, to be reduced over dim, an outer dim. The
     splits of each (o, m) make about two programs per SM (sm_count), four rows a split at least."""
     dim = dim % len(shape)
-    length = weight.numel()
+    length = row_length(weight, row)
     outer, extent, inner = split_at(shape, dim)
     groups = outer * (inner // length)
     split = max(1, min(cdiv(extent, 4), cdiv(2 * sm_count(like), groups)))
@@ -543,7 +551,7 @@ def norm_reduce_setup(shape, like, weight, bias, mode, dim, config=None, eps=Non
     eps = norm_eps(like, mode, eps)
     sizes = {"O": outer, "R": extent, "M": inner // length, "L": length, "SPLIT": split}
     meta["WIDE"] = outer * extent * inner >= 2**31
-    args = (weight, like if bias is None else bias, part, eps)
+    args = (like if weight is None else weight, like if bias is None else bias, part, eps)
     return part, (groups * split,), args, {**meta, **sizes}
 
 
@@ -565,17 +573,17 @@ def norm_reduce_finish(part, shape, like, dim, keepdim, op):
     return out
 
 
-def norm_reduce(x, weight, bias, mode, dim, keepdim, op, config=None, eps=None):
+def norm_reduce(x, weight, bias, mode, dim, keepdim, op, config=None, eps=None, row=None):
     """A layer or RMS norm whose only reader reduces it over an outer dim, in one pass over x."""
-    part, grid, args, meta = norm_reduce_setup(x.shape, x, weight, bias, mode, dim, config, eps)
-    norm_reduce_kernel[grid](x, *args, MODE=mode, OP=op, HAS_B=bias is not None, **meta)
+    part, grid, args, meta = norm_reduce_setup(x.shape, x, weight, bias, mode, dim, config, eps, row)
+    norm_reduce_kernel[grid](x, *args, MODE=mode, OP=op, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return norm_reduce_finish(part, x.shape, x, dim, keepdim, op)
 
 
-def split_norm(x, weight, bias, mode, groups=1, config=None, eps=None):
+def split_norm(x, weight, bias, mode, groups=1, config=None, eps=None, row=None):
     """A norm over rows too few and long for a program each, in two kernels over (row, split) programs: partial
     statistics, then the row's merged statistics applied."""
-    out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config, eps)
+    out, grid, stats_args, args, meta = split_norm_setup(x.shape, x, weight, bias, mode, groups, config, eps, row)
     norm_stats_kernel[grid](x, *stats_args, MODE=mode, **meta)
     norm_apply_kernel[grid](x, *args, MODE=mode, HAS_W=weight is not None, HAS_B=bias is not None, **meta)
     return out
