@@ -13,6 +13,7 @@ in as literals.
 from __future__ import annotations
 
 import ast
+from dataclasses import replace
 
 import torch
 
@@ -196,6 +197,7 @@ def _statistics(
     if not prologue:
         consts = "".join(f"{c}={v}, " for c, v in fixed.items())
         return "", f"    {base}[{grid}]({x}, *stats_args, {consts}**{meta})"
+    prologue = replace(prologue, kept=None)  # the second kernel stores it
     kernel, still = fused_anchor_source(
         base, f"{name}_stats_kernel", fixed, prologue, None, f"statistics of: {comment}"
     )
@@ -227,7 +229,8 @@ class _Wrapper:
 
 
 def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wrapper, views: dict[int, Node]):
-    """(the prologue's Side or None, the anchor's tensor inputs as the wrapper names them)."""
+    """(the prologue's Side or None, the anchor's tensor inputs as the wrapper names them). A kept group's output
+    is allocated here as `kept`."""
     if not f.prologue:
         return None, [wrapper.param(weight_name(p, t)) for t in node.inputs]
     leaves, body, sink = _group_body(p, f.prologue, {}, 0)
@@ -239,7 +242,13 @@ def _prologue(p: Program, f: KernelGroup, node: Node, shape: tuple, wrapper: _Wr
     x = [names[leaves.index(like) if like is not None else 0]] + [
         wrapper.param(weight_name(p, t)) for t in node.inputs[1:]
     ]
-    return Side(list(range(len(leaves))), dense, body, f"t{sink}"), x
+    side = Side(list(range(len(leaves))), dense, body, f"t{sink}")
+    if f.kept_out is not None:  # the prologue's result, or a group of it alone (grouping._kept)
+        kept_body = _group_body(p, f.kept, {sink: f"t{sink}"}, len(leaves))[1] if f.kept else []
+        side.kept = (kept_body, f"t{f.kept_out}")
+        dtype = p.tensors[f.kept_out].dtype
+        wrapper.lines.append(f"    kept = torch.empty({shape}, device={names[0]}.device, dtype=torch.{dtype})")
+    return side, x
 
 
 def _epilogue(p: Program, f: KernelGroup, anchor_out: int, first: int, wrapper: _Wrapper, views: dict[int, Node]):
@@ -258,7 +267,7 @@ def _epilogue(p: Program, f: KernelGroup, anchor_out: int, first: int, wrapper: 
 
 def _launch(name: str, x0: str, ak: AnchorKernel, still: list[str], prologue, epilogue) -> str:
     """The fused kernel's launch line."""
-    launch = ["*pro" if prologue else x0, "*args"]
+    launch = ["*pro" if prologue else x0] + (["kept"] if prologue and prologue.kept else []) + ["*args"]
     launch += ["*epi"] if epilogue and epilogue.leaves else []
     launch += ["*pro_index"] if prologue and not all(prologue.dense) else []
     launch += ["*epi_index"] if epilogue and not all(epilogue.dense) else []
@@ -324,9 +333,10 @@ def _anchor_kernel(p: Program, f: KernelGroup, name: str, gpu: str | None, views
         wrapper.lines.append(line)
     wrapper.lines.append(_launch(name, x[0], ak, still, prologue, epilogue))
     wrapper.lines += [f"    {ak.finish}"] if ak.finish else []
-    wrapper.lines += ["    return out", ""]
+    wrapper.lines += ["    return out" if f.kept_out is None else "    return out, kept", ""]
     source = f"def {name}({', '.join(f'x{j}' for j in range(len(wrapper.args)))}):\n" + "\n".join(wrapper.lines)
-    return stats_src + kernel + "\n\n" + source, f"tensor_{final} = {name}({', '.join(wrapper.args)})"
+    outs = f"tensor_{final}" + ("" if f.kept_out is None else f", tensor_{f.kept_out}")
+    return stats_src + kernel + "\n\n" + source, f"{outs} = {name}({', '.join(wrapper.args)})"
 
 
 def _describe(p: Program, nodes: list[int]) -> str:

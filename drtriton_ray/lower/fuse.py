@@ -2,7 +2,9 @@
 convolution, pooling) rewritten for one fused group. Its op-selecting constexprs (OP, MODE, HAS_B, ...) are fixed and
 the branches they rule out dropped, so the kernel reads as one operator's; a PROLOGUE (an elementwise sub-DAG) is
 computed on every value it loads, from the sub-DAG's leaves, in place of the load of an input that is never
-written; an EPILOGUE (another one) is applied to every value it stores.
+written; an EPILOGUE (another one) is applied to every value it stores. A prologue may KEEP a value: a further
+elementwise group of its result, stored to a second output (kept_ptr) at the loads marked `# each value once` in
+the library kernel, those that together read each input value exactly once.
 
 The rewrite is textual over the kernel's own lines (comments and layout kept), at the statements that have the
 library's two site forms: a load `X = tl.load(x_ptr + IDX, mask=M, other=O).to(tl.float32)` and a store
@@ -30,6 +32,7 @@ class Side:
     body: list[str]
     result: str
     ops: list[str] = field(default_factory=list)
+    kept: tuple[list[str], str] | None = None  # a prologue's second output: the lines computing it, its name
 
 
 def _known(test: ast.AST, consts: dict):
@@ -111,12 +114,17 @@ def _loads(side: Side, idx: str, mask: str, unravel: str, uses: int = 0) -> tupl
     return out, flat
 
 
-def _rewrite(site, prologue: Side | None, epilogue: Side | None) -> list[str] | None:
-    """The lines replacing a site, or None to keep it."""
+def _rewrite(site, prologue: Side | None, epilogue: Side | None, once: bool) -> list[str] | None:
+    """The lines replacing a site, or None to keep it; `once`: a load marked as reading each value once."""
     if site[0] == "load" and prologue:
         _, target, idx, mask, other = site
-        out, _ = _loads(prologue, idx, mask, "p")
-        return out + prologue.body + [f"{target} = tl.where({mask}, {prologue.result}, {other})"]
+        keep = prologue.kept if once else None
+        out, flat = _loads(prologue, idx, mask, "p", uses=int(keep is not None))
+        out += prologue.body
+        if keep:
+            lines, value = keep
+            out += lines + [f"tl.store(kept_ptr + {flat}, {value}.to(kept_ptr.dtype.element_ty), mask={mask})"]
+        return out + [f"{target} = tl.where({mask}, {prologue.result}, {other})"]
     if site[0] == "store" and epilogue:
         _, value, idx, mask = site
         out = [f"val = {value}.to(tl.float32)  # the value the unfused kernel stored"]
@@ -136,7 +144,7 @@ def _signature(name: str, fn: ast.FunctionDef, body: str, consts, prologue, epil
             if a.arg not in consts or _uses(body, a.arg):
                 constexprs.append(a.arg)
         elif a.arg == "x_ptr" and prologue:
-            plain += [f"in{k}_ptr" for k in prologue.leaves]
+            plain += [f"in{k}_ptr" for k in prologue.leaves] + (["kept_ptr"] if prologue.kept else [])
         else:
             plain.append(a.arg)
     plain += [f"in{k}_ptr" for k in epilogue.leaves] if epilogue else []
@@ -183,7 +191,8 @@ def fused_anchor_source(
     replaced: dict[int, tuple[int, list[str]]] = {}
     for stmt in ast.walk(fn):
         site = _site(stmt, src) if isinstance(stmt, ast.stmt) and stmt.lineno not in drop else None
-        new = _rewrite(site, prologue, epilogue) if site else None
+        once = lines[stmt.lineno - 2].strip().startswith("# each value once") if site else False
+        new = _rewrite(site, prologue, epilogue, once) if site else None
         if new is not None:
             indent = stmt.col_offset - dedent.get(stmt.lineno, 0)
             replaced[stmt.lineno] = (stmt.end_lineno, [" " * indent + line for line in new])
@@ -199,6 +208,8 @@ def fused_anchor_source(
     text = "\n".join(body)
     if (prologue and _uses("if True:\n" + text, "x_ptr")) or (epilogue and "val = " not in text):
         raise ValueError(f"{base}: a load or store is not of a site form, the group cannot fuse")
+    if prologue and prologue.kept and "kept_ptr + " not in text:
+        raise ValueError(f"{base}: no load reads each value once, the prologue's value cannot be kept")
     signature, fixed = _signature(name, fn, "if True:\n" + text, consts, prologue, epilogue)
     source = "@triton.jit\n" + signature + "\n" + text + "\n"
     ast.parse(source)

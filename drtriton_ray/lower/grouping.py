@@ -5,7 +5,10 @@ is not a program output joins that consumer's group (a sub-DAG with one sink). E
 and takes a group that only it consumes, as its registration allows (lower/lowerings.py): as its EPILOGUE a group fed
 by its output, applied before its kernel stores (matmul + bias + ReLU is one kernel), else as its PROLOGUE a group
 whose result it alone reads, computed on the values it loads (ReLU + Sum is one kernel); an intermediate inside a
-kernel is never written. A group left over is a kernel of its own."""
+kernel is never written. Where the prologue's result is a program output, or another group reads it and nothing
+else, the anchor's kernel may store it, or compute that group too and store its result, as a second output (KEPT: a
+residual add + RMS norm is one kernel that writes the new residual and the norm). A group left over is a kernel of
+its own."""
 
 from __future__ import annotations
 
@@ -109,11 +112,13 @@ class KernelGroup:
     anchor: int | None
     prologue: list[int] = field(default_factory=list)
     epilogue: list[int] = field(default_factory=list)
+    kept: list[int] = field(default_factory=list)  # a group computed from the prologue's result
+    kept_out: int | None = None  # the second output: the prologue's result, or the kept group's
 
     @property
     def position(self) -> int:
         """Where its forward line goes: after the last of its nodes (all it reads exists by then)."""
-        return max(self.prologue + self.epilogue + ([] if self.anchor is None else [self.anchor]))
+        return max(self.prologue + self.epilogue + self.kept + ([] if self.anchor is None else [self.anchor]))
 
 
 def prologue_like(p: Program, group: list[int]) -> int | None:
@@ -154,6 +159,29 @@ def _takes_epilogue(p: Program, a: int, t: int, group: list[int], consumers: dic
     )
 
 
+def _kept(p: Program, g: list[int], f: KernelGroup, loose: list, consumers: dict, outputs: set):
+    """(group, tensor) anchor f's kernel stores as a second output besides taking prologue g, where f's kernel can
+    (Lowering.kept): ([], g's result) for a program output f alone reads; (h, h's result) for a loose group h that
+    with f reads g's result, h reading nothing else, and every reader of h's result after f's nodes (whose forward
+    line makes it). None where g's result has other readers."""
+    sink = p.nodes[g[-1]].outputs[0]
+    others = [k for k in consumers.get(sink, []) if k != f.anchor]
+    lowering = LOWERINGS.get(p.nodes[f.anchor].op)
+    if lowering is None or not lowering.kept(p.nodes[f.anchor]) or bool(others) == (sink in outputs):
+        return None
+    if not others:
+        return [], sink
+    h = next((h for h in loose if others[0] in h), None)
+    if h is None or h is g or not set(others) <= set(h):
+        return None
+    inside = {p.nodes[k].outputs[0] for k in h}
+    if any(t not in inside and t != sink for k in h for t in p.nodes[k].inputs):
+        return None
+    out = p.nodes[h[-1]].outputs[0]
+    last = max(g + f.epilogue + h + [f.anchor])
+    return (h, out) if all(k > last for k in consumers.get(out, [])) else None
+
+
 def kernel_groups(p: Program, fuse: bool = True) -> list[KernelGroup]:
     """The program's kernels in forward order. With `fuse`, an anchor takes as epilogue an elementwise group that
     alone consumes its output, of that output's shape, else as prologue a group whose result only it reads."""
@@ -170,16 +198,26 @@ def kernel_groups(p: Program, fuse: bool = True) -> list[KernelGroup]:
                 loose.remove(g)
                 break
     for g in list(loose) if fuse else []:
+        if g not in loose:  # kept by an anchor already
+            continue
         sink = p.nodes[g[-1]].outputs[0]
         users = set(consumers.get(sink, []))
-        a = next(iter(users)) if len(users) == 1 and sink not in outputs else None
+        readers = [a for a in users if a in anchors]
+        a = readers[0] if len(readers) == 1 else None
+        alone = len(users) == 1 and sink not in outputs
+        kept = None if a is None or alone else _kept(p, g, anchors[a], loose, consumers, outputs)
         if (
-            a in anchors
+            a is not None
+            and (alone or kept is not None)
             and takes_prologue(p.nodes[a])
             and not anchors[a].prologue
             and (prologue_like(p, g) is not None or any_dtype(p.nodes[a]))
         ):
             anchors[a].prologue = g
             loose.remove(g)
+            if kept is not None:
+                anchors[a].kept, anchors[a].kept_out = kept
+                for k in [kept[0]] if kept[0] else []:
+                    loose.remove(k)
     groups = list(anchors.values()) + [KernelGroup(None, [], g) for g in loose]
     return sorted(groups, key=lambda f: f.position)

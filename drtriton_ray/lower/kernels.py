@@ -547,6 +547,7 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: 
     for j0 in range(0, L, BLOCK):
         j = j0 + tl.arange(0, BLOCK)
         m = row_ok[:, None] & (j < L)[None, :]
+        # each value once (a kept prologue value is stored here: lower/fuse.py)
         x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
         y = (x - mean[:, None]) * scale[:, None]
         if MODE == 2:  # weights per channel: the row's group, then the channel within it
@@ -581,10 +582,12 @@ def row_norm_persistent_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.con
     if WIDE:
         rows = rows.to(tl.int64)
     m = (rows < n_rows)[:, None] & j_ok[None, :]
+    # each value once (a kept prologue value is stored here: lower/fuse.py)
     x = tl.load(x_ptr + rows[:, None] * L + j[None, :], mask=m, other=0.0).to(tl.float32)
     for _ in range(tl.program_id(0) * BLOCK_ROWS, n_rows, step):
         nxt = rows + step
         m_next = (nxt < n_rows)[:, None] & j_ok[None, :]
+        # each value once (a kept prologue value is stored here: lower/fuse.py)
         x_next = tl.load(x_ptr + nxt[:, None] * L + j[None, :], mask=m_next, other=0.0).to(tl.float32)
         if MODE == 1:
             y = x * (1.0 / tl.sqrt(tl.sum(x * x, axis=1) / L + eps))[:, None]
@@ -781,6 +784,7 @@ def norm_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, G, eps, SEGS: tl.c
         b = tl.load(b_ptr + row).to(tl.float32)
     for t in range(t0, tl.minimum(t0 + SPLIT_TILES, TILES)):
         n, j, offs, mask = norm_tile(row, t, SEGS, SEG, SEG_STRIDE, ROW_STRIDE, BLOCK_N, BLOCK)
+        # each value once (a kept prologue value is stored here: lower/fuse.py)
         x = tl.load(x_ptr + offs, mask=mask, other=0.0).to(tl.float32)
         y = (x - mean) * scale
         if MODE == 4:

@@ -95,7 +95,9 @@ class Lowering:
     `kernel`: the same as a fused kernel's anchor (None: it anchors none); `tuning`: (library kernel, sizes) keying
     its launch configuration in lower/tuning.py's table, or None; `resolve`: what the emitter decides of a config
     before the wrapper runs; `prologue`: whether it takes an elementwise group computed on the values it loads;
-    `epilogue(node)`: whether one applied before it stores; `keeps_dtype`: an epilogue must end in its output's
+    `kept(node)`: whether its kernel can also store a value of that group as a second output (its loads that read
+    each input value once are marked `# each value once` in lower/kernels.py); `epilogue(node)`: whether one
+    applied before it stores; `keeps_dtype`: an epilogue must end in its output's
     dtype (a copy); `any_dtype`: its setup reads only the dtype and device of the tensor it allocates the output
     like (Site.like), so a fused group may convert (a Cast); `takes_config`: its wrapper has a `config` argument;
     `describe`: the node in a fused kernel's comment, when not its name and dims."""
@@ -105,6 +107,7 @@ class Lowering:
     tuning: Callable[[str, dict, list, list], tuple | None] | None = None
     resolve: Callable[[str, dict, list, list, dict | None], dict | None] | None = None
     prologue: bool = False
+    kept: Callable[[Node], bool] = _never
     epilogue: Callable[[Node], bool] = _never
     keeps_dtype: bool = False
     any_dtype: bool = False
@@ -284,7 +287,14 @@ def _norm(s: Site) -> AnchorKernel:
 
 
 register(
-    NORM_MODES, call=_norm_call, kernel=_norm, tuning=_norm_tuning, prologue=True, epilogue=_always, any_dtype=True
+    NORM_MODES,
+    call=_norm_call,
+    kernel=_norm,
+    tuning=_norm_tuning,
+    prologue=True,
+    kept=lambda node: node.op != "BatchNorm",  # row_norm_kernel, row_norm_persistent_kernel, norm_apply_kernel
+    epilogue=_always,
+    any_dtype=True,
 )
 
 

@@ -1,0 +1,84 @@
+"""A norm's prologue kept as a second output (lower/grouping.py KEPT): a residual add + RMS norm that returns both
+the new residual and the norm is one kernel, which stores the sum where it reads each value once; against PyTorch
+in the Triton interpreter, for each norm kernel (a program per row, persistent, split over few long rows), under the
+interpreter's tiles and a 2-SM GPU's."""
+
+import re
+
+import pytest
+import torch
+from test_lowering import _handmade, check_lowering, model_pair
+from test_norm_persistent import _gpu_module
+
+from drtriton_ray.ir import Program
+from drtriton_ray.lower.emit import lower_program
+from drtriton_ray.lower.grouping import kernel_groups
+
+ROWS = {  # the norm kernel a shape takes: row_norm_kernel, row_norm_persistent_kernel, split_norm
+    "rows": (37, 300),
+    "persistent": (5, 6000),
+    "split": (3, 20000),
+}
+
+
+def _residual_norm(shape, norm="RMSNorm", kept=None):
+    """x + r, normed (with a weight), both returned; `kept`: an op applied to the sum before it is returned."""
+    length = shape[-1]
+    nodes = [("Add", [0, 1], 2, {}, []), (norm, [2], 3, {"k": 1}, [4] + ([5] if norm == "LayerNorm" else []))]
+    shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (length,), 5: (length,)}
+    outputs = [3, 2]
+    if kept:
+        nodes.append((kept, [2], 6, {}, []))
+        shapes[6], outputs = shape, [3, 6]
+    return _handmade(nodes, shapes, outputs, (4, 5) if norm == "LayerNorm" else (4,))
+
+
+def _kernels(src: str) -> int:
+    """Kernels the forward launches: the fused wrappers and library calls it makes."""
+    forward = src[src.index("def forward") :]
+    return len(re.findall(r"= (fused_\d+|\w*norm\w*)\(", forward))
+
+
+@pytest.mark.parametrize("rows", sorted(ROWS))
+@pytest.mark.parametrize("case", ["rms-residual", "layer-tanh"])
+def test_residual_norm_is_one_kernel(case, rows, tmp_path):
+    """The sum (or a group of it alone) is stored by the norm's kernel: one kernel, both outputs PyTorch's (the
+    verifier's static rules too), under the interpreter's tiles and a 2-SM GPU's."""
+    rec = _residual_norm(ROWS[rows], *(("RMSNorm", None) if case == "rms-residual" else ("LayerNorm", "Tanh")))
+    prog = Program.from_json(rec.dag)
+    (group,) = kernel_groups(prog)
+    assert group.kept_out == (2 if case == "rms-residual" else 6)
+    src = lower_program(prog, rec.source)
+    assert _kernels(src) == 1 and "tl.store(kept_ptr + " in src
+    check_lowering(rec, tmp_path)
+    model, new, inputs = model_pair(rec.source, _gpu_module(src, tmp_path / f"gpu_{case.replace('-', '_')}.py"))
+    with torch.no_grad():
+        for got, want in zip(new(*inputs), model(*inputs)):
+            torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_split_norm_statistics_do_not_store(tmp_path):
+    """A split norm's statistics kernel computes the prologue too, but only its second kernel stores the kept value
+    (each value once)."""
+    rec = _residual_norm(ROWS["split"])
+    src = lower_program(Program.from_json(rec.dag), rec.source)
+    stats = src[src.index("def fused_0_stats_kernel") : src.index("def fused_0_kernel")]
+    assert "kept_ptr" not in stats and src.count("tl.store(kept_ptr + ") == 1
+
+
+def test_kept_group_reading_another_tensor_is_its_own_kernel():
+    """A group that reads the sum and another input is not kept: the sum is written by a kernel of its own."""
+    shape = (8, 64)
+    nodes = [("Add", [0, 1], 2, {}, []), ("RMSNorm", [2], 3, {"k": 1}, [4]), ("Mul", [2, 5], 6, {}, [])]
+    shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (64,), 5: shape, 6: shape}
+    prog = Program.from_json(_handmade(nodes, shapes, [3, 6], (4,)).dag)
+    assert all(g.kept_out is None for g in kernel_groups(prog)) and len(kernel_groups(prog)) == 3
+
+
+def test_batch_norm_does_not_keep():
+    """batch_norm_kernel has no load marked as reading each value once: its prologue's result stays a kernel's."""
+    shape = (4, 8, 16)
+    nodes = [("Add", [0, 1], 2, {}, []), ("BatchNorm", [2], 3, {}, [4, 5])]
+    shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (8,), 5: (8,)}
+    prog = Program.from_json(_handmade(nodes, shapes, [3, 2], (4, 5)).dag)
+    assert all(g.kept_out is None for g in kernel_groups(prog)) and len(kernel_groups(prog)) == 2
