@@ -125,6 +125,19 @@ def _fmt(x: Optional[float]) -> str:
     return "n/a" if x is None else f"{x:.2f}x"
 
 
+def timed_rows(end_to_end: dict) -> list[tuple[str, str]]:
+    """The assembled module's times a call and, from its least memory traffic, the bandwidth it reached (a GPU
+    run's; none on the interpreter)."""
+    times = [end_to_end.get(k) for k in ("eager_ms", "compile_ms", "candidate_ms")]
+    if times[2] is None:
+        return []
+    rows = [("ms eager / torch.compile / answer", " / ".join("n/a" if t is None else f"{t:.4g}" for t in times))]
+    if end_to_end.get("gbps"):
+        mb = end_to_end["bytes_moved"] / 1e6
+        rows.append(("memory traffic", f"{mb:.4g} MB a call at least, {end_to_end['gbps']:.0f} GB/s reached"))
+    return rows
+
+
 def _print(report) -> None:
     table = Table(title="drtriton convert")
     table.add_column("measure")
@@ -146,6 +159,8 @@ def _print(report) -> None:
     table.add_row(
         "speedup vs eager / torch.compile", f"{_fmt(report.speedup_vs_eager)} / {_fmt(report.speedup_vs_compile)}"
     )
+    for measure, value in timed_rows(report.end_to_end or {}):
+        table.add_row(measure, value)
     table.add_row(
         "verified / wall",
         f"{report.verified} tasks / {report.wall_s:.1f} s" + (" (cache)" if report.from_cache else ""),

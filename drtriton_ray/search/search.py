@@ -72,7 +72,8 @@ class ConversionReport:
     verdicts: dict[str, int] = field(default_factory=dict)  # status -> count over verified candidates
     tiling: list[dict] = field(default_factory=list)
     eval_tiling: Optional[list[dict]] = None  # the eval-mode graph's, where the program computes differently in eval
-    end_to_end: Optional[dict] = None  # the assembled module's verdict summary and policy
+    # the assembled module's verdict summary (eager, compile and answer ms; bytes_moved a call), policy and GB/s
+    end_to_end: Optional[dict] = None
     # the size constants that may vary (capture's dims) and the values the answer was verified at: the problem's
     # own first, then the others; `general`: its kernels run at all of them (else only at the problem's own sizes)
     shapes: list[dict] = field(default_factory=list)
@@ -357,7 +358,8 @@ class Search:
         report.shapes_skipped = [{"values": s["values"], "reason": s["reason"]} for s in verdict.shapes if skipped(s)]
         if general and verdict.correct:
             general, module, verdict, policy = self.settle_general(source, render, module, verdict, policy)
-        report.end_to_end = {**VerdictSummary.of(verdict).to_dict(), "policy": policy}
+        summary = VerdictSummary.of(verdict)
+        report.end_to_end = {**summary.to_dict(), "policy": policy, "gbps": summary.gbps()}
         checked = [s["values"] for s in verdict.shapes if s["ok"] and not skipped(s)]
         report.shapes = [dict(self.dims)] + checked if self.dims else []
         report.general = general if self.dims else None
@@ -406,7 +408,8 @@ class Search:
             report.reason = f"the assembled module failed verification ({verdict.status}): the original is kept"
             return kept_original(source)
         if self.config.timed and (verdict.speedup_vs_eager is None or verdict.speedup_vs_eager <= 1.0):
-            report.reason = "the assembled module is not faster than the original: the original is kept"
+            timed = "not timed" if verdict.speedup_vs_eager is None else f"{verdict.speedup_vs_eager:.2f}x eager"
+            report.reason = f"the assembled module is not faster than the original ({timed}): the original is kept"
             report.speedup_vs_eager, report.speedup_vs_compile = 1.0, None
             return kept_original(source)
         report.kept_original = False

@@ -58,6 +58,13 @@ class VerdictSummary:
     speedup_vs_eager: Optional[float] = None
     speedup_vs_compile: Optional[float] = None
     general: Optional[bool] = None  # right at the other sizes it was checked at too (None: none asked)
+    bytes_moved: Optional[int] = None  # a call's least memory traffic (verify.checks.bytes_moved), where timed
+
+    def gbps(self) -> Optional[float]:
+        """The bandwidth the candidate reached: its least memory traffic a call over its time a call."""
+        if not self.bytes_moved or not self.candidate_ms:
+            return None
+        return self.bytes_moved / self.candidate_ms / 1e6
 
     @classmethod
     def of(cls, verdict) -> "VerdictSummary":

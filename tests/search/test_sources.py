@@ -195,3 +195,23 @@ def test_warps_and_stages_variants_of_a_launch_with_a_config_dict_override_it():
         option, value = note.split("=")
         assert kw[option] == int(value) and kw["BLOCK"] == 1024, (note, kw)
         assert option == "num_warps" or kw["num_warps"] == 4
+
+
+def test_summary_gives_the_bandwidth_reached_and_survives_the_cache():
+    """A timed verdict's least memory traffic and time a call give the GB/s the report and `drtriton convert` print;
+    the summary, as the cache stores it, rebuilds (older entries without bytes_moved too); untimed: nothing."""
+    from types import SimpleNamespace
+
+    from drtriton_ray.search.cli import timed_rows
+
+    verdict = SimpleNamespace(status="correct", reason="", correct=True, candidate_ms=0.5, eager_ms=2.0,
+                              compile_ms=0.6, speedup_vs_eager=4.0, speedup_vs_compile=1.2, general=True,
+                              bytes_moved=2_000_000_000)  # fmt: skip
+    s = VerdictSummary.of(verdict)
+    assert s.gbps() == 4000.0 and VerdictSummary(**s.to_dict()) == s
+    old = {k: v for k, v in s.to_dict().items() if k != "bytes_moved"}
+    assert VerdictSummary(**old).gbps() is None
+    rows = dict(timed_rows({**s.to_dict(), "gbps": s.gbps()}))
+    assert rows["ms eager / torch.compile / answer"] == "2 / 0.6 / 0.5"
+    assert rows["memory traffic"] == "2000 MB a call at least, 4000 GB/s reached"
+    assert timed_rows({**VerdictSummary("correct", "", True).to_dict(), "gbps": None}) == []
