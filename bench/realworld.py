@@ -128,9 +128,16 @@ def convert_program(program: Program, source: str, args, pool) -> tuple[dict, st
         memory_bound=memory_bound(r.program.get("ops", [])),
         verified_shapes=len(r.shapes or []),  # the sizes the answer was verified at, its own first
         candidates=r.candidates,  # per source: what it proposed, what verified, why fragments got nothing
+        tiling=[tile(p) for p in r.tiling],  # which nodes are Triton (and whose kernels) and which stay PyTorch
         wall_s=r.wall_s,
     )
     return row, result.module_source
+
+
+def tile(piece: dict) -> str:
+    """A tiling piece in a row: its operators, then triton (the candidate source of its kernels) or torch."""
+    origin = f"({piece['origin']})" if piece.get("origin") else ""
+    return f"{'+'.join(piece['ops'])}: {piece['kind']}{origin}"
 
 
 def judge_answer(row: dict, program: Program, source: str, answer: str, args, pool) -> None:
