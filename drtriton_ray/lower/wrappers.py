@@ -76,6 +76,13 @@ def as_columns(n, sizes, strides):
     return (1, 1, 1, n), [(0, 0, 0, 0, s[0]) for s in strides]
 
 
+def broadcast_strides(t, shape):
+    """t's strides broadcast to `shape` (0 along the dims it is broadcast over, a size-1 dim's too, which
+    coalesced_dims drops): t.expand(shape).stride() without making a view, a call's cost on CUDA tensors."""
+    lead, sizes, strides = len(shape) - t.dim(), t.shape, t.stride()
+    return [0 if i < lead or sizes[i - lead] == 1 else strides[i - lead] for i in range(len(shape))]
+
+
 def leaf_args(shape, dense, *leaves, columns=False):
     """(tensors, index arguments) of a fused kernel's leaves: a dense one (`shape`) is read at the flat index, a
     broadcast one through strides over the coalesced dims (d1..d4, then five strides per broadcast leaf); `columns`:
@@ -83,7 +90,7 @@ def leaf_args(shape, dense, *leaves, columns=False):
     tensors = [t.contiguous() if d else t for t, d in zip(leaves, dense)]
     if all(dense):
         return tensors, []
-    sizes, strides = coalesced_dims(shape, [t.expand(shape).stride() for t, d in zip(leaves, dense) if not d])
+    sizes, strides = coalesced_dims(shape, [broadcast_strides(t, shape) for t, d in zip(leaves, dense) if not d])
     if columns:
         sizes, strides = as_columns(torch.Size(shape).numel(), sizes, strides)
     return tensors, [*sizes] + [s for per_leaf in strides for s in per_leaf]
