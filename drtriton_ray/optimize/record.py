@@ -88,11 +88,16 @@ def matches(spec, value, leaves: list) -> bool:
     if "dict" in spec:
         if type(value) is not dict or list(value) != [k for k, _ in spec["dict"]]:
             return False
-        return all(matches(s, value[k], leaves) for k, s in spec["dict"])
-    kind = "tuple" if "tuple" in spec else "list"
-    if type(value).__name__ != kind or len(value) != len(spec[kind]):
-        return False
-    return all(matches(s, v, leaves) for s, v in zip(spec[kind], value))
+        pairs = [(s, value[k]) for k, s in spec["dict"]]
+    else:
+        kind = "tuple" if "tuple" in spec else "list"
+        if type(value).__name__ != kind or len(value) != len(spec[kind]):
+            return False
+        pairs = zip(spec[kind], value)
+    for s, v in pairs:  # a loop, not all() over a generator: a swapped block matches its every call
+        if not matches(s, v, leaves):
+            return False
+    return True
 
 
 def is_torch_layer(module: nn.Module) -> bool:

@@ -22,6 +22,7 @@ from __future__ import annotations
 import importlib.util
 import sys
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
@@ -147,7 +148,7 @@ def implementation(templates: Templates):
     """The op's implementation: the answer module run on the call's tensors and the block's state."""
 
     def run(args, state):
-        with torch.no_grad():
+        with torch.no_grad() if torch.is_grad_enabled() else nullcontext():  # entering no_grad costs microseconds
             out = templates.call(list(args), list(state))
         return fresh(tensor_outputs(out), list(args) + list(state))
 
@@ -185,7 +186,11 @@ def traced_op(swap: Swap, path: Path):
 
 
 def call_direct(op, swap: Swap, tensors: list, state: list):
-    """The op's implementation without the dispatcher (module docstring); the profiler still shows the op's name."""
+    """The op's implementation without the dispatcher (module docstring); a running profiler still shows the op's
+    name. A record_function costs about as much as the rest of the call, so only a profiler pays it (the flag
+    torch.autograd.profiler keeps; where a torch release lacks it, every call records)."""
+    if not getattr(torch.autograd.profiler, "_is_profiler_enabled", True):
+        return op.drt_run(tensors, state)
     with torch.profiler.record_function(f"drtriton::{swap.op}"):
         return op.drt_run(tensors, state)
 
