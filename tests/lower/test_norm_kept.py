@@ -82,3 +82,18 @@ def test_batch_norm_does_not_keep():
     shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (8,), 5: (8,)}
     prog = Program.from_json(_handmade(nodes, shapes, [3, 2], (4, 5)).dag)
     assert all(g.kept_out is None for g in kernel_groups(prog)) and len(kernel_groups(prog)) == 2
+
+
+@pytest.mark.parametrize("shape", [(2, 8, 5, 7), (2, 4, 160, 160)], ids=["rows", "split"])
+def test_group_norm_keeps_its_prologue(shape, tmp_path):
+    """A group norm over x + r that also returns the sum: one kernel (a program per image and group, or split over
+    few long rows), both outputs PyTorch's."""
+    channels = shape[1]
+    nodes = [("Add", [0, 1], 2, {}, []), ("GroupNorm", [2], 3, {"num_groups": 2}, [4, 5])]
+    shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (channels,), 5: (channels,)}
+    rec = _handmade(nodes, shapes, [3, 2], (4, 5))
+    prog = Program.from_json(rec.dag)
+    (group,) = kernel_groups(prog)
+    assert group.kept_out == 2
+    assert "tl.store(kept_ptr + " in lower_program(prog, rec.source)
+    check_lowering(rec, tmp_path)
