@@ -243,8 +243,8 @@ def _norm_tuning(op: str, params: dict, shapes: list, out: list):
     length = math.prod(x) // rows
     if wrappers.few_long_rows(rows, length):
         return "split_norm", (rows, length)
-    if op in ("LayerNorm", "RMSNorm") and wrappers.whole_rows(length):
-        return "row_norm_persistent_kernel", (rows, length)
+    if op in ("LayerNorm", "RMSNorm") and (wrappers.whole_rows(length) or params.get("one_pass")):
+        return "row_norm_persistent_kernel", (rows, length)  # one_pass: lower/passes.py one_pass_norms
     return ("batch_norm_kernel" if op == "BatchNorm" else "row_norm_kernel"), (rows, length)
 
 

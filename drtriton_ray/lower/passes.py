@@ -226,3 +226,23 @@ def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
 def fold_all(p: Program) -> Program:
     """The program with every rewrite above applied."""
     return fold_softmax_reduce(fold_norm_reduce(fold_layouts(fold_rms_norm(p))))
+
+
+ONE_PASS_ROWS = (1024, 4096)  # row lengths (exclusive, inclusive) whose norms have a one-pass variant
+
+
+def one_pass_norms(p: Program) -> Program:
+    """The program with its layer and RMS norms of 1,025 to 4,096 values a row marked `one_pass`: they take
+    row_norm_persistent_kernel (each row read once, the next row's loads in flight) where by default
+    row_norm_kernel reads a row once a pass, again from cache. Which is faster depends on the GPU, the rows and what
+    is fused, so the search times both (search/sources.py: LoweringSource)."""
+    nodes = []
+    for n in p.nodes:
+        shape = p.tensors[n.inputs[0]].shape if n.inputs else []
+        length = math.prod(shape[len(shape) - n.params.get("k", 1) :])
+        rows = math.prod(shape) // max(length, 1)
+        if n.op in ("LayerNorm", "RMSNorm") and ONE_PASS_ROWS[0] < length <= ONE_PASS_ROWS[1]:
+            if not wrappers.few_long_rows(rows, length):
+                n = Node(n.op, n.inputs, n.outputs, {**n.params, "one_pass": True}, n.weights, n.sym)
+        nodes.append(n)
+    return Program(nodes, p.tensors, p.dtype, p.flops)

@@ -119,7 +119,8 @@ def one_line(e: BaseException) -> str:
 
 
 class LoweringSource:
-    """The reference lowering: one candidate per fragment whose operators all have a kernel."""
+    """The reference lowering: one candidate per fragment whose operators all have a kernel, and a second where its
+    norms have a one-pass variant (lower/passes.py one_pass_norms), which the verifier's timings choose between."""
 
     name = "lowering"
 
@@ -129,7 +130,7 @@ class LoweringSource:
     def propose(self, fragments, budget, history=()) -> list[Candidate]:
         from drtriton_ray.lower.emit import NotLowerable, lower_program
 
-        out = []
+        out, variants = [], []
         for f in fragments[: max(budget.candidates, 0)]:
             self.stats.asked += 1
             try:
@@ -141,6 +142,10 @@ class LoweringSource:
                 self.stats.fail(f"the lowering failed on {f.name}: {one_line(e)}")
                 continue
             out.append(Candidate(f.hash, self.name, code, "reference lowering"))
+            variant = lower_program(f.program, f.source, one_pass=True)
+            if variant != code:
+                variants.append(Candidate(f.hash, self.name, variant, "reference lowering, norms in one pass"))
+        out += variants[: max(budget.candidates - len(out), 0)]  # every fragment's own candidate first
         self.stats.proposed += len(out)
         return out
 

@@ -11,6 +11,7 @@ from test_lowering import _handmade, _import, check_lowering, model_pair
 from drtriton_ray.lower import tuning, wrappers
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.ir import Program
+from drtriton_ray.verify.static import check_candidate
 
 
 @pytest.fixture(params=[False, True], ids=["interpreter-tiles", "gpu-tiles"])
@@ -140,3 +141,26 @@ def test_persistent_norm_search_variants():
         f"row_norm_persistent_kernel {c}" for c in tuning.candidates("row_norm_persistent_kernel", None)
     ]
     assert all("row_norm_persistent_setup(" in v and "config=" in v for v, _ in variants)
+
+
+@pytest.mark.parametrize("norm", ["LayerNorm", "RMSNorm"])
+def test_one_pass_variant_reads_rows_of_up_to_4096_values_once(norm, tmp_path):
+    """lower_program(one_pass=True): a norm of 1,025 to 4,096 values a row (with a prologue and an epilogue) takes the
+    persistent kernel, whose values are PyTorch's under the interpreter's tiles and a 2-SM GPU's; shorter rows and
+    the default lowering keep row_norm_kernel."""
+    weights = [3, 4] if norm == "LayerNorm" else [3]
+    nodes = [("Tanh", [0], 1, {}, []), (norm, [1], 2, {"k": 1}, weights), ("ReLU", [2], 5, {}, [])]
+    shapes = {0: (7, 3000), 1: (7, 3000), 2: (7, 3000), 3: (3000,), 4: (3000,), 5: (7, 3000)}
+    rec = _handmade(nodes, shapes, [5], tuple(weights))
+    prog = Program.from_json(rec.dag)
+    default, one_pass = lower_program(prog, rec.source), lower_program(prog, rec.source, one_pass=True)
+    assert "row_norm_setup(" in default and "row_norm_persistent_setup(" in one_pass
+    assert not check_candidate(one_pass, "strict")  # the verifier's parent-side rules
+    model, new, inputs = model_pair(rec.source, _gpu_module(one_pass, tmp_path / f"one_pass_{norm}.py"))
+    cpu = model_pair(rec.source, _import(one_pass, tmp_path / f"cpu_{norm}.py"))[1]  # the interpreter's tiles
+    with torch.no_grad():
+        torch.testing.assert_close(new(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(cpu(*inputs), model(*inputs), atol=1e-4, rtol=1e-4)
+    short = _handmade(nodes, {k: (v[0], 1000) if len(v) == 2 else (1000,) for k, v in shapes.items()}, [5], weights)
+    short_prog = Program.from_json(short.dag)
+    assert lower_program(short_prog, short.source, one_pass=True) == lower_program(short_prog, short.source)

@@ -30,6 +30,18 @@ def mlp_block() -> Graph:
     return Graph(Program(nodes, t, "float32", 0), [0], state)
 
 
+def norm_block(width: int) -> Graph:
+    """x (3 rows of `width` values) -> RMSNorm -> ReLU -> out."""
+    t = {
+        0: Tensor(0, [3, width], "float32", "input"),
+        1: Tensor(1, [width], "float32", "weight"),
+        2: Tensor(2, [3, width], "float32", "intermediate"),
+        3: Tensor(3, [3, width], "float32", "output"),
+    }
+    nodes = [Node("RMSNorm", [0], [2], {"k": 1}, [1]), Node("ReLU", [2], [3])]
+    return Graph(Program(nodes, t, "float32", 0), [0], {1: "norm.weight"})
+
+
 MLP_BLOCK_SOURCE = """
 import torch
 import torch.nn as nn

@@ -4,7 +4,7 @@ import ast
 import textwrap
 from pathlib import Path
 
-from search_graphs import mlp_block
+from search_graphs import mlp_block, norm_block
 
 from drtriton_ray.search.fragments import enumerate_fragments
 from drtriton_ray.search.inductor import InductorSource
@@ -215,3 +215,16 @@ def test_summary_gives_the_bandwidth_reached_and_survives_the_cache():
     assert rows["ms eager / torch.compile / answer"] == "2 / 0.6 / 0.5"
     assert rows["memory traffic"] == "2000 MB a call at least, 4000 GB/s reached"
     assert timed_rows({**VerdictSummary("correct", "", True).to_dict(), "gbps": None}) == []
+
+
+def test_lowering_adds_a_one_pass_variant_for_norms_of_rows_up_to_4096():
+    """A fragment with a norm of 1,025 to 4,096 values a row gets a second lowering candidate (its rows read once,
+    lower/passes.py one_pass_norms) after every fragment's own; the verifier's timings choose. Short rows get one."""
+    wide = [f for f in enumerate_fragments(norm_block(3000)) if not f.skip]
+    cands = LoweringSource().propose(wide, Budget(100, 60))
+    notes = [c.note for c in cands]
+    assert notes.count("reference lowering") == len(wide) and notes.count("reference lowering, norms in one pass") == 2
+    assert all("row_norm_persistent" in c.code for c in cands if c.note.endswith("one pass"))
+    assert [c.note for c in LoweringSource().propose(wide, Budget(len(wide), 60))] == ["reference lowering"] * len(wide)
+    narrow = [f for f in enumerate_fragments(norm_block(512)) if not f.skip]
+    assert {c.note for c in LoweringSource().propose(narrow, Budget(100, 60))} == {"reference lowering"}
