@@ -217,7 +217,7 @@ def kernel_groups(p: Program, fuse: bool = True) -> list[KernelGroup]:
             loose.remove(g)
             if kept is not None:
                 anchors[a].kept, anchors[a].kept_out = kept
-                for k in [kept[0]] if kept[0] else []:
-                    loose.remove(k)
+                if kept[0]:  # a group of its own no longer
+                    loose.remove(kept[0])
     groups = list(anchors.values()) + [KernelGroup(None, [], g) for g in loose]
     return sorted(groups, key=lambda f: f.position)
