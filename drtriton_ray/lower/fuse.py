@@ -137,16 +137,19 @@ def _rewrite(site, prologue: Side | None, epilogue: Side | None, once: bool) -> 
 
 
 def _signature(name: str, fn: ast.FunctionDef, body: str, consts, prologue, epilogue) -> tuple[str, list[str]]:
-    """The fused kernel's def line(s) and the fixed constexprs its body still uses (passed by the wrapper)."""
-    plain, constexprs = [], []
+    """The fused kernel's def line(s) and the fixed constexprs its body still uses (passed by the wrapper). An
+    argument the library kernel lists after its constexprs (a row count the wrappers pass by keyword) comes after
+    the positional ones here too."""
+    plain, late, constexprs, after = [], [], [], False
     for a in fn.args.args:
         if a.annotation is not None and "constexpr" in ast.unparse(a.annotation):
+            after = True
             if a.arg not in consts or _uses(body, a.arg):
                 constexprs.append(a.arg)
         elif a.arg == "x_ptr" and prologue:
             plain += [f"in{k}_ptr" for k in prologue.leaves] + (["kept_ptr"] if prologue.kept else [])
         else:
-            plain.append(a.arg)
+            (late if after else plain).append(a.arg)
     plain += [f"in{k}_ptr" for k in epilogue.leaves] if epilogue else []
     # a broadcast leaf's dims and strides: constants (the program's shapes are fixed), so unravelling the index is
     # multiplies and shifts, not four divisions and modulos by runtime values an element; listed after the
@@ -156,7 +159,7 @@ def _signature(name: str, fn: ast.FunctionDef, body: str, consts, prologue, epil
         if side and not all(side.dense):
             index += [f"{prefix}d{j}" for j in range(1, 5)]
             index += [f"s{k}_{j}" for k, d in zip(side.leaves, side.dense) if not d for j in range(5)]
-    params = plain + [f"{c}: tl.constexpr" for c in index + constexprs]
+    params = plain + [f"{c}: tl.constexpr" for c in index] + late + [f"{c}: tl.constexpr" for c in constexprs]
     head, lines = f"def {name}(", []
     line = head
     for j, p in enumerate(params):

@@ -510,14 +510,15 @@ def softmax_reduce_kernel(x_ptr, stats_ptr, out_ptr, R: tl.constexpr, I: tl.cons
 
 
 @triton.jit
-def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: tl.constexpr, S: tl.constexpr,
-                    CPG: tl.constexpr, G: tl.constexpr, MODE: tl.constexpr, HAS_W: tl.constexpr,
-                    HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, L: tl.constexpr, S: tl.constexpr, CPG: tl.constexpr,
+                    G: tl.constexpr, MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
+                    BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr, n_rows):
     """Normalise each contiguous row of L values, BLOCK_ROWS rows per program (many short rows make few
     programs). MODE: 0 layer norm (weights over the row), 1 RMS norm, 2 group norm (row = one group of CPG
     channels x S positions; weights per channel), 3 instance norm (no weights). The sizes are constants: a group
-    norm's channel index j // S is a shift or a multiply, not a division per value. WIDE: the tensor has 2^31
-    values or more (int64 index math, int32 otherwise)."""
+    norm's channel index j // S is a shift or a multiply, not a division per value. The row count is an argument:
+    it moves with a model's batch and tokens, and it only masks rows, so a new count does not compile the kernel
+    again. WIDE: the tensor has 2^31 values or more (int64 index math, int32 otherwise)."""
     rows = tl.program_id(0) * BLOCK_ROWS + tl.arange(0, BLOCK_ROWS)
     if WIDE:
         rows = rows.to(tl.int64)
@@ -562,15 +563,15 @@ def row_norm_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: 
 
 
 @triton.jit
-def row_norm_persistent_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, n_rows: tl.constexpr, L: tl.constexpr,
-                               MODE: tl.constexpr, HAS_W: tl.constexpr, HAS_B: tl.constexpr,
-                               BLOCK_ROWS: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+def row_norm_persistent_kernel(x_ptr, w_ptr, b_ptr, out_ptr, eps, L: tl.constexpr, MODE: tl.constexpr,
+                               HAS_W: tl.constexpr, HAS_B: tl.constexpr, BLOCK_ROWS: tl.constexpr,
+                               BLOCK: tl.constexpr, WIDE: tl.constexpr, n_rows):
     """A layer or RMS norm (MODE 0, 1: weights over the row) of rows of L <= BLOCK values, BLOCK_ROWS rows a tile,
     each row whole in registers: x is read once, out written once. Persistent: program p takes row blocks p, p +
     grid, ..., loads the weights once, and loads its next block before it normalises this one, so that those loads
     are in flight under this block's reductions, epilogue and stores (a program per row waits for its row, then
-    computes with nothing in flight). The sizes are constants; WIDE: int64 index math (the rows a last prefetch
-    reaches past n_rows included, x's offsets pass 2^31)."""
+    computes with nothing in flight). The sizes are constants but the row count (row_norm_kernel's); WIDE: int64
+    index math (the rows a last prefetch reaches past n_rows included, x's offsets pass 2^31)."""
     j = tl.arange(0, BLOCK)
     j_ok = j < L
     if HAS_W:

@@ -25,7 +25,7 @@ def _residual_norm(shape, norm="RMSNorm", kept=None):
     """x + r, normed (with a weight), both returned; `kept`: an op applied to the sum before it is returned."""
     length = shape[-1]
     nodes = [("Add", [0, 1], 2, {}, []), (norm, [2], 3, {"k": 1}, [4] + ([5] if norm == "LayerNorm" else []))]
-    shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (length,), 5: (length,)}
+    shapes = {0: shape, 1: shape, 2: shape, 3: shape, 4: (length,), **({5: (length,)} if norm == "LayerNorm" else {})}
     outputs = [3, 2]
     if kept:
         nodes.append((kept, [2], 6, {}, []))
@@ -97,3 +97,50 @@ def test_group_norm_keeps_its_prologue(shape, tmp_path):
     assert group.kept_out == 2
     assert "tl.store(kept_ptr + " in lower_program(prog, rec.source)
     check_lowering(rec, tmp_path)
+
+
+def _rows_general(shape):
+    """The residual add + RMS norm lowered with its row count symbolic (`num_tokens`, read from the input), as a
+    captured program whose token count varies is."""
+    rec = _residual_norm(shape)
+    prog = Program.from_json(rec.dag)
+    for t in prog.tensors.values():
+        t.sym = ["num_tokens", ""] if len(t.shape) == 2 else []
+    return rec, lower_program(prog, rec.source)
+
+
+def _right_at(module, source, rows, device, width=2048):
+    """Both outputs PyTorch's at each row count."""
+    model, new, _ = model_pair(source, module)
+    model, new = model.to(device), new.to(device)
+    with torch.no_grad():
+        for n in rows:
+            x, r = torch.randn(n, width, device=device), torch.randn(n, width, device=device)
+            for got, want in zip(new(x, r), model(x, r)):
+                torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_the_norm_takes_any_row_count(tmp_path):
+    """With its row count symbolic the fused norm is right at row counts it was not lowered at (the interpreter)."""
+    from test_lowering import _import
+
+    rec, src = _rows_general((64, 2048))
+    assert "n_rows, L: tl.constexpr" in src  # an argument, not a constant (a compile a count on a GPU)
+    _right_at(_import(src, tmp_path / "rows.py"), rec.source, (64, 5, 96), "cpu")
+
+
+@pytest.mark.gpu
+def test_a_new_row_count_does_not_compile_the_norm_again(tmp_path):
+    """On a GPU the fused norm's row count is an argument: the residual add + RMS norm at 64, 96 and 4,096 rows runs
+    one compiled kernel (Triton specializes an int only by divisibility by 16 and by 1), and is right at each."""
+    import os
+
+    from test_lowering import _import
+
+    if not torch.cuda.is_available() or os.environ.get("TRITON_INTERPRET") == "1":
+        pytest.skip("needs a CUDA GPU with compiled Triton")
+    rec, src = _rows_general((64, 2048))
+    module = _import(src, tmp_path / "rows.py")
+    _right_at(module, rec.source, (64, 96, 4096), "cuda")
+    compiled = module.fused_0_kernel.device_caches[torch.cuda.current_device()][0]  # Triton 3.x: a device's cache
+    assert len(compiled) == 1, list(compiled)
