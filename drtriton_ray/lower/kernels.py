@@ -806,17 +806,26 @@ def norm_apply_kernel(x_ptr, part_ptr, w_ptr, b_ptr, out_ptr, G, eps, SEGS: tl.c
 @triton.jit
 def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
                   sa0, sa1, sa2, sam, sak, sb0, sb1, sb2, sbk, sbn,
-                  HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr):
+                  HAS_BIAS: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                  GROUP_M: tl.constexpr, HALF: tl.constexpr):
     """C[b] = A[b] @ B[b] (+ bias over N) for up to three broadcast batch dims given by strides
     (0 where a batch dim broadcasts); C is contiguous (B0, B1, B2, M, N). Programs are (batch, tile) pairs, flat
     on grid axis 0: batches can outnumber the 65535 programs of the other axes. As in Triton's matmul tutorial,
-    the operand pointers advance along K; int64 indices and no tl.cdiv, for the interpreter (see conv_kernel)."""
+    the operand pointers advance along K and tiles go in groups of GROUP_M tile rows: the group's programs sweep
+    B's columns together, so a tile of B is read from memory once a group, not once a tile row (B of an LLM's
+    lm_head, 2k x 32k, is larger than L2). HALF: both operands 16-bit of one dtype, multiplied on tensor cores in
+    that dtype (products exact, summed in float32, as cuBLAS does); else both widened to float32, no TF32 (float32
+    answers within 1e-4). int64 indices and no tl.cdiv, for the interpreter (see conv_kernel)."""
     pid = tl.program_id(0).to(tl.int64)
+    grid_m = (M + BM - 1) // BM
     grid_n = (N + BN - 1) // BN
-    tiles = (M + BM - 1) // BM * grid_n
+    tiles = grid_m * grid_n
     bid = pid // tiles
-    pm = pid % tiles // grid_n
-    pn = pid % grid_n
+    tile = pid % tiles
+    first_m = tile // (GROUP_M * grid_n) * GROUP_M
+    rows = tl.minimum(grid_m - first_m, GROUP_M)
+    pm = first_m + tile % (GROUP_M * grid_n) % rows
+    pn = tile % (GROUP_M * grid_n) // rows
     b2 = bid % B2
     b1 = (bid // B2) % B1
     b0 = bid // (B2 * B1)
@@ -827,9 +836,12 @@ def matmul_kernel(a_ptr, b_ptr, out_ptr, bias_ptr, M, N, K, B1, B2,
     b_ptrs = b_ptr + b0 * sb0 + b1 * sb1 + b2 * sb2 + rk[:, None] * sbk + rn[None, :] * sbn
     acc = tl.zeros([BM, BN], dtype=tl.float32)
     for k0 in range(0, K, BK):
-        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k0), other=0.0).to(tl.float32)
-        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k0) & (rn[None, :] < N), other=0.0).to(tl.float32)
-        acc += tl.dot(a, b, input_precision="ieee")  # no TF32: float32 answers within 1e-4
+        a = tl.load(a_ptrs, mask=(rm[:, None] < M) & (rk[None, :] < K - k0), other=0.0)
+        b = tl.load(b_ptrs, mask=(rk[:, None] < K - k0) & (rn[None, :] < N), other=0.0)
+        if HALF:
+            acc = tl.dot(a, b, acc)
+        else:
+            acc += tl.dot(a.to(tl.float32), b.to(tl.float32), input_precision="ieee")
         a_ptrs += BK * sak
         b_ptrs += BK * sbk
     if HAS_BIAS:

@@ -65,12 +65,13 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
     """Configurations to try; each keeps the kernel correct for any shape (along_dim's whole-column tile and conv's
     reduction step, which tl.dot needs of 16 or more, are left to the wrapper)."""
     warps = [{"num_warps": w} for w in (2, 4, 8)]
-    if kernel == "matmul_kernel":
-        tiles = [(64, 64, 32), (128, 64, 32), (64, 128, 32), (128, 128, 32), (64, 64, 64), (128, 128, 16)]
+    if kernel == "matmul_kernel":  # tiles first, so that a search's few variants differ in their tile
+        tiles = [(128, 128, 32), (128, 128, 64), (64, 128, 32), (128, 64, 32), (128, 256, 64), (64, 64, 64),
+                 (64, 64, 32), (128, 128, 16)]
         return [
             {"BM": m, "BN": n, "BK": k, "num_warps": w, "num_stages": s}
+            for w, s in ((8, 3), (4, 3), (4, 4))
             for m, n, k in tiles
-            for w, s in ((4, 3), (8, 3), (4, 4))
         ]
     if kernel in ("reduce_kernel", "softmax_reduce_kernel"):
         return warps + [

@@ -601,13 +601,19 @@ def matmul_args(a, b, bias, out, batch, m, n, k, a_strides, b_strides, config=No
     batch1, batch2, rows, cols) of A (M x K) and B (K x N)."""
     batch = pad5(batch)[2:]
     # compiled, 64-wide output tiles where the matrix has room (32 otherwise) and 32-deep steps: a 32 x 32 tile
-    # re-reads its operands twice as often (with it, linear ran at 0.15x eager on the H100); the interpreter,
-    # paying per program and per step, takes whole small matrices and up to 128 x 128 x 128
-    if compiled(a):
-        bm, bn, bk = 64 if m >= 64 else 32, 64 if n >= 64 else 32, 32
+    # re-reads its operands twice as often (with it, linear ran at 0.15x eager on the H100); 16-bit operands on
+    # tensor cores take 128 x 128 x 64 tiles at 8 warps where both sides have room (Triton's tutorial's tile); the
+    # interpreter, paying per program and per step, takes whole small matrices and up to 128 x 128 x 128 (and
+    # widens bfloat16: its dot reads bfloat16 operands as garbage)
+    half = a.dtype == b.dtype and a.dtype in ((torch.float16, torch.bfloat16) if compiled(a) else (torch.float16,))
+    meta = {"GROUP_M": 8, "HALF": half}
+    if compiled(a) and half and m >= 128 and n >= 128:
+        meta.update(BM=128, BN=128, BK=64, num_warps=8, num_stages=3)
+    elif compiled(a):
+        meta.update(BM=64 if m >= 64 else 32, BN=64 if n >= 64 else 32, BK=32)
     else:
-        bm, bn, bk = (min(next_power_of_2(d), 128) for d in (m, n, k))
-    meta = tuned({"BM": bm, "BN": bn, "BK": bk}, config, a)
+        meta.update(zip(("BM", "BN", "BK"), (min(next_power_of_2(d), 128) for d in (m, n, k))))
+    meta = tuned(meta, config, a)
     grid = (cdiv(m, meta["BM"]) * cdiv(n, meta["BN"]) * batch[0] * batch[1] * batch[2],)
     args = (b, out, a if bias is None else bias, m, n, k, batch[1], batch[2], *a_strides, *b_strides)
     return grid, args, meta
