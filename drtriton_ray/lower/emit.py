@@ -84,7 +84,8 @@ def launch_config(p: Program, node: Node, gpu: str | None) -> dict | None:
     shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
     out_shape = p.tensors[node.outputs[0]].shape
     dims = kernel_dims(node.op, node.params, shapes, out_shape)
-    return resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu) if dims else None)
+    dtype = p.tensors[node.inputs[0]].dtype if node.inputs else None  # the data it reads sets the bytes a row
+    return resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu, dtype) if dims else None)
 
 
 def _group_body(p: Program, group: list[int], names: dict[int, str], first: int):
@@ -157,7 +158,7 @@ def fused_elementwise(
     shape = tuple(p.tensors[sink].shape)
     dense = dense_leaves(p, leaves, shape, views)
     args = ", ".join(f"x{j}" for j in range(len(leaves)))
-    config = config_for("elementwise", (p.tensors[sink].numel,), gpu)
+    config = config_for("elementwise", (p.tensors[sink].numel,), gpu, p.tensors[sink].dtype)
     metas = [leaf_meta(p, t, views) for t in leaves]
     columns = short_runs(shape, [p.tensors[t].shape for t in leaves], dense, metas)
     extra = (f", config={config!r}" if config else "") + (f", columns={columns}" if columns > 1 else "")

@@ -336,23 +336,43 @@ def _matmul_tuning(op: str, params: dict, shapes: list, out: list):
     return "matmul_kernel", (math.prod(out) // out[-1], out[-1], list(shapes[0])[-1])
 
 
+def _like(s: Site) -> str:
+    """A matmul setup's `like` argument where a fused epilogue converts (its output in another dtype than x's)."""
+    return f", like={s.dtype_of}" if s.dtype_of else ""
+
+
+def _linear(s: Site) -> AnchorKernel:
+    bias = s.w[1] if s.node.op == "Linear" else None
+    setup = f"linear_setup({s.x[0]}, {s.w[0]}, {bias}{s.cfg}{_like(s)})"
+    return AnchorKernel("matmul_kernel", {"HAS_BIAS": bias is not None}, setup)
+
+
 register(
     ("Matmul", "Bmm"),
     call=lambda s: f"matmul({s.x[0]}, {s.x[1]})",
-    kernel=lambda s: AnchorKernel("matmul_kernel", {"HAS_BIAS": False}, f"matmul_setup({s.x[0]}, {s.x[1]}{s.cfg})"),
+    kernel=lambda s: AnchorKernel(
+        "matmul_kernel", {"HAS_BIAS": False}, f"matmul_setup({s.x[0]}, {s.x[1]}{s.cfg}{_like(s)})"
+    ),
     tuning=_matmul_tuning,
     epilogue=_always,
+    any_dtype=True,
 )
 register(
     "Linear",
     call=lambda s: f"linear({s.x[0]}, {s.w[0]}, {s.w[1]})",
-    kernel=lambda s: AnchorKernel(
-        "matmul_kernel", {"HAS_BIAS": True}, f"linear_setup({s.x[0]}, {s.w[0]}, {s.w[1]}{s.cfg})"
-    ),
+    kernel=_linear,
     tuning=_matmul_tuning,
     epilogue=_always,
+    any_dtype=True,
 )
-register("LinearNoBias", call=lambda s: f"linear({s.x[0]}, {s.w[0]}, None)")
+register(  # Hugging Face's projections (Llama's q/k/v/o, gate/up/down, lm_head): an epilogue fuses as Linear's does
+    "LinearNoBias",
+    call=lambda s: f"linear({s.x[0]}, {s.w[0]}, None)",
+    kernel=_linear,
+    tuning=_matmul_tuning,
+    epilogue=_always,
+    any_dtype=True,
+)
 
 
 # convolutions, direct and transposed: conv_kernel (tl.dot), or conv_small_kernel for few channels x taps

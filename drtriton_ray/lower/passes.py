@@ -223,9 +223,85 @@ def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
     return Node("RMSNorm", [source], list(chain[-1].outputs), {"k": 1, "eps": eps}, weights), chain
 
 
+ROW_WISE = ("Linear", "LinearNoBias")  # each output row from its input row alone: a slice of rows is of input rows
+
+
+def sink_narrows(p: Program) -> Program:
+    """The program with each Narrow of an elementwise result (read by nothing else, not an output) moved onto that
+    operator's inputs: narrow(cast(x)) is cast(narrow(x)), so the elementwise kernel reads x's slice in place
+    (grouping.slice_views) and writes only the slice, where it wrote all of it for a copy kernel to slice. An input
+    broadcast along the narrowed dim is read as it was; an operator with a weight of that dim's full size stays. A
+    Narrow of a linear's rows (any dim but the last) moves onto its input the same way: a causal LM's
+    `lm_head(h).float()[:, :-1]` is h's rows copied (hidden wide), then one matmul storing float32 logits, not
+    the bf16 logits written, widened and sliced in three passes."""
+    while True:
+        readers: dict[int, int] = {}
+        for n in p.nodes:
+            for t in n.inputs:
+                readers[t] = readers.get(t, 0) + 1
+        made = {n.outputs[0]: n for n in p.nodes if n.outputs}
+        for narrow in p.nodes:
+            src = made.get(narrow.inputs[0]) if narrow.op == "Narrow" else None
+            if src is None or readers[narrow.inputs[0]] != 1 or narrow.inputs[0] in p.outputs:
+                continue
+            if _sliced(p, src, narrow) is not None:
+                p = _sunk(p, src, narrow)
+                break
+        else:
+            return p
+
+
+def _sliced(p: Program, src: Node, narrow: Node) -> list[bool] | None:
+    """Per input of src, whether narrow(src(...)) slices it too (it has the narrowed dim at full size) or reads it
+    as it is (it broadcasts along that dim); None where the Narrow cannot move onto src's inputs."""
+    full = p.tensors[narrow.inputs[0]].shape
+    dim = narrow.params["dim"] % len(full)
+    if src.op in ROW_WISE:
+        return [True] if dim < len(full) - 1 else None
+    if not is_elementwise(src.op):
+        return None
+    out = []
+    for t in src.inputs + src.weights:
+        shape = p.tensors[t].shape
+        d = dim - (len(full) - len(shape))
+        size = shape[d] if d >= 0 else 1
+        if size != 1 and (size != full[dim] or t in src.weights):  # a parameter is not sliced
+            return None
+        out.append(size != 1)
+    return out[: len(src.inputs)]
+
+
+def _sunk(p: Program, src: Node, narrow: Node) -> Program:
+    """p with narrow(src(inputs)) rewritten as src(narrow(inputs)) (see sink_narrows)."""
+    full, out = p.tensors[narrow.inputs[0]], p.tensors[narrow.outputs[0]]
+    dim = narrow.params["dim"] % len(full.shape)
+    tensors, fresh, before, inputs = dict(p.tensors), max(p.tensors) + 1, [], []
+    for t, sliced in zip(src.inputs, _sliced(p, src, narrow)):
+        if not sliced:
+            inputs.append(t)
+            continue
+        x = p.tensors[t]
+        d = dim - (len(full.shape) - len(x.shape))
+        shape = [out.shape[dim] if k == d else s for k, s in enumerate(x.shape)]
+        sym = [out.sym[dim] if k == d else s for k, s in enumerate(x.sym)] if x.sym and out.sym else []
+        tensors[fresh] = Tensor(fresh, shape, x.dtype, "intermediate", sym=sym)
+        before.append(Node("Narrow", [t], [fresh], {**narrow.params, "dim": d}, [], dict(narrow.sym)))
+        inputs.append(fresh)
+        fresh += 1
+    moved = Node(src.op, inputs, list(narrow.outputs), dict(src.params), list(src.weights), dict(src.sym))
+    nodes = []
+    for n in p.nodes:
+        if n is src:
+            nodes += before + [moved]
+        elif n is not narrow:
+            nodes.append(n)
+    del tensors[src.outputs[0]]
+    return Program(nodes, tensors, p.dtype, p.flops)
+
+
 def fold_all(p: Program) -> Program:
     """The program with every rewrite above applied."""
-    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(fold_rms_norm(p))))
+    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(fold_rms_norm(sink_narrows(p)))))
 
 
 ONE_PASS_ROWS = (1024, 4096)  # row lengths (exclusive, inclusive) whose norms have a one-pass variant

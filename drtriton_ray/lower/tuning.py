@@ -56,8 +56,17 @@ def load_table(path: str = str(TABLE)) -> dict:
 FORCED: dict[str, dict] = {}
 
 
-def config_for(kernel: str, dims, gpu: str | None, path: str = str(TABLE)) -> dict | None:
-    table = load_table(path).get(gpu, {}).get(kernel, {}).get(bucket(dims)) if gpu else None
+def key(dims, dtype: str | None = None) -> str:
+    """A table entry's key: the shape bucket, and the dtype where it is not float32 (a bf16 row of the same length
+    is half the bytes, and may want other tiles): "4096x2048@bfloat16"."""
+    return bucket(dims) + ("" if dtype in (None, "float32") else f"@{dtype}")
+
+
+def config_for(kernel: str, dims, gpu: str | None, dtype: str | None = None, path: str = str(TABLE)) -> dict | None:
+    """The tuned config for the kernel at these sizes and dtype on `gpu`: the dtype's own entry, else the bucket's
+    float32 one (tuned before dtypes had entries), else None."""
+    entries = load_table(path).get(gpu, {}).get(kernel, {}) if gpu else {}
+    table = entries.get(key(dims, dtype), entries.get(bucket(dims)))
     return {**(table or {}), **FORCED[kernel]} if kernel in FORCED else table
 
 
@@ -66,8 +75,16 @@ def candidates(kernel: str, dims: tuple) -> list[dict]:
     reduction step, which tl.dot needs of 16 or more, are left to the wrapper)."""
     warps = [{"num_warps": w} for w in (2, 4, 8)]
     if kernel == "matmul_kernel":  # tiles first, so that a search's few variants differ in their tile
-        tiles = [(128, 128, 32), (128, 128, 64), (64, 128, 32), (128, 64, 32), (128, 256, 64), (64, 64, 64),
-                 (64, 64, 32), (128, 128, 16)]
+        tiles = [
+            (128, 128, 32),
+            (128, 128, 64),
+            (64, 128, 32),
+            (128, 64, 32),
+            (128, 256, 64),
+            (64, 64, 64),
+            (64, 64, 32),
+            (128, 128, 16),
+        ]
         return [
             {"BM": m, "BN": n, "BK": k, "num_warps": w, "num_stages": s}
             for w, s in ((8, 3), (4, 3), (4, 4))

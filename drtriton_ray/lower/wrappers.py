@@ -619,7 +619,7 @@ def matmul_args(a, b, bias, out, batch, m, n, k, a_strides, b_strides, config=No
     return grid, args, meta
 
 
-def matmul_setup(a, b, config=None):
+def matmul_setup(a, b, config=None, like=None):
     """(out, grid, arguments after A, launch constants) for torch.matmul of operands of rank >= 2: batch dims
     broadcast. Trailing batch dims over which B is the same matrix and A's rows run on in memory become rows of one
     taller product, as in PyTorch: (2511, 2, 594) @ (594, 2880) is one (5022 x 594) @ (594 x 2880), not 2511
@@ -631,7 +631,7 @@ def matmul_setup(a, b, config=None):
     while kept and (batch[kept - 1] == 1 or (sb[kept - 1] == 0 and sa[kept - 1] == sa[-2] * rows)):
         rows, kept = rows * batch[kept - 1], kept - 1
     pad = (0,) * (3 - kept)
-    out = torch.empty(batch + (m, n), device=a.device, dtype=a.dtype)
+    out = torch.empty(batch + (m, n), device=a.device, dtype=(a if like is None else like).dtype)
     grid, args, meta = matmul_args(a, b, None, out, batch[:kept], rows, n, k, pad + sa[:kept] + sa[-2:],
                                    pad + sb[:kept] + sb[-2:], config)
     return out, grid, args, meta
@@ -643,11 +643,12 @@ def matmul(a, b, config=None):
     return out
 
 
-def linear_setup(x, weight, bias, config=None):
-    """(out, grid, arguments after x, launch constants) for F.linear: x's rows times weight transposed, plus bias."""
+def linear_setup(x, weight, bias, config=None, like=None):
+    """(out, grid, arguments after x, launch constants) for F.linear: x's rows times weight transposed, plus bias;
+    `like`: the tensor whose dtype out takes (a fused epilogue that converts), else x."""
     k = x.shape[-1]
     n = weight.shape[0]
-    out = torch.empty(tuple(x.shape[:-1]) + (n,), device=x.device, dtype=x.dtype)
+    out = torch.empty(tuple(x.shape[:-1]) + (n,), device=x.device, dtype=(x if like is None else like).dtype)
     grid, args, meta = matmul_args(x, weight, bias, out, (), x.numel() // k, n, k, (0, 0, 0, k, 1),
                                    (0, 0, 0, weight.stride(1), weight.stride(0)), config)
     return out, grid, args, meta

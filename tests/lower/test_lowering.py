@@ -621,7 +621,7 @@ def test_tuned_configs_are_baked_in(tmp_path, monkeypatch):
         json.dumps({"gpus": {"Fake GPU": {kernel: {tuning.bucket(dims): {"BLOCK_R": 16, "num_warps": 2}}}}})
     )
     monkeypatch.setattr(tuning, "TABLE", table)
-    monkeypatch.setattr(tuning.config_for, "__defaults__", (str(table),))
+    monkeypatch.setattr(tuning.config_for, "__defaults__", (None, str(table)))
     src = lower_program(prog, rec.source, gpu="Fake GPU")
     assert "config={'BLOCK_R': 16, 'num_warps': 2}" in src
     assert "config={" not in lower_program(prog, rec.source, gpu=None)
