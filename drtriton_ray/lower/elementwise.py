@@ -129,7 +129,9 @@ def expression(op: str, args: list[str], params: dict, dtypes: list[str] = ()) -
     return EXPRESSIONS[op].format(*args, **params)
 
 
-def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: str, columns: int = 1) -> str:
+def fused_kernel_source(
+    name: str, dense: list[bool], body: list[str], result: str, columns: int = 1, runtime_n: bool = False
+) -> str:
     """A kernel over the output. With dense inputs only (the output's shape, passed contiguous) it walks the flat
     index, BLOCK at a time. With a broadcast input k it walks tiles of rows x columns of the output viewed over the
     coalesced dims (d0, d1, d2, d3, d4) (the wrapper merges what it can, `coalesced_dims`): input k's offset is its
@@ -147,12 +149,16 @@ def fused_kernel_source(name: str, dense: list[bool], body: list[str], result: s
     tile's masks fold away where the tiles fit the output exactly (tile_block). A dense kernel's mask `offs < n` is
     uniform over runs of as many values as n's largest power-of-two divisor (up to 4): n a runtime argument not
     divisible by 16 gave 4-byte loads and stores (an H200: Exp over 536,918,382 values at half torch.compile's
-    speed), a constant n even by 2 gives 8-byte ones, by 4 16-byte ones (bench/sm90_asm.py)."""
+    speed), a constant n even by 2 gives 8-byte ones, by 4 16-byte ones (bench/sm90_asm.py). `runtime_n`: a dense
+    kernel whose count varies with the program's sizes and is a multiple of 16 at every size (tokens x a hidden size
+    of 16k) takes n as an argument: Triton specializes it as divisible by 16, so its loads stay 16-byte ones, and a
+    new token count runs the same compiled kernel."""
     ptrs = ", ".join(f"in{k}_ptr" for k in range(len(dense)))
     broadcast = [k for k, d in enumerate(dense) if not d]
     if not broadcast:
         head = [
-            f"def {name}(out_ptr, {ptrs}, n: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):",
+            f"def {name}(out_ptr, {ptrs}, n{'' if runtime_n else ': tl.constexpr'}, BLOCK: tl.constexpr, "
+            "WIDE: tl.constexpr):",
             "    offs, mask = flat_block(n, BLOCK, WIDE)",
         ]
     else:

@@ -13,11 +13,12 @@ in as literals.
 from __future__ import annotations
 
 import ast
+import math
 from dataclasses import replace
 
 import torch
 
-from drtriton_ray.ir import Node, Program
+from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.ir.render import FLOAT_PREFIXES, forward_signature
 from drtriton_ray.lower import kernels, wrappers
 from drtriton_ray.lower.elementwise import expression, fused_kernel_source
@@ -178,7 +179,15 @@ def fused_elementwise(
         ]
     )
     line = f"tensor_{sink} = {name}({', '.join(weight_name(p, t) for t in leaves)})"
-    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}", columns) + "\n\n" + wrapper, line
+    runtime_n = all(dense) and varies_by_16(p.tensors[sink])
+    return fused_kernel_source(f"{name}_kernel", dense, body, f"t{sink}", columns, runtime_n) + "\n\n" + wrapper, line
+
+
+def varies_by_16(t: Tensor) -> bool:
+    """Whether t's element count depends on the program's sizes (a symbolic dim) and is a multiple of 16 at any of
+    them (its fixed dims' product is): its kernel can take the count as an argument (elementwise.py)."""
+    fixed = math.prod(d for d, s in zip(t.shape, t.sym or [""] * len(t.shape)) if not s)
+    return any(t.sym) and fixed % 16 == 0
 
 
 def _statistics(
