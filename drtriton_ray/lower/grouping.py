@@ -65,21 +65,29 @@ def view_layouts(p: Program) -> set[int]:
 
 SLICES = ("Narrow", "Select")
 STRIDED_READERS = ("Cat", "Stack", "Expand")  # their wrappers copy from any strides (copy_into)
+ROW_READERS = ("Linear", "LinearNoBias")  # linear_setup reads a slice of rows in place (its leading dims as batches)
 
 
 def slice_views(p: Program) -> dict[int, Node]:
     """The Narrow and Select nodes emitted as views, no kernel, by their result: those whose result only elementwise
     operators read (leaves of fused kernels, each read in place through its strides: SwiGLU's two halves of one
-    gate_up tensor are one kernel reading it once, not two copies first), or copies that read any strides, and that
-    is not a program output (the verifier's launch and faithfulness checks)."""
+    gate_up tensor are one kernel reading it once, not two copies first), or copies that read any strides, or
+    linears (a causal LM's h[:, :-1] into lm_head), and that is not a program output (the verifier's launch and
+    faithfulness checks)."""
     consumers, outputs = _consumers(p), set(p.outputs)
     views = {}
     for n in p.nodes:
-        users = [p.nodes[k].op for k in consumers.get(n.outputs[0], [])]
-        if n.op in SLICES and n.outputs[0] not in outputs and users:
-            if all(is_elementwise(op) or op in STRIDED_READERS for op in users):
+        readers = [p.nodes[k] for k in consumers.get(n.outputs[0], [])]
+        if n.op in SLICES and n.outputs[0] not in outputs and readers:
+            if all(is_elementwise(r.op) or r.op in STRIDED_READERS for r in readers) or _rows_read(p, n, readers):
                 views[n.outputs[0]] = n
     return views
+
+
+def _rows_read(p: Program, n: Node, readers: list[Node]) -> bool:
+    """Whether only linears read the slice, as their input x (of 2 to 5 dims: linear_setup's batches)."""
+    rank = len(p.tensors[n.outputs[0]].shape)
+    return 2 <= rank <= 5 and all(r.op in ROW_READERS and r.inputs[0] == n.outputs[0] for r in readers)
 
 
 def input_views(p: Program) -> set[int]:

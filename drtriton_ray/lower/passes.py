@@ -231,9 +231,9 @@ def sink_narrows(p: Program) -> Program:
     operator's inputs: narrow(cast(x)) is cast(narrow(x)), so the elementwise kernel reads x's slice in place
     (grouping.slice_views) and writes only the slice, where it wrote all of it for a copy kernel to slice. An input
     broadcast along the narrowed dim is read as it was; an operator with a weight of that dim's full size stays. A
-    Narrow of a linear's rows (any dim but the last) moves onto its input the same way: a causal LM's
-    `lm_head(h).float()[:, :-1]` is h's rows copied (hidden wide), then one matmul storing float32 logits, not
-    the bf16 logits written, widened and sliced in three passes."""
+    Narrow of a linear's rows (any dim but the last) moves onto its input the same way, read in place too
+    (linear_setup takes a slice's leading dims as batches): a causal LM's `lm_head(h).float()[:, :-1]` is one
+    matmul storing float32 logits, not the bf16 logits written, widened and sliced in three passes."""
     while True:
         readers: dict[int, int] = {}
         for n in p.nodes:

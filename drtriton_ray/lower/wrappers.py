@@ -649,6 +649,11 @@ def linear_setup(x, weight, bias, config=None, like=None):
     k = x.shape[-1]
     n = weight.shape[0]
     out = torch.empty(tuple(x.shape[:-1]) + (n,), device=x.device, dtype=(x if like is None else like).dtype)
+    if not x.is_contiguous() and 2 <= x.dim() <= 5:  # a slice of rows (a view): its leading dims as batches
+        batch, pad = tuple(x.shape[:-2]), (0,) * (5 - x.dim())
+        grid, args, meta = matmul_args(x, weight, bias, out, batch, x.shape[-2], n, k, pad + tuple(x.stride()),
+                                       (0, 0, 0, weight.stride(1), weight.stride(0)), config)
+        return out, grid, args, meta
     grid, args, meta = matmul_args(x, weight, bias, out, (), x.numel() // k, n, k, (0, 0, 0, k, 1),
                                    (0, 0, 0, weight.stride(1), weight.stride(0)), config)
     return out, grid, args, meta

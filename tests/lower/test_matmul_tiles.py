@@ -61,3 +61,17 @@ def test_half_matmul_on_tensor_cores_is_right(dtype):
         ours = (wrappers.matmul(a, b).float() - want).abs().max().item()
         cublas = (torch.matmul(a, b).float() - want).abs().max().item()
         assert ours <= 2 * cublas + 1e-6, (m, k, n, ours, cublas)
+
+
+def test_linear_reads_a_strided_input_in_place():
+    """A slice of rows, of features, a transposed or a 4-d strided input: its leading dims are the matmul's batches,
+    no copy; PyTorch's values."""
+    torch.manual_seed(0)
+    w, b = torch.randn(24, 16), torch.randn(24)
+    x = torch.randn(3, 9, 16)
+    views = [x[:, 1:], x[:, :-1], x[1:], torch.randn(3, 9, 20)[..., 2:18], torch.randn(16, 9).t(),
+             torch.randn(2, 3, 5, 16)[:, :, ::2], x[0, 2:7]]  # fmt: skip
+    assert sum(not v.is_contiguous() for v in views) == 5  # x[1:] and x[0, 2:7] take the contiguous path
+    for v in views:
+        torch.testing.assert_close(wrappers.linear(v, w, b), torch.nn.functional.linear(v, w, b), atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(wrappers.linear(v, w, None), v @ w.t(), atol=1e-4, rtol=1e-4)
