@@ -27,7 +27,7 @@ from drtriton_ray.ir import Graph
 from drtriton_ray.ir import node_line
 from drtriton_ray.ir.render import SIZE_NAME
 from drtriton_ray.lower.symbolic import binding_lines, bindings, code_expr, readable
-from drtriton_ray.search.fragments import Fragment
+from drtriton_ray.search.fragments import VIEW_OPS, Fragment
 
 WEIGHT_ATTR = re.compile(r"^weight_(\d+)$")
 CONSTANT, EVAL_CONSTANT = "drt_const_", "drt_eval_const_"  # buffer names of the graphs' constants
@@ -93,9 +93,13 @@ def choose_tiling(n: int, options: list[Option], node_ms: Optional[list[float]])
     return pieces[::-1]
 
 
-def node_times(n: int, measured: list[tuple[int, int, float]]) -> list[float]:
-    """Each node's PyTorch time from (start, end, eager_ms) of measured fragments: a 1-node fragment's own time;
-    a node without one gets an even share of what the smallest measured fragment around it leaves over."""
+def node_times(n: int, measured: list[tuple[int, int, float]], moved: Optional[list[int]] = None) -> list[float]:
+    """Each node's PyTorch time from (start, end, eager_ms) of measured fragments: a 1-node fragment's own time; a
+    node without one gets a share of what the smallest measured fragment around it leaves over, by the bytes it
+    moves (`moved`: per node, 0 for a view; evenly without). A node in no measured fragment costs its bytes at the
+    fastest rate the measured fragments show, not nothing: else a tiling would leave a scale or a cast of a large
+    tensor to PyTorch as if it were free."""
+    moved = moved or [1] * n
     ms: list[Optional[float]] = [None] * n
     for start, end, eager in measured:
         if end - start == 1:
@@ -103,10 +107,22 @@ def node_times(n: int, measured: list[tuple[int, int, float]]) -> list[float]:
     for start, end, eager in sorted(measured, key=lambda m: m[1] - m[0]):
         unknown = [k for k in range(start, end) if ms[k] is None]
         if unknown:
-            left = eager - sum(ms[k] for k in range(start, end) if ms[k] is not None)
+            left = max(eager - sum(ms[k] for k in range(start, end) if ms[k] is not None), 0.0)
+            weight = sum(moved[k] for k in unknown)
             for k in unknown:
-                ms[k] = max(left, 0.0) / len(unknown)
-    return [0.0 if m is None else m for m in ms]
+                ms[k] = left * moved[k] / weight if weight else left / len(unknown)
+    rates = [eager / sum(moved[start:end]) for start, end, eager in measured if sum(moved[start:end])]
+    rate = min(rates, default=0.0)
+    return [moved[k] * rate if m is None else m for k, m in enumerate(ms)]
+
+
+ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}
+
+
+def moved_bytes(p) -> list[int]:
+    """Per node of a program, the bytes PyTorch's kernel reads and writes (its tensors' sizes; 0 for a view)."""
+    size = {t.id: t.numel * ITEMSIZE.get(t.dtype, 1) for t in p.tensors.values()}
+    return [0 if n.op in VIEW_OPS else sum(size[t] for t in n.inputs + n.weights + n.outputs) for n in p.nodes]
 
 
 # -- a candidate's names, prefixed ---------------------------------------------------------------------------

@@ -17,7 +17,15 @@ from typing import Callable, Optional
 
 from drtriton_ray.ir.render import size_names
 from drtriton_ray.models.load import ModelError
-from drtriton_ray.search.assembly import AssemblyError, Option, Piece, choose_tiling, node_times, render_module
+from drtriton_ray.search.assembly import (
+    AssemblyError,
+    Option,
+    Piece,
+    choose_tiling,
+    moved_bytes,
+    node_times,
+    render_module,
+)
 from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
 from drtriton_ray.search.fragments import Fragment, enumerate_fragments
 from drtriton_ray.search.inductor import InductorSource
@@ -297,7 +305,7 @@ class Search:
                 options.append(Option(f.start, f.end, b.outcome.candidate_ms, f.hash))
                 chosen[(f.start, f.end)] = (f, b.candidate.code)
         n = len(graph.program.nodes)
-        node_ms = node_times(n, measured) if self.config.timed else None
+        node_ms = node_times(n, measured, moved_bytes(graph.program)) if self.config.timed else None
         general = [o for o in options if self.dims and self.best(o.key).outcome.general]
         return choose_tiling(n, general or options, node_ms), chosen
 

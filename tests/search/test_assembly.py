@@ -15,6 +15,7 @@ from drtriton_ray.search.assembly import (
     Option,
     candidate_parts,
     choose_tiling,
+    moved_bytes,
     node_times,
     render_module,
     state_expr,
@@ -56,6 +57,29 @@ def test_node_times_from_one_node_fragments_then_shares():
     ms = node_times(3, [(0, 1, 2.0), (0, 3, 5.0), (1, 2, 1.0)])
     assert ms == [2.0, 1.0, 2.0]  # node 2: what the 3-node fragment leaves over
     assert node_times(2, []) == [0.0, 0.0]
+
+
+def test_node_times_share_by_bytes_and_never_leave_a_node_free():
+    """A scale of a large tensor, then two views, then a masked softmax measured alone: the 3-node fragment's time
+    left over goes by bytes (the views get none); a node in no measured fragment costs its bytes at the fastest
+    measured rate, so the tiling does not hand it to PyTorch for nothing."""
+    moved = [8, 0, 0, 8]
+    assert node_times(4, [(0, 3, 4.0), (3, 4, 2.0)], moved) == [4.0, 0.0, 0.0, 2.0]
+    ms = node_times(4, [(3, 4, 2.0)], moved)  # only the softmax measured: 2 ms for 8 bytes
+    assert ms == [2.0, 0.0, 0.0, 2.0]
+    # with the scale priced, the one fragment over all four beats PyTorch's scale + the softmax's fragment
+    options = [Option(0, 4, 2.1, "whole"), Option(3, 4, 2.0, "softmax")]
+    assert kinds(choose_tiling(4, options, ms)) == [(0, 4, "triton")]
+
+
+def test_moved_bytes_of_a_program():
+    from drtriton_ray.ir import Program
+
+    tensors = {0: Tensor(0, [4, 8], "bfloat16", "input"), 1: Tensor(1, [32], "bfloat16", "intermediate")}
+    tensors[2] = Tensor(2, [32], "float32", "output")
+    nodes = [Node("View", [0], [1], {"shape": [32]}), Node("Cast", [1], [2], {"dtype": "float32"})]
+    p = Program(nodes, tensors, "bfloat16", 0)
+    assert moved_bytes(p) == [0, 32 * 2 + 32 * 4]
 
 
 CANDIDATE = """
