@@ -206,16 +206,20 @@ def masked_fill(s: Site) -> Result:
 
 
 CAST_DTYPES = ("float32", "float16", "bfloat16")  # the kernels compute in float32: float64 stays PyTorch
+INT_DTYPES = ("int64", "int32", "int16", "int8", "uint8", "bool")
 PLAIN_FORMATS = (None, torch.preserve_format, torch.contiguous_format)
 
 
 def cast(s: Site) -> Result:
-    """A conversion between floating dtypes on one device (x.float(), x.to(torch.bfloat16), x.type_as(y)): the
-    registry's Cast to the output's dtype. A cast to the dtype x has is an alias (is_alias), no node."""
+    """A conversion between floating dtypes on one device (x.float(), x.to(torch.bfloat16), x.type_as(y)), or of
+    integers or booleans to float32 (Hugging Face's rotary embedding's position_ids.float(), mask.float()): the
+    registry's Cast to the output's dtype. A cast to the dtype x has is an alias (is_alias), no node. An integer to
+    a 16-bit dtype stays PyTorch's (the kernels' float32 step would round twice past 2^24)."""
     x = s.t("self")
     source, target = (s.tensors[t].dtype if t is not None else None for t in (x, s.out[0]))
-    if source not in CAST_DTYPES or target not in CAST_DTYPES or source == target:
-        return "not a conversion between float32, bfloat16 and float16"
+    widening = source in INT_DTYPES and target == "float32"
+    if not widening and (source not in CAST_DTYPES or target not in CAST_DTYPES or source == target):
+        return "not a conversion between float32, bfloat16 and float16, nor of integers to float32"
     if s.args["self"].meta["val"].device != s.fx.meta["val"].device:
         return "a device move"
     if s.args.get("layout") not in (None, torch.strided) or s.args.get("memory_format") not in PLAIN_FORMATS:

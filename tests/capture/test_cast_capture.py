@@ -13,7 +13,7 @@ from drtriton_ray.ir import TORCH_OP, Graph
 from drtriton_ray.lower.emit import lower_program
 from drtriton_ray.lower.grouping import kernel_groups
 from drtriton_ray.lower.passes import fold_all
-from drtriton_ray.search.fragments import consumers, make_fragment
+from drtriton_ray.search.fragments import consumers, enumerate_fragments, make_fragment
 
 LLAMA = """import torch
 import torch.nn as nn
@@ -108,3 +108,47 @@ def test_a_bfloat16_llama_rms_norm_is_one_kernel_rounding_as_pytorch():
     weight = (2.0 ** torch.randint(-2, 3, (64,))).to(torch.bfloat16)
     want, got = run(frag.source, code, weight)
     assert torch.equal(got, want)
+
+
+INT_CASTS = """import torch
+import torch.nn as nn
+
+
+class Model(nn.Module):
+    def forward(self, position_ids, mask, x):
+        angles = position_ids.float() * 0.5    # int64 -> float32: a Cast (Hugging Face's rotary)
+        keep = mask.float() * x                # bool -> float32: a Cast
+        return angles + keep, position_ids.to(torch.bfloat16)  # an integer to 16 bits: PyTorch's
+
+
+def get_inputs():
+    return [torch.arange(16).reshape(2, 8), torch.rand(2, 8) < 0.5, torch.randn(2, 8)]
+
+
+def get_init_inputs():
+    return []
+"""
+
+
+def test_integer_and_boolean_widenings_capture_as_casts(tmp_path):
+    """position_ids.float() and mask.float() are Casts to float32, lowered to one kernel with their users; an
+    integer to bf16 stays PyTorch's (its float32 step would round twice past 2^24). Values exact."""
+    graph = capture_source(INT_CASTS)
+    nodes = graph.program.nodes
+    assert [n.op for n in nodes] == ["Cast", "MulScalar", "Cast", "Mul", "Add", TORCH_OP]
+    mod = load(INT_CASTS)
+    model, inputs = mod.Model(), mod.get_inputs()
+    got = run_graph(Graph.from_json(graph.to_json()), inputs, model_state(model))
+    for g, w in zip(got, model(*inputs)):
+        assert g.dtype == w.dtype and torch.equal(g, w)
+    ops = ["Cast", "MulScalar", "Cast", "Mul", "Add"]
+    (frag,) = [f for f in enumerate_fragments(graph) if [n.op for n in f.program.nodes] == ops]
+    code = lower_program(frag.program, frag.source)
+    assert len(kernel_groups(fold_all(frag.program))) == 1
+    problem, candidate = types.ModuleType("problem"), types.ModuleType("candidate")
+    exec(compile(frag.source, "<problem>", "exec"), vars(problem))
+    path = tmp_path / "int_casts.py"
+    path.write_text(code)
+    exec(compile(code, str(path), "exec"), vars(candidate))
+    args = problem.get_inputs()
+    torch.testing.assert_close(candidate.ModelNew()(*args), problem.Model()(*args), atol=1e-6, rtol=1e-6)
