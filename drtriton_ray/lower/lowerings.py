@@ -341,10 +341,14 @@ def _like(s: Site) -> str:
     return f", like={s.dtype_of}" if s.dtype_of else ""
 
 
+def _bias(s: Site) -> str | None:
+    """A linear's bias argument: its second weight, None for Hugging Face's projections (LinearNoBias)."""
+    return s.w[1] if s.node.op == "Linear" else None
+
+
 def _linear(s: Site) -> AnchorKernel:
-    bias = s.w[1] if s.node.op == "Linear" else None
-    setup = f"linear_setup({s.x[0]}, {s.w[0]}, {bias}{s.cfg}{_like(s)})"
-    return AnchorKernel("matmul_kernel", {"HAS_BIAS": bias is not None}, setup)
+    setup = f"linear_setup({s.x[0]}, {s.w[0]}, {_bias(s)}{s.cfg}{_like(s)})"
+    return AnchorKernel("matmul_kernel", {"HAS_BIAS": _bias(s) is not None}, setup)
 
 
 register(
@@ -357,17 +361,9 @@ register(
     epilogue=_always,
     any_dtype=True,
 )
-register(
-    "Linear",
-    call=lambda s: f"linear({s.x[0]}, {s.w[0]}, {s.w[1]})",
-    kernel=_linear,
-    tuning=_matmul_tuning,
-    epilogue=_always,
-    any_dtype=True,
-)
-register(  # Hugging Face's projections (Llama's q/k/v/o, gate/up/down, lm_head): an epilogue fuses as Linear's does
-    "LinearNoBias",
-    call=lambda s: f"linear({s.x[0]}, {s.w[0]}, None)",
+register(  # LinearNoBias: Llama's q/k/v/o, gate/up/down and lm_head projections, fused as Linear's
+    ("Linear", "LinearNoBias"),
+    call=lambda s: f"linear({s.x[0]}, {s.w[0]}, {_bias(s)})",
     kernel=_linear,
     tuning=_matmul_tuning,
     epilogue=_always,
