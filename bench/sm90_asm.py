@@ -35,6 +35,10 @@ from triton.compiler import ASTSource  # noqa: E402
 from drtriton_ray.lower import kernels, tuning, wrappers  # noqa: E402
 
 
+POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64"}
+POINTER[torch.bool] = "*i1"
+
+
 def specialize(fn, args: list, consts: dict):
     """(signature, constexprs, attrs) of fn launched with positional args (tensors, ints, floats) and consts; a
     parameter declared tl.constexpr is one whichever way it is passed."""
@@ -46,7 +50,7 @@ def specialize(fn, args: list, consts: dict):
         if name in consts or name in declared or v is None:
             signature[name], constexprs[(i,)] = "constexpr", v
         elif isinstance(v, torch.Tensor):
-            signature[name] = "*fp32" if v.dtype == torch.float32 else "*fp64"
+            signature[name] = POINTER.get(v.dtype, "*fp64")
             attrs[(i,)] = [["tt.divisibility", 16]]
         elif isinstance(v, bool) or (isinstance(v, int) and v == 1):
             signature[name], constexprs[(i,)] = "constexpr", v
