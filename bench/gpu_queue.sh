@@ -2,7 +2,7 @@
 # A queue of bench commands run one after another in the background on the device tool's GPU machine, so that a
 # session's experiments follow each other with no idle gap (the machine goes back 30 s after a call) and each call
 # after the first only waits and collects. After `bash bench/gpu_pipeline.sh setup-lowering` (carrying .gpu-low):
-#   bash bench/gpu_queue.sh start configs/gpu-queue.txt   # one command a line; $Q is each step's output folder
+#   bash bench/gpu_queue.sh start bench/queues/llm-h200.txt # one command a line; $Q is each step's output folder
 #   bash bench/gpu_queue.sh wait 560                       # up to 560 s; every step's output so far comes back in $OUT
 #   bash bench/gpu_queue.sh status                         # which steps ended (exit status), which one runs
 # A step that fails does not stop the queue. Lines starting with # and blank lines are skipped. A step's output

@@ -35,8 +35,13 @@ from triton.compiler import ASTSource  # noqa: E402
 from drtriton_ray.lower import kernels, tuning, wrappers  # noqa: E402
 
 
-POINTER = {torch.float32: "*fp32", torch.bfloat16: "*bf16", torch.float16: "*fp16", torch.int64: "*i64"}
-POINTER[torch.bool] = "*i1"
+POINTER = {  # a tensor argument's pointer type in the signature
+    torch.float32: "*fp32",
+    torch.bfloat16: "*bf16",
+    torch.float16: "*fp16",
+    torch.int64: "*i64",
+    torch.bool: "*i1",
+}
 
 
 def specialize(fn, args: list, consts: dict):

@@ -17,6 +17,7 @@ a float32 one is the bucket alone, which other dtypes fall back to."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import sys
@@ -73,11 +74,9 @@ def tune_program(name: str, p: Program, seen: set, doc: dict, gpu: str, tmp: Pat
     for k, node in enumerate(p.nodes):
         shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
         out = p.tensors[node.outputs[0]]
-        elementwise = is_elementwise(node.op)
-        kd = ("elementwise", (out.numel,)) if elementwise else None
+        kd = ("elementwise", (out.numel,)) if is_elementwise(node.op) else None
         kd = kd or tuning.kernel_dims(node.op, node.params, shapes, out.shape)
-        dtype = out.dtype if elementwise else (p.tensors[node.inputs[0]].dtype if node.inputs else None)
-        entry = tuning.key(kd[1], dtype) if kd else None
+        entry = tuning.key(kd[1], tuning.key_dtype(p, node)) if kd else None
         if kd is None or (kd[0], entry) in seen:
             continue
         seen.add((kd[0], entry))
@@ -108,7 +107,8 @@ def main() -> None:
     out = Path(args.out)
     doc = json.loads(out.read_text()) if out.exists() else {"gpus": {}, "timings": {}}
     start, tmp, seen = time.monotonic(), Path(tempfile.mkdtemp()), set()
-    with WorkerPool("cuda", size=1, name="tune") as pool:
+    # a verifier worker captures the llm programs; synthesized ones need none
+    with WorkerPool("cuda", size=1, name="tune") if "llm" in args.programs else contextlib.nullcontext() as pool:
         draws = programs(args, pool)
         while time.monotonic() - start < args.budget_s:
             try:

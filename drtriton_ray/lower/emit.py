@@ -36,7 +36,7 @@ from drtriton_ray.lower.lowerings import LOWERINGS, AnchorKernel, Lowering, Site
 from drtriton_ray.lower.passes import fold_all, one_pass_norms
 from drtriton_ray.lower.specialize import specialize
 from drtriton_ray.lower.symbolic import binding_lines, pass_sizes, used_sizes, with_sizes
-from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, resolved
+from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, key_dtype, resolved
 
 HEADER = "import torch\nimport torch.nn as nn\nimport triton\nimport triton.language as tl\n"
 
@@ -85,8 +85,8 @@ def launch_config(p: Program, node: Node, gpu: str | None) -> dict | None:
     shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
     out_shape = p.tensors[node.outputs[0]].shape
     dims = kernel_dims(node.op, node.params, shapes, out_shape)
-    dtype = p.tensors[node.inputs[0]].dtype if node.inputs else None  # the data it reads sets the bytes a row
-    return resolved(node.op, node.params, shapes, out_shape, config_for(*dims, gpu, dtype) if dims else None)
+    config = config_for(*dims, gpu, key_dtype(p, node)) if dims else None
+    return resolved(node.op, node.params, shapes, out_shape, config)
 
 
 def _group_body(p: Program, group: list[int], names: dict[int, str], first: int):

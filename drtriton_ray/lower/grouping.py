@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 from drtriton_ray.ir import Node, Program
 from drtriton_ray.lower.elementwise import is_elementwise
-from drtriton_ray.lower.lowerings import LAYOUT_OPS, LOWERINGS, permutation
+from drtriton_ray.lower.lowerings import LAYOUT_OPS, LINEARS, LOWERINGS, permutation
 
 
 def _consumers(p: Program) -> dict[int, list[int]]:
@@ -65,7 +65,6 @@ def view_layouts(p: Program) -> set[int]:
 
 SLICES = ("Narrow", "Select")
 STRIDED_READERS = ("Cat", "Stack", "Expand")  # their wrappers copy from any strides (copy_into)
-ROW_READERS = ("Linear", "LinearNoBias")  # linear_setup reads a slice of rows in place (its leading dims as batches)
 
 
 def slice_views(p: Program) -> dict[int, Node]:
@@ -87,7 +86,7 @@ def slice_views(p: Program) -> dict[int, Node]:
 def _rows_read(p: Program, n: Node, readers: list[Node]) -> bool:
     """Whether only linears read the slice, as their input x (of 2 to 5 dims: linear_setup's batches)."""
     rank = len(p.tensors[n.outputs[0]].shape)
-    return 2 <= rank <= 5 and all(r.op in ROW_READERS and r.inputs[0] == n.outputs[0] for r in readers)
+    return 2 <= rank <= 5 and all(r.op in LINEARS and r.inputs[0] == n.outputs[0] for r in readers)
 
 
 def input_views(p: Program) -> set[int]:

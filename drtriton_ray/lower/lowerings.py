@@ -361,8 +361,11 @@ register(
     epilogue=_always,
     any_dtype=True,
 )
+# each output row from its input row alone (a slice of the rows is the product of a slice of the input's rows), and
+# linear_setup reads a strided input's rows in place (its leading dims as batches)
+LINEARS = ("Linear", "LinearNoBias")
 register(  # LinearNoBias: Llama's q/k/v/o, gate/up/down and lm_head projections, fused as Linear's
-    ("Linear", "LinearNoBias"),
+    LINEARS,
     call=lambda s: f"linear({s.x[0]}, {s.w[0]}, {_bias(s)})",
     kernel=_linear,
     tuning=_matmul_tuning,

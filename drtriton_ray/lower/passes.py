@@ -8,7 +8,7 @@ import math
 from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.lower import wrappers
 from drtriton_ray.lower.elementwise import is_elementwise
-from drtriton_ray.lower.lowerings import LAYOUT_OPS, REDUCE_OPS, permutation
+from drtriton_ray.lower.lowerings import LAYOUT_OPS, LINEARS, REDUCE_OPS, permutation
 
 
 def fold_layouts(p: Program) -> Program:
@@ -223,9 +223,6 @@ def _rms_norm_at(p: Program, r: Node, made: dict, readers: dict):
     return Node("RMSNorm", [source], list(chain[-1].outputs), {"k": 1, "eps": eps}, weights), chain
 
 
-ROW_WISE = ("Linear", "LinearNoBias")  # each output row from its input row alone: a slice of rows is of input rows
-
-
 def sink_narrows(p: Program) -> Program:
     """The program with each Narrow of an elementwise result (read by nothing else, not an output) moved onto that
     operator's inputs: narrow(cast(x)) is cast(narrow(x)), so the elementwise kernel reads x's slice in place
@@ -256,7 +253,7 @@ def _sliced(p: Program, src: Node, narrow: Node) -> list[bool] | None:
     as it is (it broadcasts along that dim); None where the Narrow cannot move onto src's inputs."""
     full = p.tensors[narrow.inputs[0]].shape
     dim = narrow.params["dim"] % len(full)
-    if src.op in ROW_WISE:
+    if src.op in LINEARS:
         return [True] if dim < len(full) - 1 else None
     if not is_elementwise(src.op):
         return None

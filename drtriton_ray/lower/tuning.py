@@ -13,6 +13,7 @@ import os
 from pathlib import Path
 
 from drtriton_ray.lower import lowerings
+from drtriton_ray.lower.elementwise import is_elementwise
 
 TABLE = Path(__file__).resolve().parents[2] / "configs" / "lowering-tuning.json"
 
@@ -60,6 +61,14 @@ def key(dims, dtype: str | None = None) -> str:
     """A table entry's key: the shape bucket, and the dtype where it is not float32 (a bf16 row of the same length
     is half the bytes, and may want other tiles): "4096x2048@bfloat16"."""
     return bucket(dims) + ("" if dtype in (None, "float32") else f"@{dtype}")
+
+
+def key_dtype(p, node) -> str | None:
+    """The dtype a node's launch is keyed by: what it reads (its first input's), an elementwise group what it stores
+    (its output's: a cast's group may read another dtype)."""
+    if is_elementwise(node.op):
+        return p.tensors[node.outputs[0]].dtype
+    return p.tensors[node.inputs[0]].dtype if node.inputs else None
 
 
 def config_for(kernel: str, dims, gpu: str | None, dtype: str | None = None, path: str = str(TABLE)) -> dict | None:

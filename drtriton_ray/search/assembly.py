@@ -116,12 +116,11 @@ def node_times(n: int, measured: list[tuple[int, int, float]], moved: Optional[l
     return [moved[k] * rate if m is None else m for k, m in enumerate(ms)]
 
 
-ITEMSIZE = {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2, "bfloat16": 2, "int16": 2}
-
-
 def moved_bytes(p) -> list[int]:
     """Per node of a program, the bytes PyTorch's kernel reads and writes (its tensors' sizes; 0 for a view)."""
-    size = {t.id: t.numel * ITEMSIZE.get(t.dtype, 1) for t in p.tensors.values()}
+    import torch
+
+    size = {t.id: t.numel * getattr(torch, t.dtype).itemsize for t in p.tensors.values()}
     return [0 if n.op in VIEW_OPS else sum(size[t] for t in n.inputs + n.weights + n.outputs) for n in p.nodes]
 
 
