@@ -261,9 +261,19 @@ def matmul(op: str, min_rank: int) -> Callable[[Site], Result]:
             return "operands of another dtype"
         if min(s.rank(a), s.rank(b)) < min_rank:
             return "a 1-dim operand (the registry's matmul takes matrices)"
+        if unit_contraction(s.tensors[a], s.tensors[b]):
+            return s.node("Mul", [a, b])
         return s.node(op, [a, b])
 
     return mapper
+
+
+def unit_contraction(a: Tensor, b: Tensor) -> bool:
+    """A product over one fixed element (`a[..., M, 1] @ b[..., 1, N]`, as Hugging Face's rotary embedding makes its
+    angles): an outer product, exactly the broadcast `a * b` (one multiply a result, no sum), which fuses with its
+    neighbours where a library matmul call would stay apart."""
+    k_a, k_b = a.dim_names()[-1], b.dim_names()[-2]
+    return a.shape[-1] == 1 and b.shape[-2] == 1 and not k_a and not k_b
 
 
 def linear(s: Site) -> Result:

@@ -11,7 +11,9 @@ runs that hold a whole fusion region, so that a block longer than K can still be
   between float32 and the half types are registry Casts the lowering fuses), which a policy can write.
 
 A region's run is [its first node, its last node + 1), nodes between included, kept when at most `longest` nodes
-(16) long and not already a window.
+(16) long and not already a window. A program of at most WHOLE nodes is one more run: all of it, so that a source
+that fuses across what the lowering keeps apart (Inductor: an arange, a cat, two rotary heads sharing cos and sin)
+is timed on the whole program, as torch.compile is.
 
 A fragment reads boundary inputs (graph inputs, tensors made before it, state tensors outside a registry weight
 slot, constants) and returns its outputs (tensors it makes that a later node or the graph returns: fan-out seen
@@ -34,6 +36,7 @@ from drtriton_ray.ops import REGISTRY
 # Operators that only relabel memory: a fragment of these (and Torch nodes) has nothing a kernel could speed up.
 VIEW_OPS = frozenset({"View", "Permute", "Expand", "Narrow", "Select", "Transpose"})
 LONGEST = 16  # the longest fusion-region fragment, in nodes
+WHOLE = 64  # a program of at most this many nodes is a fragment as a whole too
 ROW_FAMILIES = frozenset({"reduce", "norm", "softmax"})  # registry families whose kernels reduce along rows
 # Torch nodes that only change the dtype (those capture keeps: float64 and device casts)
 CASTS = frozenset({"aten._to_copy.default", "aten.type_as.default"})
@@ -219,16 +222,19 @@ def make_fragment(graph: Graph, start: int, end: int, users: dict[int, list[int]
     )
 
 
-def enumerate_fragments(graph: Graph, k: int = 5, longest: int = LONGEST) -> list[Fragment]:
+def enumerate_fragments(graph: Graph, k: int = 5, longest: int = LONGEST, whole: int = WHOLE) -> list[Fragment]:
     """Every contiguous run of 1..k nodes in program order (sum over L of n - L + 1 of them), then every fusion
-    region's run of up to `longest` nodes that is not one of those, all by start then length; runs that return
-    nothing are left out, runs with nothing to speed up are kept with `skip` set."""
+    region's run of up to `longest` nodes that is not one of those, then the whole program (up to `whole` nodes), all
+    by start then length; runs that return nothing are left out, runs with nothing to speed up are kept with `skip`
+    set."""
     if k < 1:
         raise ValueError(f"fragments need at least one node, got k={k}")
     users = consumers(graph.program)
     n = len(graph.program.nodes)
     runs = [(start, end) for start in range(n) for end in range(start + 1, min(start + k, n) + 1)]
     runs += [r for r in region_runs(graph.program, longest) if r[1] - r[0] > k]
+    if k < n <= whole and (0, n) not in runs:
+        runs.append((0, n))
     found = [make_fragment(graph, start, end, users) for start, end in sorted(runs)]
     return [f for f in found if f is not None]
 

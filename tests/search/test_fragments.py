@@ -29,12 +29,14 @@ def run_model(source: str):
 def test_every_contiguous_run_up_to_k():
     g = mlp_block()  # 5 nodes
     for k, expected in ((1, 5), (2, 9), (5, 15), (9, 15)):
-        assert len(enumerate_fragments(g, k, longest=0)) == expected
+        assert len(enumerate_fragments(g, k, longest=0, whole=0)) == expected
     with pytest.raises(ValueError):
         enumerate_fragments(g, 0)
-    # beyond the windows: the Linear with its epilogue (GELU, residual Add), one kernel of the lowering
-    assert [f.name for f in enumerate_fragments(g, 1) if f.size > 1] == ["n0-2"]
-    assert len(enumerate_fragments(g, 2)) == 10 and len(enumerate_fragments(g, 3)) == 12
+    # beyond the windows: the Linear with its epilogue (GELU, residual Add), one kernel of the lowering, and the
+    # whole program
+    assert [f.name for f in enumerate_fragments(g, 1) if f.size > 1] == ["n0-2", "n0-4"]
+    assert len(enumerate_fragments(g, 2)) == 11 and len(enumerate_fragments(g, 3)) == 13
+    assert [f.name for f in enumerate_fragments(g, 1, whole=4) if f.size > 1] == ["n0-2"]  # longer than `whole`
 
 
 def hf_rmsnorm(dtype: str) -> Graph:
@@ -70,7 +72,7 @@ def test_a_written_out_rmsnorm_is_one_fragment():
     whole = fragments["n0-5"]
     assert whole.ops == ["Square", "Mean", "AddScalar", "Rsqrt", "Mul", "Mul"] and not whole.skip
     assert whole.inputs == [0, 1] and whole.outputs == [9]
-    assert len(fragments) == 20 + 1 and "n0-5" not in by_name(enumerate_fragments(g, longest=5))
+    assert len(fragments) == 20 + 1 and "n0-5" not in by_name(enumerate_fragments(g, longest=5, whole=0))
     _, out = run_model(whole.source)  # the sub-problem runs: an RMSNorm of its own input
     assert out.shape == (2, 8, 64)
 
@@ -85,7 +87,7 @@ def test_casts_join_a_region_and_the_region_without_them_stays():
     assert sorted(long) == ["n0-5", "n0-6", "n0-7", "n1-5", "n3-5"]
     assert long["n0-7"].ops[0] == long["n0-7"].ops[6] == "_to_copy.default"
     assert long["n1-5"].ops == ["Square", "Mean", "AddScalar", "Rsqrt", "Mul"]
-    capped = by_name(enumerate_fragments(g, 2, longest=7))  # grown through the first cast, up to 7 nodes
+    capped = by_name(enumerate_fragments(g, 2, longest=7, whole=0))  # grown through the first cast, up to 7 nodes
     assert "n0-7" not in capped and max(f.size for f in capped.values()) == 7
 
 
