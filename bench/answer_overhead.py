@@ -8,9 +8,10 @@ makes. On a GPU launch-bound model this Python runs on top of every launch's own
     python bench/answer_overhead.py                                   # convert, then time
     python bench/answer_overhead.py --answers /tmp/answers            # keep the answers (NAME.py)
     python bench/answer_overhead.py --load /tmp/answers --profile     # time saved answers; the costliest helpers
+    python bench/answer_overhead.py --load /tmp/ans --sizes llm --dtype bfloat16 --only rmsnorm  # a GPU run's answers
 
-The programs are tests/realworld/programs/ files (their small sizes, their dynamic dims declared, so the guard is
-the general one an LLM answer has)."""
+The programs are tests/realworld/programs/ files (their small sizes unless --sizes llm, their dynamic dims declared,
+so the guard is the general one an LLM answer has)."""
 
 from __future__ import annotations
 
@@ -187,6 +188,15 @@ def table(rows: list[dict], module_us: float) -> Table:
     return t
 
 
+def sized(program, sizes: str, dtype: str | None):
+    """The program at `sizes` (small or llm) in `dtype` (where it declares one), as realworld.py makes it."""
+    from dataclasses import replace
+
+    from realworld import sized_source
+
+    return replace(program, source=sized_source(program, sizes, dtype))
+
+
 def parse_args(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--only", default=PROGRAMS, help=f"comma-separated suite programs (default: {PROGRAMS})")
@@ -197,6 +207,8 @@ def parse_args(argv=None):
     ap.add_argument("--repeat", type=int, default=2000, help="calls per timing run")
     ap.add_argument("--profile", action="store_true", help="also print each answer's costliest functions")
     ap.add_argument("--top", type=int, default=12, help="functions per profile")
+    ap.add_argument("--sizes", choices=("small", "llm"), default="small", help="the programs' sizes (realworld.py's)")
+    ap.add_argument("--dtype", default=None, help="the programs' dtype constant set to this (as realworld.py --dtype)")
     ap.add_argument("--out", default=None, help="a JSON file for the rows")
     return ap.parse_args(argv)
 
@@ -207,6 +219,8 @@ def main() -> int:
 
     every = suite(MANIFEST)
     programs = {n: every[n] for n in args.only.split(",")}
+    # an answer guards on the fixed sizes and the dtype it was verified at: its problem's inputs must have them
+    programs = {n: sized(p, args.sizes, args.dtype) for n, p in programs.items()}
     texts = answers(args, programs)
     module_us = empty_module_us(args.repeat)
     rows = []

@@ -320,6 +320,17 @@ def model_new(problem: str, model: ast.ClassDef, inputs: list[str], args: list[A
         if not is_docstring and getattr(n, "name", None) != "forward":
             first = n.decorator_list[0].lineno if getattr(n, "decorator_list", None) else n.lineno
             body.append(textwrap.indent(textwrap.dedent("\n".join(lines[first - 1 : n.end_lineno])), "    "))
+    bases = ", ".join(ast.unparse(b) for b in model.bases) or "nn.Module"
+    head = [f"class ModelNew({bases}):", '    """torch.compile\'s Triton kernels (Inductor), self-contained."""', ""]
+    forward = [
+        f"    def forward(self, {', '.join(inputs)}):",
+        f"        return {call_expr('inductor_call', args, inputs, single)}",
+    ]
+    return "\n".join(head + ["\n\n".join(body + ["\n".join(forward)])]) + "\n"
+
+
+def call_expr(call: str, args: list[Arg], inputs: list[str], single: bool) -> str:
+    """`call([...])` on the forward's values of Inductor's call arguments `args` (`[0]` where it returns one)."""
     values = []
     for a in args:
         if a[0] == "input" and a[1] < len(inputs):
@@ -330,11 +341,7 @@ def model_new(problem: str, model: ast.ClassDef, inputs: list[str], args: list[A
             values.append(f"self.{a[1]}")
         else:
             raise NotSelfContained(f"an argument of Inductor's call the forward cannot give: {a}")
-    bases = ", ".join(ast.unparse(b) for b in model.bases) or "nn.Module"
-    head = [f"class ModelNew({bases}):", '    """torch.compile\'s Triton kernels (Inductor), self-contained."""', ""]
-    forward = [f"    def forward(self, {', '.join(inputs)}):"]
-    forward.append(f"        return inductor_call([{', '.join(values)}]){'[0]' if single else ''}")
-    return "\n".join(head + ["\n\n".join(body + ["\n".join(forward)])]) + "\n"
+    return f"{call}([{', '.join(values)}]){'[0]' if single else ''}"
 
 
 def self_contained(code: str, kernels: dict, args: list[Arg], problem: str, single: bool = True) -> str:
@@ -419,11 +426,14 @@ def dynamic_source(fragment) -> str:
     return "\n".join(lines[:at] + [indent + b for b in bound] + lines[at:]) + "\n"
 
 
-def capture(fragment, device: str = "cuda", verifier=None) -> dict:
+def capture(fragment, device: str = "cuda", verifier=None, static: bool = False) -> dict:
     """Inductor's code for the fragment (capture/inductor.compiled_code) compiled in a worker of `verifier` where
     one is given (its GPU, its sandbox), else here: `self_contained`'s arguments {"code", "kernels", "args",
-    "single"}."""
-    request = (dynamic_source(fragment), varying_dims(fragment.program))
+    "single"}. `static`: compiled for the fragment's own sizes only, as torch.compile first compiles."""
+    if static:
+        request = (fragment.source, [[] for _ in fragment.program.inputs])
+    else:
+        request = (dynamic_source(fragment), varying_dims(fragment.program))
     if verifier is None:
         result = compiled_code(*request, device)
     else:
@@ -436,8 +446,56 @@ def capture(fragment, device: str = "cuda", verifier=None) -> dict:
 
 
 def inductor_candidate(fragment, device: str = "cuda", verifier=None) -> str:
-    """The fragment's candidate module from torch.compile's code (raises NotSelfContained with the reason)."""
-    return self_contained(problem=fragment.source, **capture(fragment, device, verifier))
+    """The fragment's candidate module from torch.compile's code (raises NotSelfContained with the reason). Where
+    sizes vary, Inductor's kernels for every size, and its static kernels for the fragment's own sizes in front
+    (`specialized`); the general module alone where the static compile cannot be carried."""
+    general = self_contained(problem=fragment.source, **capture(fragment, device, verifier))
+    if not any(varying_dims(fragment.program)):
+        return general
+    try:
+        static = capture(fragment, device, verifier, static=True)
+        shapes = [fragment.program.tensors[t].shape for t in fragment.program.inputs]
+        return specialized(general, static, fragment.source, shapes)
+    except Exception:  # the static path is an extra: the general module stands without it
+        return general
+
+
+STATIC_PREFIX = "static_"
+
+
+def specialized(general: str, static: dict, problem: str, shapes: list[list[int]]) -> str:
+    """The `general` candidate module with a path in front for inputs of exactly `shapes`, contiguous: Inductor's
+    kernels compiled for those sizes (`static`: `capture(..., static=True)`), as torch.compile runs at the sizes it
+    first sees: its index math divides by constants, where the general kernels' divides by sizes known only at run
+    time. Every other input takes the general kernels. The static
+    module's functions are renamed `static_*` beside the general ones."""
+    _, _, inputs = problem_parts(problem)
+    if len(shapes) != len(inputs):
+        raise NotSelfContained("the fragment's inputs and its forward's differ")
+    module = ast.parse(self_contained(problem=problem, **static))
+    defs = [n for n in module.body if isinstance(n, ast.FunctionDef)]
+    renamed = {d.name: STATIC_PREFIX + d.name for d in defs}
+    for d in defs:
+        d.name = renamed[d.name]
+        _Rename(renamed).visit(d)
+    test = " and ".join(
+        f"tuple({x}.shape) == {tuple(shape)} and {x}.is_contiguous()" for x, shape in zip(inputs, shapes)
+    )
+    call = call_expr(renamed["inductor_call"], static["args"], inputs, static["single"])
+    tree = ast.parse(general)
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    lines = general.splitlines()
+    at = forward.body[0].lineno - 1
+    front = [
+        "        # the sizes the static kernels were compiled for",
+        f"        if {test}:",
+        f"            return {call}",
+    ]
+    body = lines[:at] + front + lines[at:]
+    first_class = next(n for n in tree.body if isinstance(n, ast.ClassDef)).lineno - 1
+    statics = ["\n\n".join(ast.unparse(d) for d in defs), ""]
+    return "\n".join(body[:first_class] + statics + body[first_class:]) + "\n"
 
 
 SHARE = 0.5  # of the search's seconds left, the most the compiles may take

@@ -13,7 +13,14 @@ from drtriton_ray.eval.realworld import with_constants
 from drtriton_ray.ir.render import size_names
 from drtriton_ray.search.fragments import enumerate_fragments
 from drtriton_ray.capture.inductor import NotSelfContained, returned
-from drtriton_ray.search.inductor import InductorSource, arg_of, dynamic_source, self_contained, varying_dims
+from drtriton_ray.search.inductor import (
+    InductorSource,
+    arg_of,
+    dynamic_source,
+    self_contained,
+    specialized,
+    varying_dims,
+)
 from drtriton_ray.search.search import other_shapes
 from drtriton_ray.search.settings import SOURCES, default_sources
 from drtriton_ray.search.sources import Budget
@@ -209,8 +216,8 @@ def test_the_source_on_cpu_proposes_nothing_and_says_why():
 @pytest.mark.gpu
 def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
     """torch.compile on the GPU (in a verifier worker), per fragment of a captured program (batch and sequence
-    dynamic, a view of both, parameters), made self-contained and verified at the program's sizes and others as the
-    search does; and the captured outputs whose kernels call libdevice, which only a GPU runs."""
+    dynamic, a view of both, parameters), made self-contained with its static kernels in front, and verified at the
+    program's sizes (the static kernels) and others (the general ones) as the search does; and the captured outputs whose kernels call libdevice, which only a GPU runs."""
     with WorkerPool("cuda", size=1) as pool:
         graph = capture_program(VIEWED, pool, ("batch_size", "seq_len"))
         fragments = [f for f in enumerate_fragments(graph) if not f.skip]
@@ -222,6 +229,8 @@ def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
         spans = [(by_hash[c.fragment].start, by_hash[c.fragment].end) for c in candidates]
         assert spans[0][1] - spans[0][0] == max(f.size for f in fragments)
         assert not any(a != b and b[0] <= a[0] and a[1] <= b[1] for a in spans for b in spans), spans
+        # sizes vary in every fragment: each candidate has the static kernels for its own sizes in front
+        assert all("def static_inductor_call(args):" in c.code for c in candidates)
         tasks = [
             Task(
                 by_hash[c.fragment].source,
@@ -238,3 +247,32 @@ def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
         verdicts = pool.verify(tasks)
     assert all(v.correct for v in verdicts), [(t.name, v.status, v.reason) for t, v in zip(tasks, verdicts)]
     assert all(v.general for v in verdicts[: len(candidates)])
+
+
+def test_the_sizes_compiled_for_take_the_static_kernels_and_every_other_size_the_general_ones(pool):
+    """`specialized`: a general candidate with the static compile's kernels in front for the fragment's own sizes
+    (here the captured output stands in for both compiles). Through the verifier: with the general path broken, the
+    fragment's sizes still pass (the static kernels ran) and a batch of one fails; intact, both pass."""
+    tag = "squared_relu_gate_float32"
+    meta = json.loads((OUTPUTS / f"{tag}.json").read_text())
+    args, _ = CASES[tag]
+    static = {"code": (OUTPUTS / f"{tag}.py.txt").read_text(), "kernels": meta["kernels"], "args": args, "single": True}
+    problem, general = case(tag)
+    shapes = [[2, 3, 8192], [2, 3, 8192]]
+    module = specialized(general, static, problem, shapes)
+    assert check_candidate(module, "strict", problem) == []
+    assert "def static_triton_poi_fused_mul_pow_relu_0(" in module and "def static_inductor_call(args):" in module
+    assert "if tuple(gate.shape) == (2, 3, 8192) and gate.is_contiguous() and tuple(up.shape) == (2, 3, 8192)" in module
+    broken = specialized(
+        general.replace("def inductor_call(args):", "def inductor_call(args):\n    raise RuntimeError('general')"),
+        static,
+        problem,
+        shapes,
+    )
+    tasks = [
+        Task(problem, m, name=n, seed=1, timing=False, shapes=tuple(AT_ONE[tag]))
+        for n, m in (("intact", module), ("broken", broken))
+    ]
+    intact, without = pool.verify(tasks)
+    assert (intact.correct, intact.general) == (True, True), intact.reason
+    assert without.correct and not without.general, without.reason
