@@ -217,7 +217,8 @@ def test_the_source_on_cpu_proposes_nothing_and_says_why():
 def test_live_capture_gives_verified_candidates_general_in_the_varying_dims():
     """torch.compile on the GPU (in a verifier worker), per fragment of a captured program (batch and sequence
     dynamic, a view of both, parameters), made self-contained with its static kernels in front, and verified at the
-    program's sizes (the static kernels) and others (the general ones) as the search does; and the captured outputs whose kernels call libdevice, which only a GPU runs."""
+    program's sizes (the static kernels) and others (the general ones) as the search does; and the captured outputs
+    whose kernels call libdevice, which only a GPU runs."""
     with WorkerPool("cuda", size=1) as pool:
         graph = capture_program(VIEWED, pool, ("batch_size", "seq_len"))
         fragments = [f for f in enumerate_fragments(graph) if not f.skip]
