@@ -128,6 +128,7 @@ def convert_program(program: Program, source: str, args, pool) -> tuple[dict, st
         memory_bound=memory_bound(r.program.get("ops", [])),
         verified_shapes=len(r.shapes or []),  # the sizes the answer was verified at, its own first
         candidates=r.candidates,  # per source: what it proposed, what verified, why fragments got nothing
+        rejected=r.rejected,  # the candidates the verifier refused, with its reasons
         tiling=[tile(p) for p in r.tiling],  # which nodes are Triton (and whose kernels) and which stay PyTorch
         wall_s=r.wall_s,
     )

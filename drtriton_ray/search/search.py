@@ -78,6 +78,8 @@ class ConversionReport:
     fragments: list[dict] = field(default_factory=list)
     candidates: dict[str, dict] = field(default_factory=dict)  # per source: asked, proposed, verified, correct...
     verdicts: dict[str, int] = field(default_factory=dict)  # status -> count over verified candidates
+    # each verified candidate found wrong or broken: its fragment, source, status and the verifier's reason
+    rejected: list[dict] = field(default_factory=list)
     tiling: list[dict] = field(default_factory=list)
     eval_tiling: Optional[list[dict]] = None  # the eval-mode graph's, where the program computes differently in eval
     # the assembled module's verdict summary (eager, compile and answer ms; bytes_moved a call), policy and GB/s
@@ -454,6 +456,8 @@ class Search:
         for a in self.attempts:
             if not a.cached:
                 report.verdicts[a.outcome.status] = report.verdicts.get(a.outcome.status, 0) + 1
+            if not a.cached and not a.outcome.correct:
+                report.rejected.append(rejection(self.fragments.get(a.candidate.fragment), a))
         report.cache_hits = self.cache.hits if self.cache else 0
 
     def propose_all(self, sources: dict, todo: list[Fragment]) -> None:
@@ -488,6 +492,19 @@ class ModelNew(Model):
     def forward(self, *args, **kwargs):
         return super().forward(*args, **kwargs)
 '''
+
+
+def rejection(fragment: Optional[Fragment], a: Attempt) -> dict:
+    """A candidate the verifier refused, for the report: where, whose, and why in one line."""
+    where = {"fragment": fragment.name, "ops": " -> ".join(fragment.ops)} if fragment else {"fragment": "whole"}
+    reason = " ".join(a.outcome.reason.split())[:240]
+    return {
+        **where,
+        "source": a.candidate.source,
+        "note": a.candidate.note,
+        "status": a.outcome.status,
+        "reason": reason,
+    }
 
 
 def other_shapes(dims: dict[str, int], names, each_at_one: bool = True) -> tuple:

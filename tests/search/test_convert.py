@@ -132,6 +132,12 @@ def test_the_tiny_model_writes_garbage_and_the_search_still_answers(pool, tiny_d
     result = convert(source, sources=["lowering", "model", "refine"], **kwargs)
     model = result.report.candidates["model"]
     assert model["asked"] > 0 and model["correct"] == 0
+    # every candidate the verifier refused is in the report, with where and why in one line
+    refused = sum(c["verified"] - c["correct"] for c in result.report.candidates.values())
+    assert len(result.report.rejected) == refused
+    assert all(
+        r["source"] in ("model", "refine") and r["reason"] and "\n" not in r["reason"] for r in result.report.rejected
+    )
     check_answer(pool, source, result)
     alone = convert(source, sources=["model"], **kwargs)
     assert alone.report.kept_original and alone.module_source.startswith(source.rstrip())

@@ -228,3 +228,25 @@ def test_lowering_adds_a_one_pass_variant_for_norms_of_rows_up_to_4096():
     assert [c.note for c in LoweringSource().propose(wide, Budget(len(wide), 60))] == ["reference lowering"] * len(wide)
     narrow = [f for f in enumerate_fragments(norm_block(512)) if not f.skip]
     assert {c.note for c in LoweringSource().propose(narrow, Budget(100, 60))} == {"reference lowering"}
+
+
+def test_candidates_the_verifier_refuses_are_reported_with_where_and_why(pool):
+    """A wrong candidate (the lowering's, its result doubled) is verified, refused, and listed in the report's
+    `rejected`: its fragment, its source and the verifier's reason in one line; the right ones are not listed."""
+    from drtriton_ray.search.search import ConversionReport, Search
+    from drtriton_ray.search.settings import ConversionSettings
+
+    graph = mlp_block()
+    frags = [f for f in enumerate_fragments(graph) if not f.skip and f.size == 1 and "mul.Tensor" not in f.ops][:2]
+    right, other = LoweringSource().propose(frags, Budget(100, 60))
+    doubled = "\n\n_drt_forward = ModelNew.forward\nModelNew.forward = lambda self, *a: _drt_forward(self, *a) * 2\n"
+    wrong = Candidate(other.fragment, "lowering", other.code + doubled, "doubled")
+    search = Search(ConversionSettings(budget_s=60.0, batch=4, cache=None), pool)
+    search.fragments = {f.hash: f for f in frags}
+    search.run([right, wrong])
+    report = ConversionReport(device="cpu", settings={})
+    search.describe(report, graph, {"train": frags}, {})
+    (refused,) = report.rejected
+    assert refused["fragment"] == search.fragments[wrong.fragment].name and refused["note"] == "doubled"
+    assert refused["source"] == "lowering" and refused["status"] != "correct"
+    assert refused["reason"] and "\n" not in refused["reason"]
