@@ -3,7 +3,8 @@
 # session's experiments follow each other with no idle gap (the machine goes back 30 s after a call) and each call
 # after the first only waits and collects. After `bash bench/gpu_pipeline.sh setup-lowering` (carrying .gpu-low):
 #   bash bench/gpu_queue.sh start bench/queues/llm-h200.txt # one command a line; $Q is each step's output folder
-#   bash bench/gpu_queue.sh wait 560                       # up to 560 s; every step's output so far comes back in $OUT
+#   bash bench/gpu_queue.sh wait 560                       # up to 560 s; every step's output so far comes back in
+#                                                          # $OUT/queue.tgz (here: tar xzf .../queue.tgz -C DIR)
 #   bash bench/gpu_queue.sh status                         # which steps ended (exit status), which one runs
 # A step that fails does not stop the queue. Lines starting with # and blank lines are skipped. A step's output
 # folder is /tmp/queue/NN (NN its line's place in the queue), its log /tmp/queue/NN.log.
@@ -27,7 +28,8 @@ start)
 wait)
   deadline=$(( $(date +%s) + ${2:-560} ))
   while [ ! -e $WORK/done ] && [ "$(date +%s)" -lt "$deadline" ]; do sleep 5; done
-  cp -r $WORK/. "$OUT"/ 2> /dev/null
+  # one archive: the device tool brings back a limited count of files, and answers folders hold one per program
+  tar czf "$OUT/queue.tgz" -C $WORK --exclude=__pycache__ . 2> /dev/null
   bash "$0" status;;
 status)
   for s in $WORK/*.step; do
