@@ -33,7 +33,7 @@ from drtriton_ray.lower.grouping import (
 )
 from drtriton_ray.lower.library import library_source
 from drtriton_ray.lower.lowerings import LOWERINGS, AnchorKernel, Lowering, Site, StatsKernel, describe
-from drtriton_ray.lower.passes import fold_all, one_pass_norms
+from drtriton_ray.lower.passes import fold_all, one_pass_norms, unsplit_norms
 from drtriton_ray.lower.specialize import specialize
 from drtriton_ray.lower.symbolic import binding_lines, pass_sizes, used_sizes, with_sizes
 from drtriton_ray.lower.tuning import config_for, gpu_name, kernel_dims, key_dtype, resolved
@@ -398,17 +398,24 @@ def _kernel(
 
 
 def lower_program(
-    p: Program, problem_source: str, fuse: bool = True, gpu: str | None = "auto", one_pass: bool = False
+    p: Program,
+    problem_source: str,
+    fuse: bool = True,
+    gpu: str | None = "auto",
+    one_pass: bool = False,
+    unsplit: bool = False,
 ) -> str:
     """The full candidate module for program p, whose problem text is `problem_source`. `fuse=False`: one kernel per
     operator but elementwise groups (the lowering before whole-fragment fusion); `gpu`: the GPU whose tuned launch
     configurations to bake in ("auto": this host's, see lower/tuning.py; None: the wrappers' own choices);
-    `one_pass`: norms of rows up to 4,096 values read each row once (lower/passes.py one_pass_norms). The library
+    `one_pass`: norms of rows up to 4,096 values read each row once (lower/passes.py one_pass_norms); `unsplit`:
+    norms of long rows a program per row where they are split by default (lower/passes.py unsplit_norms). The library
     code it carries is specialized to the constants the program passes it (lower/specialize.py)."""
     gpu = gpu_name() if gpu == "auto" else gpu
     p = with_sizes(p)  # symbolic dims read from the inputs at run time (lower/symbolic.py)
     p = fold_all(p) if fuse else p
     p = one_pass_norms(p) if one_pass else p
+    p = unsplit_norms(p) if unsplit else p
     kernels_src: list[str] = []
     forward: list[str] = []
     views, slices = view_layouts(p), slice_views(p)

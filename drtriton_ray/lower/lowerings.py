@@ -236,12 +236,17 @@ def _row(s: Site, op: str) -> str:
     return ", row=" + " * ".join(str(d) for d in s.shape[len(s.shape) - s.params.get("k", 1) :])
 
 
-def _norm_tuning(op: str, params: dict, shapes: list, out: list):
-    x = list(shapes[0])
+def norm_rows(op: str, params: dict, shape: list) -> tuple[int, int]:
+    """(rows, values a row) of a norm over `shape`: what one program reduces (a channel for batch norm)."""
+    x = list(shape)
     rows = x[0] * (params.get("num_groups") or x[1]) if op in ("GroupNorm", "InstanceNorm") else None
     rows = x[1] if op == "BatchNorm" else rows or math.prod(x[: len(x) - params.get("k", 1)])
-    length = math.prod(x) // rows
-    if wrappers.few_long_rows(rows, length):
+    return rows, math.prod(x) // rows
+
+
+def _norm_tuning(op: str, params: dict, shapes: list, out: list):
+    rows, length = norm_rows(op, params, shapes[0])
+    if wrappers.few_long_rows(rows, length) and not params.get("unsplit"):  # unsplit: lower/passes.py unsplit_norms
         return "split_norm", (rows, length)
     if op in ("LayerNorm", "RMSNorm") and (wrappers.whole_rows(length) or params.get("one_pass")):
         return "row_norm_persistent_kernel", (rows, length)  # one_pass: lower/passes.py one_pass_norms

@@ -8,7 +8,7 @@ import math
 from drtriton_ray.ir import Node, Program, Tensor
 from drtriton_ray.lower import wrappers
 from drtriton_ray.lower.elementwise import is_elementwise
-from drtriton_ray.lower.lowerings import LAYOUT_OPS, LINEARS, REDUCE_OPS, permutation
+from drtriton_ray.lower.lowerings import LAYOUT_OPS, LINEARS, REDUCE_OPS, norm_rows, permutation
 
 
 def fold_layouts(p: Program) -> Program:
@@ -317,5 +317,25 @@ def one_pass_norms(p: Program) -> Program:
         if n.op in ("LayerNorm", "RMSNorm") and ONE_PASS_ROWS[0] < length <= ONE_PASS_ROWS[1]:
             if not wrappers.few_long_rows(rows, length):
                 n = Node(n.op, n.inputs, n.outputs, {**n.params, "one_pass": True}, n.weights, n.sym)
+        nodes.append(n)
+    return Program(nodes, p.tensors, p.dtype, p.flops)
+
+
+UNSPLIT_ROWS = 132  # a split norm of at least this many rows (a program for each SM of an H100) has a variant unsplit
+UNSPLIT_OPS = ("LayerNorm", "RMSNorm", "GroupNorm", "InstanceNorm")
+
+
+def unsplit_norms(p: Program) -> Program:
+    """The program with its norms that split_norm would take (few long rows: under two a SM, each of 16,384 values
+    or more), but of at least UNSPLIT_ROWS rows, marked `unsplit`: a program a row (row_norm_kernel), one launch and
+    no partial statistics, where split_norm launches twice to keep every SM busy. A GroupNorm of 32 groups over a
+    batch of 8 is 256 rows: a host-bound call may gain more from the launch it saves than it loses in the tail, and
+    the search times both (search/sources.py: LoweringSource)."""
+    nodes = []
+    for n in p.nodes:
+        if n.op in UNSPLIT_OPS and n.inputs:
+            rows, length = norm_rows(n.op, n.params, p.tensors[n.inputs[0]].shape)
+            if wrappers.few_long_rows(rows, length) and rows >= UNSPLIT_ROWS:
+                n = Node(n.op, n.inputs, n.outputs, {**n.params, "unsplit": True}, n.weights, n.sym)
         nodes.append(n)
     return Program(nodes, p.tensors, p.dtype, p.flops)

@@ -119,8 +119,8 @@ def one_line(e: BaseException) -> str:
 
 
 class LoweringSource:
-    """The reference lowering: one candidate per fragment whose operators all have a kernel, and a second where its
-    norms have a one-pass variant (lower/passes.py one_pass_norms), which the verifier's timings choose between."""
+    """The reference lowering: one candidate per fragment whose operators all have a kernel, and more where its norms
+    have variants (lower/passes.py: one_pass_norms, unsplit_norms), which the verifier's timings choose between."""
 
     name = "lowering"
 
@@ -145,6 +145,9 @@ class LoweringSource:
             variant = lower_program(f.program, f.source, one_pass=True)
             if variant != code:
                 variants.append(Candidate(f.hash, self.name, variant, "reference lowering, norms in one pass"))
+            variant = lower_program(f.program, f.source, unsplit=True)
+            if variant != code:
+                variants.append(Candidate(f.hash, self.name, variant, "reference lowering, a program a norm row"))
         out += variants[: max(budget.candidates - len(out), 0)]  # every fragment's own candidate first
         self.stats.proposed += len(out)
         return out
