@@ -50,6 +50,8 @@ SECOND_ROUND = ("refine", "configs")
 # a full measurement, because timing holds the GPU's exclusive section and so bounds how many workers help. The
 # assembled module, the answer, is timed with the verifier's full default.
 FRAGMENT_TIMING_TRIALS = 10
+# the whole program's candidates an answer no faster than torch.compile is checked against (Search.runners_up)
+RUNNERS_UP = 2
 
 
 @dataclass
@@ -268,12 +270,18 @@ class Search:
     def best(self, h: str) -> Optional[Attempt]:
         """A fragment's best verified attempt: among the general ones where there are any (right at other sizes too),
         the fastest where timed, else the first."""
+        ranked = self.ranked(h) if self.config.timed else self.correct(h)
+        return ranked[0] if ranked else None
+
+    def correct(self, h: str) -> list[Attempt]:
+        """A fragment's verified attempts in the order made: the general ones where there are any."""
         correct = [a for a in self.attempts if a.candidate.fragment == h and a.outcome.correct]
-        correct = [a for a in correct if a.outcome.general] or correct
-        if self.config.timed:
-            correct = [a for a in correct if a.outcome.candidate_ms is not None]
-            return min(correct, key=lambda a: a.outcome.candidate_ms, default=None)
-        return correct[0] if correct else None
+        return [a for a in correct if a.outcome.general] or correct
+
+    def ranked(self, h: str) -> list[Attempt]:
+        """A fragment's verified, timed attempts, fastest first (the general ones where there are any)."""
+        timed = [a for a in self.correct(h) if a.outcome.candidate_ms is not None]
+        return sorted(timed, key=lambda a: a.outcome.candidate_ms)
 
     def save(self) -> None:
         if self.cache is None:
@@ -337,9 +345,49 @@ class Search:
 
     def assemble(self, source: str, graph, placed: dict[str, list[Fragment]], report: ConversionReport) -> str:
         """The answer's source: the assembled module if it is verified (and on a GPU faster), else the original.
-        `placed`: the fragments per mode, "train" and, where the program has an eval-mode graph, "eval"."""
+        `placed`: the fragments per mode, "train" and, where the program has an eval-mode graph, "eval". On a GPU,
+        an answer no faster than torch.compile is checked against the whole program's runners-up (`runners_up`),
+        end to end, and the fastest verified one is the answer."""
         pieces, chosen = self.tiling(graph, placed["train"])
-        report.tiling = tiling_rows(graph, pieces, self.origins())
+        module = self.assemble_pieces(source, graph, placed, pieces, chosen, self.origins(), report)
+        for alternative in self.runners_up(graph, placed, pieces, chosen, report):
+            other = ConversionReport(device=report.device, settings=report.settings)
+            candidate = self.assemble_pieces(source, graph, placed, *alternative, other)
+            if not other.kept_original and (report.kept_original or e2e_ms(other) < e2e_ms(report)):
+                module = candidate
+                for name in ASSEMBLY_FIELDS:
+                    setattr(report, name, getattr(other, name))
+        return module
+
+    def runners_up(self, graph, placed: dict[str, list[Fragment]], pieces: list[Piece], chosen: dict, report) -> list:
+        """(pieces, chosen, origins) of answers that are the whole program as one fragment, by its fastest verified
+        candidates but the one the answer runs (RUNNERS_UP of them: Inductor's whole-program kernels among them,
+        torch.compile's own), where the answer is no faster than torch.compile on a GPU; fragment times taken apart
+        can rank two answers within their noise, or miss the seams between fragments."""
+        n = len(graph.program.nodes)
+        if not self.config.timed or graph.eval_graph is not None or not report.end_to_end:
+            return []
+        if not report.kept_original and (report.speedup_vs_compile or 0.0) >= 1.0:
+            return []
+        whole = next((f for f in placed["train"] if (f.start, f.end) == (0, n)), None)
+        if whole is None:
+            return []
+        used = chosen.get((0, n), (None, None))[1] if len(pieces) == 1 else None
+        timed = [a for a in self.ranked(whole.hash) if a.candidate.code != used][:RUNNERS_UP]
+        return [
+            (
+                [Piece(0, n, "triton", whole.hash, a.outcome.candidate_ms)],
+                {(0, n): (whole, a.candidate.code)},
+                {**self.origins(), whole.hash: a.candidate.source},
+            )
+            for a in timed
+        ]
+
+    def assemble_pieces(
+        self, source: str, graph, placed: dict, pieces: list[Piece], chosen: dict, origins: dict, report
+    ) -> str:
+        """The answer's source for the tiling `pieces` (Triton pieces' code in `chosen`), as `assemble` says."""
+        report.tiling = tiling_rows(graph, pieces, origins)
         eval_pieces = eval_chosen = None
         if graph.eval_graph is not None:
             eval_pieces, eval_chosen = self.tiling(graph.eval_graph, placed["eval"])
@@ -379,8 +427,16 @@ class Search:
         """Whether every Triton piece's kernels were verified at the program's other sizes too."""
         if not self.dims:
             return False
-        picked = [chosen[(p.start, p.end)][0] for p in pieces if p.kind == "triton"]
-        return all(self.best(f.hash) is not None and self.best(f.hash).outcome.general for f in picked)
+        picked = [chosen[(p.start, p.end)] for p in pieces if p.kind == "triton"]
+        return all(self.general_code(f.hash, code) for f, code in picked)
+
+    def general_code(self, h: str, code: str) -> bool:
+        """Whether this verified code of fragment `h` was right at the other sizes too."""
+        return any(
+            a.outcome.correct and a.outcome.general
+            for a in self.attempts
+            if (a.candidate.fragment, a.candidate.code) == (h, code)
+        )
 
     def settle_general(self, source: str, render: Callable, module: str, verdict, policy: str) -> tuple:
         """(general, module, verdict, policy) of the assembled module whose kernels were claimed general, once its
@@ -492,6 +548,27 @@ class ModelNew(Model):
     def forward(self, *args, **kwargs):
         return super().forward(*args, **kwargs)
 '''
+
+
+# what assembling sets in the report: an answer's own, taken over with it when a runner-up is the faster answer
+ASSEMBLY_FIELDS = (
+    "tiling",
+    "eval_tiling",
+    "reason",
+    "shapes_skipped",
+    "end_to_end",
+    "shapes",
+    "general",
+    "kept_original",
+    "speedup_vs_eager",
+    "speedup_vs_compile",
+)
+
+
+def e2e_ms(report: ConversionReport) -> float:
+    """The assembled module's measured milliseconds a call (infinite where it was not timed)."""
+    ms = (report.end_to_end or {}).get("candidate_ms")
+    return ms if ms is not None else float("inf")
 
 
 def rejection(fragment: Optional[Fragment], a: Attempt) -> dict:

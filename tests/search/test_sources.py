@@ -250,3 +250,49 @@ def test_candidates_the_verifier_refuses_are_reported_with_where_and_why(pool):
     assert refused["fragment"] == search.fragments[wrong.fragment].name and refused["note"] == "doubled"
     assert refused["source"] == "lowering" and refused["status"] != "correct"
     assert refused["reason"] and "\n" not in refused["reason"]
+
+
+def test_an_answer_slower_than_compile_is_checked_against_the_whole_programs_runners_up():
+    """Search.runners_up: where the answer is no faster than torch.compile on a GPU, the whole program as one
+    fragment by its fastest verified candidates (not the refused, not the one the answer already runs), each with
+    its own source as the piece's origin; none where the answer is faster, or was never checked whole."""
+    from drtriton_ray.search.assembly import Piece
+    from drtriton_ray.search.search import ConversionReport, Search, e2e_ms
+    from drtriton_ray.search.settings import ConversionSettings
+
+    graph = mlp_block()
+    frags = [f for f in enumerate_fragments(graph) if not f.skip]
+    whole = next(f for f in frags if (f.start, f.end) == (0, 5))
+    part = next(f for f in frags if (f.start, f.end) == (0, 3))
+    search = Search(ConversionSettings(device="cuda", machine="H200", cache=None), verifier=None)
+    search.fragments = {f.hash: f for f in frags}
+
+    def attempt(f, source, ms, correct=True):
+        outcome = VerdictSummary("correct" if correct else "incorrect", correct=correct, candidate_ms=ms, general=True)
+        return Attempt(Candidate(f.hash, source, f"# {source} {ms}"), outcome)
+
+    search.attempts = [
+        attempt(whole, "lowering", 0.10),
+        attempt(whole, "inductor", 0.08),
+        attempt(whole, "model", 0.12),
+        attempt(whole, "refine", 0.01, correct=False),
+        attempt(part, "lowering", 0.02),
+    ]
+    placed = {"train": frags}
+    split = [Piece(0, 3, "triton", part.hash, 0.02), Piece(3, 5, "torch")]
+    slower = ConversionReport("cuda", {}, end_to_end={"candidate_ms": 0.2}, kept_original=False, speedup_vs_compile=0.8)
+    alternatives = search.runners_up(graph, placed, split, {(0, 3): (part, "# lowering 0.02")}, slower)
+    assert [(c[(0, 5)][1], o[whole.hash]) for _, c, o in alternatives] == [
+        ("# inductor 0.08", "inductor"),
+        ("# lowering 0.1", "lowering"),
+    ]
+    assert all(p == [Piece(0, 5, "triton", whole.hash, p[0].ms)] for p, _, _ in alternatives)
+    # the answer already runs the fastest whole-program candidate: the next two
+    runs = search.runners_up(
+        graph, placed, [Piece(0, 5, "triton", whole.hash, 0.08)], {(0, 5): (whole, "# inductor 0.08")}, slower
+    )
+    assert [c[(0, 5)][1] for _, c, _ in runs] == ["# lowering 0.1", "# model 0.12"]
+    faster = ConversionReport("cuda", {}, end_to_end={"candidate_ms": 0.2}, kept_original=False, speedup_vs_compile=1.3)
+    assert search.runners_up(graph, placed, split, {}, faster) == []
+    assert search.runners_up(graph, placed, split, {}, ConversionReport("cuda", {})) == []  # never checked whole
+    assert e2e_ms(slower) == 0.2 and e2e_ms(ConversionReport("cuda", {})) == float("inf")
