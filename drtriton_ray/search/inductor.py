@@ -466,36 +466,37 @@ STATIC_PREFIX = "static_"
 def specialized(general: str, static: dict, problem: str, shapes: list[list[int]]) -> str:
     """The `general` candidate module with a path in front for inputs of exactly `shapes`, contiguous: Inductor's
     kernels compiled for those sizes (`static`: `capture(..., static=True)`), as torch.compile runs at the sizes it
-    first sees: its index math divides by constants, where the general kernels' divides by sizes known only at run
-    time. Every other input takes the general kernels. The static
-    module's functions are renamed `static_*` beside the general ones."""
+    first sees, its index math dividing by constants where the general kernels' divides by sizes known only at run
+    time. Every other input takes the general kernels. The static module's functions sit beside the general ones,
+    renamed `static_*`."""
     _, _, inputs = problem_parts(problem)
     if len(shapes) != len(inputs):
         raise NotSelfContained("the fragment's inputs and its forward's differ")
-    module = ast.parse(self_contained(problem=problem, **static))
-    defs = [n for n in module.body if isinstance(n, ast.FunctionDef)]
-    renamed = {d.name: STATIC_PREFIX + d.name for d in defs}
-    for d in defs:
-        d.name = renamed[d.name]
-        _Rename(renamed).visit(d)
-    test = " and ".join(
-        f"tuple({x}.shape) == {tuple(shape)} and {x}.is_contiguous()" for x, shape in zip(inputs, shapes)
-    )
+    functions, renamed = prefixed_functions(self_contained(problem=problem, **static), STATIC_PREFIX)
+    test = " and ".join(f"tuple({x}.shape) == {tuple(s)} and {x}.is_contiguous()" for x, s in zip(inputs, shapes))
     call = call_expr(renamed["inductor_call"], static["args"], inputs, static["single"])
-    tree = ast.parse(general)
-    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
-    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
-    lines = general.splitlines()
-    at = forward.body[0].lineno - 1
     front = [
         "        # the sizes the static kernels were compiled for",
         f"        if {test}:",
         f"            return {call}",
     ]
-    body = lines[:at] + front + lines[at:]
-    first_class = next(n for n in tree.body if isinstance(n, ast.ClassDef)).lineno - 1
-    statics = ["\n\n".join(ast.unparse(d) for d in defs), ""]
-    return "\n".join(body[:first_class] + statics + body[first_class:]) + "\n"
+    tree = ast.parse(general)
+    model = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "ModelNew")
+    forward = next(n for n in model.body if isinstance(n, ast.FunctionDef) and n.name == "forward")
+    lines = general.splitlines()
+    at, first_class = forward.body[0].lineno - 1, next(n for n in tree.body if isinstance(n, ast.ClassDef)).lineno - 1
+    return "\n".join(lines[:first_class] + [functions, ""] + lines[first_class:at] + front + lines[at:]) + "\n"
+
+
+def prefixed_functions(module: str, prefix: str) -> tuple[str, dict[str, str]]:
+    """The module's top-level functions (kernels, helpers, the wrapper) with `prefix` before each name, in their
+    definitions and wherever they call one another, and the renaming."""
+    defs = [n for n in ast.parse(module).body if isinstance(n, ast.FunctionDef)]
+    renamed = {d.name: prefix + d.name for d in defs}
+    for d in defs:
+        d.name = renamed[d.name]
+        _Rename(renamed).visit(d)
+    return "\n\n".join(ast.unparse(d) for d in defs), renamed
 
 
 SHARE = 0.5  # of the search's seconds left, the most the compiles may take
