@@ -27,7 +27,7 @@ from drtriton_ray.search.assembly import (
     render_module,
 )
 from drtriton_ray.search.cache import Cache, Entry, device_key, judged, program_key
-from drtriton_ray.search.fragments import Fragment, enumerate_fragments
+from drtriton_ray.search.fragments import WHOLE, Fragment, enumerate_fragments
 from drtriton_ray.search.inductor import InductorSource
 from drtriton_ray.search.settings import ConversionSettings
 from drtriton_ray.search.sources import (
@@ -651,9 +651,12 @@ def search(
         s.progress(Progress("capture", 0, 1, "capturing the program in a verifier worker"))
         graph = capture_program(source, verifier, config.dynamic)
     s.dims = dict(graph.dims)
-    placed = {"train": [f for f in enumerate_fragments(graph, config.k) if not f.skip]}
+    # the whole program as a fragment, for a source that fuses across the lowering's kernels (Inductor); for the
+    # lowering alone it is its regions' kernels again, verified once more
+    whole = WHOLE if "inductor" in config.sources else 0
+    placed = {"train": [f for f in enumerate_fragments(graph, config.k, whole=whole) if not f.skip]}
     if graph.eval_graph is not None:  # searched too: the verifier wants kernels in eval mode as well
-        placed["eval"] = [f for f in enumerate_fragments(graph.eval_graph, config.k) if not f.skip]
+        placed["eval"] = [f for f in enumerate_fragments(graph.eval_graph, config.k, whole=whole) if not f.skip]
     every = [f for fragments in placed.values() for f in fragments]
     for f in every:
         s.fragments.setdefault(f.hash, f)
