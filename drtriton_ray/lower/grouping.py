@@ -64,7 +64,8 @@ def view_layouts(p: Program) -> set[int]:
 
 
 SLICES = ("Narrow", "Select")
-STRIDED_READERS = ("Cat", "Stack", "Expand")  # their wrappers copy from any strides (copy_into)
+# their wrappers copy from any strides (copy_into), or read rows through their strides (cross_entropy_rows)
+STRIDED_READERS = ("Cat", "Stack", "Expand", "CrossEntropy")
 
 
 def slice_views(p: Program) -> dict[int, Node]:

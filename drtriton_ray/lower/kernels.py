@@ -332,18 +332,21 @@ def softmax_stats_kernel(x_ptr, stats_ptr, R: tl.constexpr, I: tl.constexpr, n_c
 
 
 @triton.jit
-def cross_entropy_kernel(x_ptr, target_ptr, loss_ptr, V: tl.constexpr, IGNORE: tl.constexpr, COUNT: tl.constexpr,
-                         BLOCK: tl.constexpr, WIDE: tl.constexpr):
-    """Cross-entropy of one row of logits x (rows x V, contiguous) against its target class: the row's log-sum-exp
-    in one pass over it (online: a running maximum, the running sum of exp rescaled where the maximum grows), less
-    the target's logit; 0 where the target is IGNORE (Hugging Face's -100 for padding). The loss goes to
-    loss[row]; with COUNT, 1.0 (counted) or 0.0 (ignored) to loss[rows + row], for the mean. V is a constant (by
-    keyword); WIDE: int64 index math (x has 2^31 values or more)."""
+def cross_entropy_kernel(x_ptr, target_ptr, loss_ptr, group, x_group, x_row, t_group, t_row, V: tl.constexpr,
+                         IGNORE: tl.constexpr, COUNT: tl.constexpr, BLOCK: tl.constexpr, WIDE: tl.constexpr):
+    """Cross-entropy of one row of logits x (rows of V contiguous values) against its target class: the row's
+    log-sum-exp in one pass over it (online: a running maximum, the running sum of exp rescaled where the maximum
+    grows), less the target's logit; 0 where the target is IGNORE (Hugging Face's -100 for padding). The loss goes
+    to loss[row]; with COUNT, 1.0 (counted) or 0.0 (ignored) to loss[rows + row], for the mean. Row r sits at
+    (r // group) * x_group + (r % group) * x_row of x, its target at the same with t_group and t_row: rows of up to
+    two dims read in place (a causal LM's logits[:, :-1] and labels[:, 1:]). V is a constant (by keyword); WIDE:
+    int64 index math (x spans 2^31 values or more)."""
     row = tl.program_id(0)
     rows = tl.num_programs(0)
     if WIDE:
         row = row.to(tl.int64)
-    base = x_ptr + row * V
+    outer, inner = row // group, row % group
+    base = x_ptr + outer * x_group + inner * x_row
     top = -float("inf")
     total = 0.0
     for v0 in range(0, V, BLOCK):
@@ -352,7 +355,7 @@ def cross_entropy_kernel(x_ptr, target_ptr, loss_ptr, V: tl.constexpr, IGNORE: t
         new_top = tl.maximum(top, tl.max(x, axis=0))
         total = total * tl.exp(top - new_top) + tl.sum(tl.exp(x - new_top), axis=0)
         top = new_top
-    target = tl.load(target_ptr + row)
+    target = tl.load(target_ptr + outer * t_group + inner * t_row)
     counted = target != IGNORE
     picked = tl.load(base + target, mask=counted, other=0.0).to(tl.float32)
     tl.store(loss_ptr + row, tl.where(counted, top + tl.log(total) - picked, 0.0))

@@ -504,6 +504,7 @@ CE_REDUCTIONS = {"none": 0, "mean": 1, "sum": 2}
 register(
     "CrossEntropy",
     call=lambda s: (
-        f"cross_entropy({s.x[0]}, {s.x[1]}, {s.params['ignore_index']}, {CE_REDUCTIONS[s.params['reduction']]})"
+        f"cross_entropy({s.x[0]}, {s.x[1]}, {s.params['ignore_index']}, {CE_REDUCTIONS[s.params['reduction']]}"
+        + (", out_dtype=torch.float32)" if s.params.get("widened") else ")")  # lower/passes.py read_logits_in_place
     ),
 )

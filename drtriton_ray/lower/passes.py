@@ -296,9 +296,58 @@ def _sunk(p: Program, src: Node, narrow: Node) -> Program:
     return Program(nodes, tensors, p.dtype, p.flops)
 
 
+HALF = ("float16", "bfloat16")
+
+
+def read_logits_in_place(p: Program) -> Program:
+    """The program with each cross-entropy reading its logits and targets before the View that flattened their
+    leading dims (two into one) and the widening Cast (half to float32: exact, and the kernel computes in float32)
+    that made them: cross_entropy addresses rows of up to two dims through their strides, in any float dtype, and
+    stores the loss in float32 where the Cast went (`widened`). A causal LM's `lm_head(h).float()[:, :-1]
+    .reshape(-1, V)` is then read once, in bf16, in place, where it was widened, sliced and copied into float32
+    logits first (three passes over the largest tensor of the step), its labels' `[:, 1:].reshape(-1)` likewise."""
+    made = {n.outputs[0]: n for n in p.nodes if n.outputs}
+    readers: dict[int, list[Node]] = {}
+    for n in p.nodes:
+        for t in n.inputs:
+            readers.setdefault(t, []).append(n)
+    dropped: set[int] = set()
+    replaced: dict[int, Node] = {}
+    for n in p.nodes:
+        if n.op != "CrossEntropy":
+            continue
+        logits, gone = _unflattened(p, n.inputs[0], made, readers)
+        cast = made.get(logits) if _only_reader(logits, p, readers) is not None else None
+        widened = cast is not None and cast.op == "Cast" and p.tensors[logits].dtype == "float32"
+        if widened and p.tensors[cast.inputs[0]].dtype in HALF:
+            gone, logits = gone + [cast], cast.inputs[0]
+        target, more = _unflattened(p, n.inputs[1], made, readers)
+        if gone or more:
+            params = {**n.params, "widened": cast in gone}
+            replaced[id(n)] = Node(n.op, [logits, target], n.outputs, params, n.weights, n.sym)
+            dropped |= {id(g) for g in gone + more}
+    if not replaced:
+        return p
+    nodes = [replaced.get(id(n), n) for n in p.nodes if id(n) not in dropped]
+    kept = {t for n in nodes for t in n.inputs + n.outputs + n.weights} | set(p.inputs) | set(p.outputs)
+    return Program(nodes, {t: v for t, v in p.tensors.items() if t in kept}, p.dtype, p.flops)
+
+
+def _unflattened(p: Program, t: int, made: dict, readers: dict) -> tuple[int, list[Node]]:
+    """(what t was flattened from, [the View]) where a View read by nothing else merged t's first two dims into one
+    and kept the rest; (t, []) otherwise."""
+    view = made.get(t)
+    if view is None or view.op != "View" or _only_reader(t, p, readers) is None:
+        return t, []
+    src, out = p.tensors[view.inputs[0]].shape, p.tensors[t].shape
+    if len(src) != len(out) + 1 or len(src) > 3 or src[2:] != out[1:] or src[0] * src[1] != out[0]:
+        return t, []
+    return view.inputs[0], [view]
+
+
 def fold_all(p: Program) -> Program:
     """The program with every rewrite above applied."""
-    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(fold_rms_norm(sink_narrows(p)))))
+    return fold_softmax_reduce(fold_norm_reduce(fold_layouts(fold_rms_norm(read_logits_in_place(sink_narrows(p))))))
 
 
 ONE_PASS_ROWS = (1024, 4096)  # row lengths (exclusive, inclusive) whose norms have a one-pass variant

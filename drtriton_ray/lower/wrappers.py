@@ -287,27 +287,52 @@ def logsumexp(x, dim, keepdim, config=None):
     return out
 
 
-def cross_entropy_setup(x, ignore_index, reduction, config=None):
-    """(row losses, grid, launch constants) of cross_entropy_kernel over 2-D logits x: float32 losses and counts for a
-    mean or a sum (reduction 1, 2), the output itself in x's dtype for none (0)."""
-    rows, classes = x.shape
+def row_strides(t, lead):
+    """(group, group stride, row stride) addressing the rows of t, its first `lead` dims (1 or 2) flattened, in
+    place: row r at (r // group) * group stride + (r % group) * row stride."""
+    return (t.shape[0], 0, t.stride(0)) if lead == 1 else (t.shape[1], t.stride(0), t.stride(1))
+
+
+def cross_entropy_rows(x, target):
+    """(x, target, row addressing) for cross_entropy_kernel: logits of 2 or 3 dims whose classes are contiguous (a
+    slice of [batch, seq, V] read in place) and targets of their leading dims' shape, addressed through their
+    strides; other logits and targets copied contiguous and flattened first."""
+    lead = x.dim() - 1
+    if lead not in (1, 2) or x.stride(-1) != 1 or tuple(target.shape) != tuple(x.shape[:-1]):
+        x = (x if x.is_contiguous() else contiguous_copy(x)).view(-1, x.shape[-1])
+        target = (target if target.is_contiguous() else contiguous_copy(target)).view(-1)
+        lead = 1
+    xs, ts = row_strides(x, lead), row_strides(target, lead)
+    return x, target, (xs[0], xs[1], xs[2], ts[1], ts[2])
+
+
+def cross_entropy_setup(x, rows, ignore_index, reduction, out_dtype, config=None):
+    """(row losses, grid, launch constants) of cross_entropy_kernel over `rows` rows of logits x: float32 losses and
+    counts for a mean or a sum (reduction 1, 2), the output itself in out_dtype for none (0)."""
+    classes = x.shape[-1]
     size = 2 * rows if reduction else rows
-    loss = torch.empty(size, device=x.device, dtype=torch.float32 if reduction else x.dtype)
+    loss = torch.empty(size, device=x.device, dtype=torch.float32 if reduction else out_dtype)
     block = min(next_power_of_2(classes), tile_elements(x))
     meta = tuned({"BLOCK": block, "num_warps": max(4, min(16, block // 512))}, config, x)
-    meta.update(V=classes, IGNORE=ignore_index, COUNT=bool(reduction), WIDE=rows * classes >= 2**31)
+    span = sum((n - 1) * s for n, s in zip(x.shape, x.stride())) + 1  # values from the first row's first to the last's
+    meta.update(V=classes, IGNORE=ignore_index, COUNT=bool(reduction), WIDE=max(span, rows * classes) >= 2**31)
     return loss, (rows,), meta
 
 
-def cross_entropy(x, target, ignore_index, reduction, config=None):
-    """F.cross_entropy(x, target, ignore_index=ignore_index) of 2-D logits, reduction 0 none, 1 mean, 2 sum: each
-    row's loss in one pass over its logits, then (mean, sum) their total in one program."""
-    loss, grid, meta = cross_entropy_setup(x, ignore_index, reduction, config)
-    cross_entropy_kernel[grid](x, target, loss, **meta)
+def cross_entropy(x, target, ignore_index, reduction, out_dtype=None, config=None):
+    """F.cross_entropy(x, target, ignore_index=ignore_index) of logits x whose dims but the last are the rows (up to
+    two, read in place through their strides), reduction 0 none, 1 mean, 2 sum: each row's loss in one pass over
+    its logits, then (mean, sum) their total in one program. out_dtype: the result's dtype where it is not x's
+    (logits widened to float32 before the loss, read here unwidened: the kernel computes in float32)."""
+    out_dtype = out_dtype or x.dtype
+    x, target, strides = cross_entropy_rows(x, target)
+    rows = target.numel()
+    loss, grid, meta = cross_entropy_setup(x, rows, ignore_index, reduction, out_dtype, config)
+    cross_entropy_kernel[grid](x, target, loss, *strides, **meta)
     if not reduction:
         return loss
-    out = torch.empty((), device=x.device, dtype=x.dtype)
-    cross_entropy_total_kernel[(1,)](loss, out, x.shape[0], MEAN=reduction == 1, BLOCK=1024)
+    out = torch.empty((), device=x.device, dtype=out_dtype)
+    cross_entropy_total_kernel[(1,)](loss, out, rows, MEAN=reduction == 1, BLOCK=1024)
     return out
 
 

@@ -8,7 +8,9 @@ runs that hold a whole fusion region, so that a block longer than K can still be
   takes them from, while they are elementwise or row kernels: a run a ring, e.g. an RMSNorm written out (square,
   mean, + eps, rsqrt, scale, weight) or a softmax (max, subtract, exp, sum, divide), then that with its
   neighbours; grown once more through the dtype casts kept as PyTorch (`Torch` `_to_copy` to or from float64; casts
-  between float32 and the half types are registry Casts the lowering fuses), which a policy can write.
+  between float32 and the half types are registry Casts the lowering fuses), which a policy can write, and through
+  the views and slices a row kernel can read in place (a causal LM's `logits.float()[:, :-1].reshape(-1, V)` and
+  `labels[:, 1:].reshape(-1)` into its cross-entropy: one kernel reading the bf16 logits once).
 
 A region's run is [its first node, its last node + 1), nodes between included, kept when at most `longest` nodes
 (16) long and not already a window. A program of at most WHOLE nodes is one more run: all of it, so that a source
@@ -35,6 +37,7 @@ from drtriton_ray.ops import REGISTRY
 
 # Operators that only relabel memory: a fragment of these (and Torch nodes) has nothing a kernel could speed up.
 VIEW_OPS = frozenset({"View", "Permute", "Expand", "Narrow", "Select", "Transpose"})
+IN_PLACE_VIEWS = frozenset({"View", "Narrow", "Select"})  # of those, what a kernel reads in place (no copy first)
 LONGEST = 16  # the longest fusion-region fragment, in nodes
 WHOLE = 64  # a program of at most this many nodes is a fragment as a whole too
 ROW_FAMILIES = frozenset({"reduce", "norm", "softmax"})  # registry families whose kernels reduce along rows
@@ -241,12 +244,15 @@ def enumerate_fragments(graph: Graph, k: int = 5, longest: int = LONGEST, whole:
 
 def kernel_kind(p: Program, anchor: int | None) -> str:
     """A kernel of the reference lowering as region growth sees it: elementwise, row (a reduction, norm or
-    softmax), cast (a Torch dtype conversion) or other."""
+    softmax), cast (a Torch dtype conversion), view (a View or slice: no kernel where its reader reads it in place)
+    or other."""
     if anchor is None:
         return "elementwise"
     node = p.nodes[anchor]
     if node.op == TORCH_OP:
         return "cast" if node.params["target"] in CASTS else "other"
+    if node.op in IN_PLACE_VIEWS:
+        return "view"
     spec = REGISTRY.get(node.op)
     return "row" if spec is not None and spec.family in ROW_FAMILIES else "other"
 
@@ -255,9 +261,19 @@ def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
     """The runs [start, end) of the fusion regions (module docstring) of at most `longest` nodes."""
     from drtriton_ray.lower.grouping import kernel_groups  # the lowering loads Triton: only when enumerating
 
-    groups = kernel_groups(p)
-    kernels = [sorted(g.prologue + g.epilogue + ([] if g.anchor is None else [g.anchor])) for g in groups]
-    kinds = [kernel_kind(p, g.anchor) for g in groups]
+    kernels, kinds, whole = [], [], set()
+    for g in kernel_groups(p):
+        kind, nodes = (
+            kernel_kind(p, g.anchor),
+            sorted(g.prologue + g.epilogue + ([] if g.anchor is None else [g.anchor])),
+        )
+        whole.add((nodes[0], nodes[-1] + 1))
+        if kind == "other" and g.epilogue:  # a matmul's epilogue (a cast of its output) may grow with its reader
+            kernels += [sorted(g.prologue + [g.anchor]), sorted(g.epilogue)]
+            kinds += [kind, "elementwise"]
+            continue
+        kernels.append(nodes)
+        kinds.append(kind)
     made = {t: i for i, nodes in enumerate(kernels) for k in nodes for t in p.nodes[k].outputs}
     near: list[set[int]] = [set() for _ in kernels]
     for i, nodes in enumerate(kernels):
@@ -266,9 +282,9 @@ def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
                 near[i].add(made[t])
                 near[made[t]].add(i)
     spans = [(nodes[0], nodes[-1] + 1) for nodes in kernels]
-    runs = set(spans)
+    runs = set(whole)
     for seed in (i for i, kind in enumerate(kinds) if kind == "row"):
-        for joins in (("elementwise", "row"), ("elementwise", "row", "cast")):
+        for joins in (("elementwise", "row"), ("elementwise", "row", "cast", "view")):
             runs.update(grow(seed, spans, near, [kind in joins for kind in kinds], longest))
     return sorted(r for r in runs if r[1] - r[0] <= longest)
 

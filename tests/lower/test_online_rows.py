@@ -45,6 +45,25 @@ def test_rows_longer_than_a_block_and_every_target_ignored():
     assert cross_entropy(x, ignored, 7, 2) == 0
 
 
+@pytest.mark.parametrize("reduction", list(REDUCTIONS))
+def test_cross_entropy_reads_shifted_rows_in_place(reduction):
+    """A causal LM's loss: bf16 logits[:, :-1] and labels[:, 1:] (3-D and 2-D slices) read through their strides,
+    the loss in float32 as F.cross_entropy(logits.float()[:, :-1].reshape(-1, V), ...) gives it; logits whose
+    classes are strided and targets flattened apart are copied first, with the same values."""
+    x = logits(3 * 6, 1000, torch.bfloat16).view(3, 6, 1000)
+    labels = torch.randint(0, 1000, (3, 6))
+    labels[:, 2] = -100
+    want = F.cross_entropy(
+        x.double()[:, :-1].reshape(-1, 1000), labels[:, 1:].reshape(-1), ignore_index=-100, reduction=reduction
+    )
+    got = cross_entropy(x[:, :-1], labels[:, 1:], -100, REDUCTIONS[reduction], out_dtype=torch.float32)
+    assert got.dtype == torch.float32 and got.shape == want.shape
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+    strided = x.transpose(1, 2).contiguous().transpose(1, 2)[:, :-1]  # classes not contiguous
+    got = cross_entropy(strided, labels[:, 1:].reshape(-1), -100, REDUCTIONS[reduction], out_dtype=torch.float32)
+    torch.testing.assert_close(got.double(), want, rtol=1e-5, atol=1e-5)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 @pytest.mark.parametrize("dim, keepdim", [(-1, False), (0, True), (1, False)])
 def test_logsumexp_along_any_dim(dtype, dim, keepdim):

@@ -77,30 +77,57 @@ def test_a_slice_of_a_linears_rows_moves_onto_its_input(op, tmp_path):
         check_lowering(rec, tmp_path)
 
 
-def test_a_causal_lm_heads_shifted_logits_are_one_matmul(tmp_path):
-    """The real-world cross-entropy program in bf16, captured: its fragment lm_head -> .float() -> [:, :-1] -> view
-    lowers to one matmul kernel that reads the hidden states' rows in place (a slice view, its batches as the
-    matmul's) and stores the float32 logits (no bf16 logits written, widened and sliced); its values are
-    PyTorch's."""
-    from test_lowering import _import, model_pair
-
+@pytest.fixture(scope="module")
+def causal_lm_loss():
+    """The real-world cross-entropy program (lm_head, .float(), the shift, the loss) in bf16, captured."""
     from drtriton_ray.capture.sandbox import capture_program
     from drtriton_ray.eval.realworld import suite
-    from drtriton_ray.search.fragments import enumerate_fragments
     from drtriton_ray.verify import WorkerPool
 
     root = Path(__file__).resolve().parents[2]
     program = suite(root / "tests" / "realworld" / "suite.toml")["cross_entropy_ignore_index"]
     source = program.source.replace("dtype = torch.float32", "dtype = torch.bfloat16")
     with WorkerPool("cpu", size=1) as pool:
-        graph = capture_program(source, pool, program.dynamic)
+        return capture_program(source, pool, program.dynamic)
+
+
+def _fragment_values(fragment, src, tmp_path):
+    from test_lowering import _import, model_pair
+
+    model, new, inputs = model_pair(fragment.source, _import(src, tmp_path / "fragment.py"))
+    with torch.no_grad():
+        return new(*inputs), model(*inputs)
+
+
+def test_a_causal_lm_heads_shifted_logits_are_one_matmul(causal_lm_loss, tmp_path):
+    """Its fragment lm_head -> .float() -> [:, :-1] -> view lowers to one matmul kernel that reads the hidden states'
+    rows in place (a slice view, its batches as the matmul's) and stores the float32 logits (no bf16 logits written,
+    widened and sliced); its values are PyTorch's."""
+    from drtriton_ray.search.fragments import enumerate_fragments
+
     ops = ["LinearNoBias", "Cast", "Narrow", "View"]
-    (fragment,) = [f for f in enumerate_fragments(graph) if [n.op for n in f.program.nodes] == ops]
+    (fragment,) = [f for f in enumerate_fragments(causal_lm_loss) if [n.op for n in f.program.nodes] == ops]
     src = lower_program(fragment.program, fragment.source)
     forward = _forward(src)
     assert "narrow_copy(" not in forward and len(re.findall(r"= fused_\d+\(", forward)) == 1
-    model, new, inputs = model_pair(fragment.source, _import(src, tmp_path / "head.py"))
-    with torch.no_grad():
-        got, want = new(*inputs), model(*inputs)
+    got, want = _fragment_values(fragment, src, tmp_path)
     assert got.dtype == want.dtype == torch.float32
     torch.testing.assert_close(got, want, atol=2e-2, rtol=2e-2)
+
+
+def test_a_causal_lm_loss_reads_the_bf16_logits_once(causal_lm_loss, tmp_path):
+    """Past the matmul (cuBLAS's, kept as PyTorch), .float() -> [:, :-1] -> view and the labels' [:, 1:] -> view are
+    a fragment with the loss (region growth through the matmul's cast epilogue and the views), and it lowers to the
+    cross-entropy alone reading the bf16 logits and the labels in place (lower/passes.py read_logits_in_place): no
+    float32 logits, no copy. The loss is float32 and PyTorch's."""
+    from drtriton_ray.search.fragments import enumerate_fragments
+
+    ops = ["Cast", "Narrow", "View", "Narrow", "View", "CrossEntropy"]
+    (fragment,) = [f for f in enumerate_fragments(causal_lm_loss) if [n.op for n in f.program.nodes] == ops]
+    src = lower_program(fragment.program, fragment.source)
+    forward = _forward(src)
+    assert "copy(" not in forward and "fused_" not in forward and forward.count("cross_entropy(") == 1
+    assert "out_dtype=torch.float32" in forward
+    got, want = _fragment_values(fragment, src, tmp_path)
+    assert got.dtype == want.dtype == torch.float32
+    torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
