@@ -111,6 +111,7 @@ def test_emitted_conv(op, cin, epilogue, small, tmp_path):
     check_lowering(rec, tmp_path)
 
 
+@pytest.mark.slow  # a GPU bench's smoke run on CPU
 def test_conv_probe_smoke(tmp_path):
     """bench/conv_probe.py --smoke: every variant of its tiny shapes in the interpreter, within the verifier's
     float32 tolerance."""

@@ -150,6 +150,7 @@ def test_short_runs_lowered(tmp_path):
     check_lowering(rec, tmp_path)
 
 
+@pytest.mark.slow  # a GPU bench's smoke run on CPU
 def test_probe_smoke():
     """bench/layout_probe.py --smoke: the layout programs drawn small, lowered and run in the interpreter, right."""
     import os

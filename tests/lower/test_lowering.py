@@ -628,7 +628,14 @@ def test_tuned_configs_are_baked_in(tmp_path, monkeypatch):
     assert tuning.bucket((35, 40)) == "64x64" and tuning.bucket((1, 0)) == "1x1"
 
 
-def test_tuning_candidates_keep_values(tmp_path, monkeypatch):
+# every tuned kernel's operator; those whose candidates take 10-25 s in the interpreter run with `make test-slow`
+TUNED_OPS = ["Matmul", "Linear", "Sum", "LayerNorm", "GroupNorm", "BatchNorm", "GELU"] + [
+    pytest.param(op, marks=pytest.mark.slow) for op in ("Softmax", "Conv2d", "MaxPool2d")
+]
+
+
+@pytest.mark.parametrize("op", TUNED_OPS)
+def test_tuning_candidates_keep_values(op, tmp_path, monkeypatch):
     """bench/tune_lowering.py's pieces on CPU: every candidate configuration of each tuned kernel, applied as on a GPU
     (the wrappers told they run compiled, the interpreter running them), gives the default's values; the launch is
     the emitter's own call with `config=`."""
@@ -637,23 +644,17 @@ def test_tuning_candidates_keep_values(tmp_path, monkeypatch):
     from drtriton_ray.lower.elementwise import is_elementwise
 
     monkeypatch.setattr(wrappers, "compiled", lambda t: True)
-    ops = ("Matmul", "Linear", "Sum", "Softmax", "LayerNorm", "GroupNorm", "BatchNorm", "Conv2d", "MaxPool2d", "GELU")
-    for op in ops:
-        rec = Sampler(SynthConfig(level=1, profile="small", ops=(op,)), seed=7).sample(0)
-        p = Program.from_json(rec.dag)
-        node, out = p.nodes[0], p.tensors[p.nodes[0].outputs[0]]
-        shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
-        kd = (
-            ("elementwise", (out.numel,))
-            if is_elementwise(op)
-            else tuning.kernel_dims(op, node.params, shapes, out.shape)
-        )
-        call = tune_lowering.launcher(p, 0, tmp_path)
-        best, times = tune_lowering.tune_one(
-            call, tune_lowering.environment(p, 0, "cpu"), *kd, timer=lambda fn: fn() is None or 1.0
-        )
-        assert best is None and len(times) == len(tuning.candidates(*kd)) + 1, op
-        assert all(t == 1.0 for t in times.values()), (op, times)
+    rec = Sampler(SynthConfig(level=1, profile="small", ops=(op,)), seed=7).sample(0)
+    p = Program.from_json(rec.dag)
+    node, out = p.nodes[0], p.tensors[p.nodes[0].outputs[0]]
+    shapes = [p.tensors[t].shape for t in node.inputs + node.weights]
+    kd = ("elementwise", (out.numel,)) if is_elementwise(op) else tuning.kernel_dims(op, node.params, shapes, out.shape)
+    call = tune_lowering.launcher(p, 0, tmp_path)
+    best, times = tune_lowering.tune_one(
+        call, tune_lowering.environment(p, 0, "cpu"), *kd, timer=lambda fn: fn() is None or 1.0
+    )
+    assert best is None and len(times) == len(tuning.candidates(*kd)) + 1, op
+    assert all(t == 1.0 for t in times.values()), (op, times)
 
 
 def test_strided_copy_tiles():

@@ -13,9 +13,12 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # 3 min on 2 cores; CI runs the whole RL topology in tests/rl/test_train_job.py
 def test_rl_job_raises_the_right_kernels_probability(tmp_path):
     out = tmp_path / "learns.json"
     done = subprocess.run(

@@ -6,11 +6,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from drtriton_ray.models import prepare_model
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.slow  # a bench's smoke run; CI checks both sync methods in test_weight_sync.py and test_collective_sync.py
 def test_weight_sync_bench_runs_both_methods(tmp_path):
     tiny = str(prepare_model("tiny", tmp_path / "tiny", seed=3))
     done = subprocess.run(

@@ -39,6 +39,7 @@ def test_tokenize_masks_prompt(sft_data):
     assert plan_batches([5, 1, 3, 2], 2, 0, 0) == plan_batches([5, 1, 3, 2], 2, 0, 0)
 
 
+@pytest.mark.slow  # training, checkpoints and resuming: CI's is test_sft_fsdp_resumes_its_optimizer_and_model
 def test_sft_trains_checkpoints_and_resumes(sft_data, tmp_path, ray_local):
     data, model = sft_data
     common = dict(
