@@ -220,10 +220,12 @@ class _Calls(ast.NodeTransformer):
 
 
 class Wrapper:
-    """Inductor's `call(args)` as `inductor_call(args)`: statement by statement, each launch with its config."""
+    """Inductor's `call(args)` as `inductor_call(args)`: statement by statement, each launch with its config.
+    `checked`: with Inductor's checks of the inputs' layout and of 32-bit sizes (a caller that admits only the exact
+    sizes and layout the kernels were compiled for leaves them out: microseconds of Python a call)."""
 
-    def __init__(self, kernels: dict, defs: dict[str, ast.FunctionDef]):
-        self.kernels, self.defs = kernels, defs
+    def __init__(self, kernels: dict, defs: dict[str, ast.FunctionDef], checked: bool = True):
+        self.kernels, self.defs, self.checked = kernels, defs, checked
         self.uses_layout = self.uses_int32 = False
 
     def statements(self, body: list[ast.stmt]) -> list[str]:
@@ -239,6 +241,8 @@ class Wrapper:
                     raise NotSelfContained(f"Inductor's wrapper enters {ast.unparse(s.items[0])[:60]}")
                 out += self.statements(s.body)
             elif isinstance(s, ast.Expr) and func == "assert_size_stride":
+                if not self.checked:
+                    continue
                 self.uses_layout = True
                 # (tensor, size, stride); newer torch adds the tensor's name
                 out.append(f"check_layout({', '.join(ast.unparse(a) for a in call.args[:3])})")
@@ -271,7 +275,7 @@ class Wrapper:
         prefix, launch_grid = grid(name, grid_type, values, config)
         out = list(prefix)
         signature = meta.get("signature") or {}
-        if "i32" in signature.values():
+        if "i32" in signature.values() and self.checked:
             self.uses_int32 = True
             numels = [values[p] for p in runtime if p.endswith("numel")]
             total = functools.reduce(lambda a, b: ast.BinOp(a, ast.Mult(), b), numels or [ast.Constant(0)])
@@ -344,11 +348,14 @@ def call_expr(call: str, args: list[Arg], inputs: list[str], single: bool) -> st
     return f"{call}([{', '.join(values)}]){'[0]' if single else ''}"
 
 
-def self_contained(code: str, kernels: dict, args: list[Arg], problem: str, single: bool = True) -> str:
+def self_contained(
+    code: str, kernels: dict, args: list[Arg], problem: str, single: bool = True, checked: bool = True
+) -> str:
     """The candidate module for `problem` (KernelBench source) from Inductor's output `code`: `kernels` maps each
     kernel's name to {"chosen": {"kwargs", "num_warps", "num_stages"}, "inductor_meta": {"grid_type"}, "signature"}
     (what `capture` records), `args` says what each argument of its `call` is, `single`: the forward returns one
-    tensor (else the tuple `call` returns). Raises NotSelfContained with the reason where it cannot."""
+    tensor (else the tuple `call` returns), `checked`: see Wrapper. Raises NotSelfContained with the reason where it
+    cannot."""
     try:
         tree = ast.parse(code)
     except SyntaxError as e:
@@ -367,7 +374,7 @@ def self_contained(code: str, kernels: dict, args: list[Arg], problem: str, sing
     tensors = [n for n, a in zip(names, args) if a[0] != "size"]
     if not tensors:
         raise NotSelfContained("no tensor argument to take the device from")
-    wrapper = Wrapper(kernels, defs)
+    wrapper = Wrapper(kernels, defs, checked)
     body = [ast.unparse(call.body[0]), f"buffer_device = {tensors[0]}.device"] + wrapper.statements(call.body[1:])
     if not any(re.match(r"\w+\[", line) for line in body):
         raise NotSelfContained("Inductor's call launches no Triton kernel")
@@ -472,7 +479,8 @@ def specialized(general: str, static: dict, problem: str, shapes: list[list[int]
     _, _, inputs = problem_parts(problem)
     if len(shapes) != len(inputs):
         raise NotSelfContained("the fragment's inputs and its forward's differ")
-    functions, renamed = prefixed_functions(self_contained(problem=problem, **static), STATIC_PREFIX)
+    # the path's test admits only the compiled sizes, contiguous: Inductor's layout and 32-bit checks hold there
+    functions, renamed = prefixed_functions(self_contained(problem=problem, checked=False, **static), STATIC_PREFIX)
     test = " and ".join(f"tuple({x}.shape) == {tuple(s)} and {x}.is_contiguous()" for x, s in zip(inputs, shapes))
     call = call_expr(renamed["inductor_call"], static["args"], inputs, static["single"])
     front = [

@@ -263,6 +263,8 @@ def test_the_sizes_compiled_for_take_the_static_kernels_and_every_other_size_the
     module = specialized(general, static, problem, shapes)
     assert check_candidate(module, "strict", problem) == []
     assert "def static_triton_poi_fused_mul_pow_relu_0(" in module and "def static_inductor_call(args):" in module
+    # the path's test admits only the compiled sizes, contiguous: no layout or 32-bit check of its own a call
+    assert "static_check_layout" not in module and "static_fits_int32" not in module and "check_layout(" in general
     assert "if tuple(gate.shape) == (2, 3, 8192) and gate.is_contiguous() and tuple(up.shape) == (2, 3, 8192)" in module
     broken = specialized(
         general.replace("def inductor_call(args):", "def inductor_call(args):\n    raise RuntimeError('general')"),
