@@ -142,7 +142,12 @@ def tile(piece: dict) -> str:
 
 
 def judge_answer(row: dict, program: Program, source: str, answer: str, args, pool) -> None:
-    """The answer re-verified at its sample shape (times on a GPU), then called at other shapes."""
+    """The answer re-verified at its sample shape (times on a GPU), then called at other shapes; a kept original,
+    which is the program itself, timed as it is (its eager time against compile's)."""
+    if row.get("kept_original", True):
+        judge_original(row, source, pool)
+        row["other_shapes"] = shape_check(source, answer, other_shapes(program, source, args.sizes), args.device)
+        return
     try:
         verdict = reverify(pool, source, answer, args.device, row.get("policy") or "hybrid")
         row.update(correct=verdict.correct, verdict=verdict.status, verdict_reason=verdict.reason[:300])
@@ -155,6 +160,16 @@ def judge_answer(row: dict, program: Program, source: str, answer: str, args, po
     except Exception as e:  # noqa: BLE001
         row.update(correct=False, verdict="error", verdict_reason=one_line(e))
     row["other_shapes"] = shape_check(source, answer, other_shapes(program, source, args.sizes), args.device)
+
+
+def judge_original(row: dict, source: str, pool) -> None:
+    """A kept original's row: right by construction (it is the program), its speed the program's eager time
+    against torch.compile's (the verifier's reference times, GPU only): the suite's geomean counts every program."""
+    times = pool.time_reference(source) or {}
+    eager, compiled = times.get("eager_ms"), times.get("compile_ms")
+    row.update(correct=True, verdict="original", eager_ms=eager, compile_ms=compiled, answer_ms=eager)
+    if eager and compiled:
+        row.update(speedup_vs_eager=1.0, speedup_vs_compile=compiled / eager)
 
 
 # operators whose time is arithmetic rather than memory traffic; a program with none (and no PyTorch node, whose
@@ -298,7 +313,7 @@ def summary(rows: list[dict]) -> dict:
         "with_triton": sum(r["triton_fragments"] > 0 for r in rows),
         "triton_answers": len(answers),
         "correct_at_sample": sum(bool(r.get("correct")) for r in answers),
-        "answers_reverified_correct": sum(bool(r.get("correct")) for r in rows),
+        "answers_reverified_correct": sum(bool(r.get("correct")) for r in answers),
         "failed": sum("error" in r for r in rows),
         "other_shapes": {k: shapes.count(k) for k in OUTCOMES},  # of the Triton answers
         "other_shapes_kept_original": {k: originals.count(k) for k in OUTCOMES},
