@@ -141,8 +141,10 @@ def _values(c, r, tol: float) -> tuple[int, int, float, float, float]:
 
 class NullCandidates:
     """Candidates that compute nothing: all zeros, per output a constant (the first element of the first outputs
-    observed), or the first outputs observed replayed whatever the inputs (compared on an evenly spaced sample of up
-    to REPLAY_SAMPLE elements per output, kept on the CPU: paper-size outputs hold billions). `observe` compares them
+    observed), or the first outputs observed replayed whatever the inputs (compared on a sample of up to
+    REPLAY_SAMPLE elements per output at the same scattered places in each set, kept on the CPU: paper-size outputs
+    hold billions; evenly spaced places would fall in step with the rows, e.g. all in the first column of attention
+    probabilities 2,048 wide, which a fixed padding mask holds at zero on every input). `observe` compares them
     with one set of reference outputs; `zeros` / `constant` stay True while they have matched every set observed, and
     `fixed` once two sets or more have all matched the first. A problem they pass on every input distribution cannot
     tell a kernel from nothing (a convolution whose padding leaves no tap on the input computes its bias alone): the
@@ -161,6 +163,17 @@ class NullCandidates:
     def fixed(self) -> bool:
         return self.replays and self.sets >= 2
 
+    @classmethod
+    def _sample(cls, out):
+        """Up to REPLAY_SAMPLE of out's elements on the CPU, at places drawn once per size (the same in every set)."""
+        import torch
+
+        flat = out.reshape(-1)
+        if flat.numel() <= cls.REPLAY_SAMPLE:
+            return flat.cpu()
+        places = torch.randint(flat.numel(), (cls.REPLAY_SAMPLE,), generator=torch.Generator().manual_seed(0))
+        return flat[places.to(flat.device)].cpu()
+
     def observe(self, outs: list) -> None:
         import torch
 
@@ -170,7 +183,7 @@ class NullCandidates:
         self.constant = (
             self.constant and compare([torch.full_like(o, c) for o, c in zip(outs, self.constants)], outs, self.tol).ok
         )
-        samples = [o.reshape(-1)[:: max(1, o.numel() // self.REPLAY_SAMPLE)][: self.REPLAY_SAMPLE].cpu() for o in outs]
+        samples = [self._sample(o) for o in outs]
         if self.first is None:
             self.first = samples
         self.replays = self.replays and compare(self.first, samples, self.tol).ok

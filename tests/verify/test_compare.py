@@ -170,3 +170,26 @@ def test_differential_zero_output_and_fallbacks():
     eager_inf[0] = float("inf")
     assert cmp.differential(eager_inf, eager_inf, ref.double()).ok  # equal to eager where eager is not finite
     assert not cmp.differential(ref, eager_inf, ref.double()).ok
+
+
+def test_a_replayed_output_is_told_from_one_that_varies_off_the_rows_grid():
+    """Attention probabilities under a fixed padding mask that zeroes their first column: on every input distribution
+    that column is 0 and the rest varies. With as many rows as the replay sample has places, evenly spaced places all
+    fall in that column; the sample's scattered places do not, so the problem is not taken for one whose outputs are
+    fixed (and a replay of the first outputs is, still)."""
+    torch.manual_seed(0)
+    shape = (cmp.NullCandidates.REPLAY_SAMPLE, 64)
+
+    def probabilities():
+        p = torch.softmax(torch.randn(shape), dim=-1)
+        p[:, 0] = 0.0
+        return p
+
+    varying = cmp.NullCandidates()
+    for _ in range(3):
+        varying.observe([probabilities()])
+    assert not varying.fixed
+    replayed, out = cmp.NullCandidates(), probabilities()
+    for _ in range(3):
+        replayed.observe([out.clone()])
+    assert replayed.fixed
