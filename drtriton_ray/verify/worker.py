@@ -166,6 +166,10 @@ def worker_main(
     from drtriton_ray.verify.hooks import LaunchMonitor, Sandbox, Trusted, make_torch_audit, rss_bytes
 
     lap("import_torch_triton")
+    if device == "cpu":
+        from drtriton_ray.verify.interpreter import round_to_nearest
+
+        round_to_nearest()  # the interpreter's bfloat16 stores round as a GPU's do
     if device.startswith("cuda"):
         torch.cuda.set_device(torch.device(device).index or 0)
         torch.cuda.init()
