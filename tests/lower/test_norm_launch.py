@@ -37,11 +37,13 @@ def test_group_norm_row_of_32768_is_one_tile(gpu_tiles):
 
 
 def test_short_and_very_long_rows_keep_their_tiles(gpu_tiles):
-    """Short rows share a program (4096 values a tile, the default warps); rows past 32768 loop in 4096-value steps;
-    a tuned config overrides the default; the interpreter keeps its own large tiles."""
+    """Short rows share a program (4096 values a tile, the default warps); rows past 32768 loop in 4096-value steps
+    by 8 warps (a GroupNorm of 32 groups over 8 x 512 x 64 x 64: 256 rows of 65536); a tuned config overrides the
+    default; the interpreter keeps its own large tiles."""
     assert wrappers.row_norm_tile(32768, 768, torch.empty(0)) == {"BLOCK_ROWS": 4, "BLOCK": 1024}
     assert wrappers.row_norm_tile(8, 4096, torch.empty(0)) == {"BLOCK_ROWS": 1, "BLOCK": 4096}
-    assert wrappers.row_norm_tile(4096, 131072, torch.empty(0)) == {"BLOCK_ROWS": 1, "BLOCK": 4096}
+    assert wrappers.row_norm_tile(4096, 131072, torch.empty(0)) == {"BLOCK_ROWS": 1, "BLOCK": 4096, "num_warps": 8}
+    assert wrappers.row_norm_tile(256, 65536, torch.empty(0)) == {"BLOCK_ROWS": 1, "BLOCK": 4096, "num_warps": 8}
     x = torch.empty(4096, 7503, device="meta")
     w = torch.empty(7503, device="meta")
     meta = wrappers.row_norm_setup(x.shape, x, w, w, 0, config={"num_warps": 4})[3]
