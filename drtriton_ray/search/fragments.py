@@ -9,8 +9,9 @@ runs that hold a whole fusion region, so that a block longer than K can still be
   mean, + eps, rsqrt, scale, weight) or a softmax (max, subtract, exp, sum, divide), then that with its
   neighbours; grown once more through the dtype casts kept as PyTorch (`Torch` `_to_copy` to or from float64; casts
   between float32 and the half types are registry Casts the lowering fuses), which a policy can write, and through
-  the views and slices a row kernel can read in place (a causal LM's `logits.float()[:, :-1].reshape(-1, V)` and
-  `labels[:, 1:].reshape(-1)` into its cross-entropy: one kernel reading the bf16 logits once).
+  the views and slices a row kernel can read in place and a matmul's cast of its output (a causal LM's
+  `logits.float()[:, :-1].reshape(-1, V)` and `labels[:, 1:].reshape(-1)` into its cross-entropy, cuBLAS's matmul
+  apart: one kernel reading the bf16 logits once).
 
 A region's run is [its first node, its last node + 1), nodes between included, kept when at most `longest` nodes
 (16) long and not already a window. A program of at most WHOLE nodes is one more run: all of it, so that a source
@@ -268,7 +269,8 @@ def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
             sorted(g.prologue + g.epilogue + ([] if g.anchor is None else [g.anchor])),
         )
         whole.add((nodes[0], nodes[-1] + 1))
-        if kind == "other" and g.epilogue:  # a matmul's epilogue (a cast of its output) may grow with its reader
+        if kind == "other" and g.epilogue and all(p.nodes[k].op == "Cast" for k in g.epilogue):
+            # a matmul's cast of its output (a causal LM's logits.float()) may grow with its reader instead
             kernels += [sorted(g.prologue + [g.anchor]), sorted(g.epilogue)]
             kinds += [kind, "elementwise"]
             continue
