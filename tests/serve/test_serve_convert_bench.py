@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -24,6 +26,7 @@ def run_bench(tmp_path: Path, *extra: str) -> tuple[subprocess.CompletedProcess,
     return done, json.loads(out.read_text())
 
 
+@pytest.mark.slow  # a bench's smoke run; CI converts through the service in test_service.py
 def test_two_problems_convert_through_the_service(tmp_path):
     done, data = run_bench(tmp_path, "--concurrency", "2")
     rows = {r["problem"]: r for r in data["rows"]}
