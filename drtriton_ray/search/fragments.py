@@ -262,13 +262,11 @@ def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
     """The runs [start, end) of the fusion regions (module docstring) of at most `longest` nodes."""
     from drtriton_ray.lower.grouping import kernel_groups  # the lowering loads Triton: only when enumerating
 
-    kernels, kinds, whole = [], [], set()
+    kernels, kinds, group_spans = [], [], set()
     for g in kernel_groups(p):
-        kind, nodes = (
-            kernel_kind(p, g.anchor),
-            sorted(g.prologue + g.epilogue + ([] if g.anchor is None else [g.anchor])),
-        )
-        whole.add((nodes[0], nodes[-1] + 1))
+        kind = kernel_kind(p, g.anchor)
+        nodes = sorted(g.prologue + g.epilogue + ([] if g.anchor is None else [g.anchor]))
+        group_spans.add((nodes[0], nodes[-1] + 1))
         if kind == "other" and g.epilogue and all(p.nodes[k].op == "Cast" for k in g.epilogue):
             # a matmul's cast of its output (a causal LM's logits.float()) may grow with its reader instead
             kernels += [sorted(g.prologue + [g.anchor]), sorted(g.epilogue)]
@@ -284,7 +282,7 @@ def region_runs(p: Program, longest: int = LONGEST) -> list[tuple[int, int]]:
                 near[i].add(made[t])
                 near[made[t]].add(i)
     spans = [(nodes[0], nodes[-1] + 1) for nodes in kernels]
-    runs = set(whole)
+    runs = set(group_spans)  # each lowering kernel whole, its matmul and cast epilogue together
     for seed in (i for i, kind in enumerate(kinds) if kind == "row"):
         for joins in (("elementwise", "row"), ("elementwise", "row", "cast", "view")):
             runs.update(grow(seed, spans, near, [kind in joins for kind in kinds], longest))
